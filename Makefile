@@ -1,0 +1,53 @@
+# nodewarden — developer entry points. `make demo` and `make test` are the two that matter.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@scripts/install-system-deps.sh
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade 'pip>=24' 'setuptools>=69' wheel
+	$(PIP) install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install nodewarden with its test dependencies
+
+controlplane: ## build (or reuse from ~/.cache/nodewarden) etcd, kube-apiserver, kube-controller-manager, helm
+	@e2e/controlplane/build.sh >/dev/null
+
+crds: $(STAMP) ## regenerate crds/ from the pydantic models
+	$(PY) -m nodewarden.api.crdgen crds
+
+cluster-up: $(STAMP) controlplane ## start the local control plane on 127.0.0.1; kubeconfig in .nodewarden/kubeconfig
+	$(PY) e2e/localcluster.py up
+
+cluster-down: $(STAMP) ## stop the local control plane started by cluster-up and remove its state
+	$(PY) e2e/localcluster.py down
+
+lint: $(STAMP) ## ruff and mypy
+	$(VENV)/bin/ruff check operator tests e2e benchmarks
+	$(VENV)/bin/ruff format --check operator tests e2e benchmarks
+	$(VENV)/bin/mypy
+
+test: $(STAMP) controlplane lint ## ruff, mypy and the whole pytest suite (starts its own control plane)
+	$(PY) e2e/run_pytest.py $(PYTEST_ARGS)
+
+demo: $(STAMP) controlplane ## start a local control plane, apply the examples, run the operator (Ctrl-C cleans up)
+	$(PY) e2e/demo.py $(DEMO_ARGS)
+
+bench: $(STAMP) ## run the benchmark scripts and print their figures
+	$(PY) benchmarks/bench_policy.py
+
+clean: ## remove .venv and local state (not the control-plane cache)
+	-$(PY) e2e/localcluster.py down 2>/dev/null
+	rm -rf $(VENV) .nodewarden .mypy_cache .ruff_cache .pytest_cache
+
+.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean

@@ -1,0 +1,117 @@
+"""PowerIntent (`pi`): one requested power transition of one WorkerNode, and its Safety Record.
+
+The spec is immutable once created (a CEL rule enforces it); the status carries the
+transition's progress and the full Safety Record of the decision.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from nodewarden.api.base import DNS_SUBDOMAIN_PATTERN, ApiModel, Condition, StatusModel
+
+PowerAction = Literal["Shutdown", "Wake", "Drain", "Restart"]
+IntentPhase = Literal[
+    "Pending",
+    "Deferred",
+    "InProgress",
+    "Succeeded",
+    "Blocked",
+    "Aborted",
+    "Failed",
+]
+TERMINAL_INTENT_PHASES: frozenset[str] = frozenset({"Succeeded", "Blocked", "Aborted", "Failed"})
+
+
+class IntentOverride(ApiModel):
+    """A pre-authorised, audited override of one safety gate (manual intents only)."""
+
+    inhibitors: bool = Field(
+        default=False,
+        description="Pass an active shutdown inhibitor (needs PowerPolicy inhibitorOverride.permitted).",
+    )
+    force_off: bool = Field(
+        default=False,
+        description="Allow ForceOff if GracefulShutdown fails (needs inhibitorOverride.permitForceOff).",
+    )
+    justification: str = Field(
+        min_length=10,
+        max_length=2048,
+        description="Why the override is needed; recorded in the Safety Record.",
+    )
+
+
+class PowerIntentSpec(ApiModel):
+    """The requested transition. Immutable once created."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "self == oldSelf",
+            "message": "PowerIntent spec is immutable; create a new PowerIntent",
+        },
+        {
+            "rule": "!has(self.override) || self.source == 'Manual'",
+            "message": "only Manual intents may carry an override",
+            "fieldPath": ".override",
+        },
+    ]
+
+    node_name: str = Field(
+        description="Name of the WorkerNode (same namespace).",
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+    )
+    action: PowerAction = Field(description="Shutdown, Wake, Drain or Restart.")
+    source: Literal["Policy", "Manual"] = Field(
+        default="Manual",
+        description="Policy (created by nodewarden) or Manual (created by a person).",
+    )
+    requested_by: str = Field(
+        default="",
+        max_length=256,
+        description="Who asked: a user name, or 'nodewarden/<dispatcher-id>'.",
+    )
+    reason: str = Field(
+        default="", max_length=2048, description="Free-text reason given by the requester."
+    )
+    override: IntentOverride | None = Field(
+        default=None, description="Audited override of a safety gate (Manual only)."
+    )
+
+
+class PowerIntentStatus(StatusModel):
+    """Progress of the transition and its Safety Record."""
+
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation last processed by the operator."
+    )
+    phase: IntentPhase | None = Field(
+        default=None,
+        description="Pending, Deferred, InProgress, Succeeded, Blocked, Aborted or Failed.",
+    )
+    decision: str | None = Field(
+        default=None, description="Last decision: SHUTDOWN, START, DRAIN, DEFER, BLOCK or NONE."
+    )
+    reasons: list[str] = Field(default_factory=list, description="Reason codes of the decision.")
+    transition_id: str | None = Field(
+        default=None, description="Identifier of the transition attempt."
+    )
+    message: str | None = Field(default=None, description="Human-readable state of the intent.")
+    recheck_at: datetime | None = Field(
+        default=None, description="When a deferred decision will be re-evaluated."
+    )
+    deadline: datetime | None = Field(default=None, description="Deadline of the step in progress.")
+    retries: int = Field(default=0, ge=0, description="Retries used so far.")
+    safety_record: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The Safety Record of the latest decision: every piece of evidence with its "
+            "source and time (format: docs/safety-record.md)."
+        ),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    conditions: list[Condition] = Field(default_factory=list, description="Standard conditions.")

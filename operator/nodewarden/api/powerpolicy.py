@@ -1,0 +1,349 @@
+"""PowerPolicy (`pp`): every knob that decides when nodes are created, drained, switched off or woken.
+
+Operators edit PowerPolicy objects through GitOps; each decision records the policy's
+name, generation and content hash (`nodewarden.api.powerpolicy.policy_version`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from nodewarden.api.base import ApiModel, Condition, StatusModel
+from nodewarden.units import Duration, parse_duration
+
+ResetAction = Literal[
+    "On",
+    "GracefulShutdown",
+    "ForceOff",
+    "GracefulRestart",
+    "ForceRestart",
+    "PowerCycle",
+    "PushPowerButton",
+    "Nmi",
+    "WakeOnLan",
+    "SshPoweroff",
+]
+"""Power actions nodewarden may request: Redfish ResetType values plus WakeOnLan and
+SshPoweroff (a `systemctl poweroff` over SSH, for nodes without a BMC)."""
+
+DEFAULT_ALLOWED_ACTIONS: list[ResetAction] = [
+    "On",
+    "GracefulShutdown",
+    "GracefulRestart",
+    "WakeOnLan",
+    "SshPoweroff",
+]
+
+
+class BillingWindow(ApiModel):
+    """When, within each billing period of a cloud VM, a shutdown saves money."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "duration(self.windowStart) < duration(self.windowEnd)",
+            "message": "billing.windowStart must be before billing.windowEnd",
+            "fieldPath": ".windowStart",
+        },
+        {
+            "rule": "duration(self.period) == duration('0s') || "
+            "duration(self.windowEnd) <= duration(self.period)",
+            "message": "billing.windowEnd must not be after billing.period",
+            "fieldPath": ".windowEnd",
+        },
+    ]
+
+    period: Duration = Field(
+        default="1h",
+        description=(
+            "Length of one billing period, counted from the instance's boot. '0s' means "
+            "per-second billing: the window is always open."
+        ),
+    )
+    window_start: Duration = Field(
+        default="50m",
+        description="Offset into each billing period where the shutdown window opens.",
+    )
+    window_end: Duration = Field(
+        default="1h",
+        description="Offset into each billing period where the shutdown window closes.",
+    )
+
+
+class Deadlines(ApiModel):
+    """How long each kind of transition may take before it is rechecked or blocked."""
+
+    shutdown: Duration = Field(
+        default="10m",
+        description="From the shutdown request until observed power Off must be seen.",
+    )
+    wake: Duration = Field(
+        default="10m",
+        description="From the wake request until observed power On must be seen.",
+    )
+    ready: Duration = Field(
+        default="10m",
+        description="From observed power On until the ready probe must pass.",
+    )
+    drain: Duration = Field(
+        default="2h",
+        description="From closing admission until the node must have no running work.",
+    )
+
+
+class RetryPolicy(ApiModel):
+    """Retry budget and exponential back-off with jitter for power requests."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "duration(self.initialBackoff) <= duration(self.maxBackoff)",
+            "message": "retry.initialBackoff must not exceed retry.maxBackoff",
+            "fieldPath": ".initialBackoff",
+        }
+    ]
+
+    budget: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="How many times a failed or unconfirmed request is retried before BLOCK.",
+    )
+    initial_backoff: Duration = Field(default="10s", description="Delay before the first retry.")
+    max_backoff: Duration = Field(default="5m", description="Upper bound of the retry delay.")
+    multiplier: float = Field(
+        default=2.0, ge=1.0, le=10.0, description="Factor applied to the delay after each retry."
+    )
+    jitter: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description="Random fraction (0..1) added to or removed from each delay.",
+    )
+
+
+class InhibitorOverride(ApiModel):
+    """Whether an audited manual override may pass an active systemd shutdown inhibitor."""
+
+    permitted: bool = Field(
+        default=False,
+        description=(
+            "If true, a PowerIntent carrying spec.override.inhibitors with a justification "
+            "may shut a node down despite an active block-mode inhibitor. Recorded in the "
+            "Safety Record."
+        ),
+    )
+    allowed_requesters: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "If non-empty, only PowerIntents whose spec.requestedBy is in this list may "
+            "use the override."
+        ),
+    )
+    permit_force_off: bool = Field(
+        default=False,
+        description=(
+            "If true, an overriding PowerIntent may request ForceOff after GracefulShutdown "
+            "failed. ForceOff is never used to save energy without this."
+        ),
+    )
+
+
+class DisruptionBudget(ApiModel):
+    """Limits on how many nodes may be in a power transition at once."""
+
+    max_concurrent_transitions: int = Field(
+        default=1,
+        ge=0,
+        le=10000,
+        description="Maximum nodes draining, shutting down or waking at the same time (0 = none).",
+    )
+
+
+class InstanceTypeLimit(ApiModel):
+    """A cap on the number of nodes of one instance type."""
+
+    instance_type: str = Field(
+        description="Instance type name as listed in the operator's catalogue.",
+        min_length=1,
+        max_length=128,
+    )
+    max: int = Field(ge=0, le=100000, description="Maximum number of nodes of this type.")
+
+
+class DispatchLimits(ApiModel):
+    """How hard nodewarden tries to run a container, and when nodes count as lost."""
+
+    max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Runs of one container before it is marked Failed.",
+    )
+    max_lock_flaps: int = Field(
+        default=3,
+        ge=0,
+        le=1000,
+        description="How often a container may go Locked back to Queued before it waits unlocked.",
+    )
+    lame_after: Duration = Field(
+        default="10m",
+        description="A node up this long without a successful probe is shut down ...",
+    )
+    lame_min_probes: int = Field(
+        default=3,
+        ge=1,
+        le=10000,
+        description="... provided at least this many probes were attempted.",
+    )
+    takeover_after: Duration = Field(
+        default="10m",
+        description=(
+            "Instances tagged by another dispatcher that has not probed them for this long "
+            "are claimed or destroyed."
+        ),
+    )
+
+
+class PowerPolicySpec(ApiModel):
+    """The knobs of power and capacity decisions."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "!has(self.maxNodes) || self.minWarmNodes <= self.maxNodes",
+            "message": "minWarmNodes must not exceed maxNodes",
+            "fieldPath": ".minWarmNodes",
+        },
+        {
+            "rule": "duration(self.minOn) <= duration(self.maxOn)",
+            "message": "minOn must not exceed maxOn",
+            "fieldPath": ".minOn",
+        },
+    ]
+
+    idle_threshold: Duration = Field(
+        default="20m",
+        description="A node must be idle this long before a drain or shutdown is considered.",
+    )
+    boot_grace: Duration = Field(
+        default="10m",
+        description=(
+            "Boot expiry: a cloud node younger than this that has not paired yet is left "
+            "alone; older is shut down."
+        ),
+    )
+    min_on: Duration = Field(
+        default="30m",
+        description="A node must have been on at least this long before it is switched off.",
+    )
+    max_on: Duration = Field(
+        default="8760h",
+        description="Upper bound for minOn (sanity limit; minOn ≤ maxOn is enforced).",
+    )
+    min_off: Duration = Field(
+        default="10m",
+        description="A node must have been off at least this long before it is woken.",
+    )
+    cooldown: Duration = Field(
+        default="5m",
+        description="Minimum time between two power transitions of the same node.",
+    )
+    telemetry_max_age: Duration = Field(
+        default="2m",
+        description="Telemetry older than this is stale and never counts as evidence of safety.",
+    )
+    heartbeat_stale_after: Duration = Field(
+        default="5m",
+        description="A worker without a successful probe for this long is considered down.",
+    )
+    billing: BillingWindow = Field(
+        default_factory=BillingWindow,
+        description="Billing period and the shutdown window inside it (cloud VMs).",
+    )
+    deadlines: Deadlines = Field(
+        default_factory=Deadlines, description="Deadline of each kind of transition."
+    )
+    retry: RetryPolicy = Field(
+        default_factory=RetryPolicy, description="Retry budget and back-off for power requests."
+    )
+    allowed_actions: list[ResetAction] = Field(
+        default_factory=lambda: list(DEFAULT_ALLOWED_ACTIONS),
+        max_length=16,
+        description=(
+            "Power actions nodewarden may use; intersected with what each node supports. "
+            "ForceOff is never used as an energy-saving shortcut."
+        ),
+    )
+    inhibitor_override: InhibitorOverride = Field(
+        default_factory=InhibitorOverride,
+        description="Whether audited manual overrides of shutdown inhibitors are permitted.",
+    )
+    disruption_budget: DisruptionBudget = Field(
+        default_factory=DisruptionBudget,
+        description="How many nodes may be in a power transition at once.",
+    )
+    instance_type_limits: list[InstanceTypeLimit] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Per-instance-type caps on the number of nodes.",
+    )
+    max_nodes: int | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="Maximum number of cloud nodes (unset = unlimited).",
+    )
+    max_hourly_spend: float | None = Field(
+        default=None,
+        ge=0,
+        description="Maximum summed hourly price of all cloud nodes (unset = unlimited).",
+    )
+    min_warm_nodes: int = Field(
+        default=0,
+        ge=0,
+        le=100000,
+        description="Idle nodes kept on (not shut down) to absorb new demand quickly.",
+    )
+    dispatch: DispatchLimits = Field(
+        default_factory=DispatchLimits,
+        description="Dispatch attempts, lock flapping, lame-node and takeover limits.",
+    )
+    paused: bool = Field(
+        default=False,
+        description="If true, nodewarden makes no power transitions under this policy.",
+    )
+
+    def seconds(self, field: str) -> float:
+        """The named top-level duration knob in seconds, e.g. `spec.seconds('min_on')`."""
+        value = getattr(self, field)
+        return parse_duration(value).total_seconds()
+
+    def duration(self, field: str) -> timedelta:
+        return parse_duration(getattr(self, field))
+
+
+class PowerPolicyStatus(StatusModel):
+    """What the operator has observed about this policy."""
+
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation last processed by the operator."
+    )
+    content_hash: str | None = Field(
+        default=None, description="sha256 (first 16 hex digits) of the canonical spec."
+    )
+    nodes: int | None = Field(
+        default=None, description="Number of WorkerNodes referring to this policy."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Valid and other standard conditions."
+    )
+
+
+def spec_hash(spec: PowerPolicySpec) -> str:
+    """Content hash of a policy spec: stable across key order and defaults written or not."""
+    canonical = json.dumps(spec.to_wire(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -1,0 +1,285 @@
+"""WorkerNode (`wn`): one machine, a cloud VM or a side node; spec = wanted, status = observed.
+
+Desired power (spec.power), observed power (status.observedPower, from a trusted source)
+and runtime readiness (status.readiness, from a ready probe) are separate fields and are
+never merged.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from nodewarden.api.base import (
+    ApiModel,
+    Condition,
+    LocalObjectReference,
+    SecretKeyReference,
+    StatusModel,
+)
+from nodewarden.units import MacAddress, Quantity
+
+NodeType = Literal["CloudVM", "SideNode"]
+IdleBehavior = Literal["run", "hold", "drain"]
+ControlMethod = Literal["Cloud", "Redfish", "WakeOnLan", "None"]
+ObservedPower = Literal["On", "Off", "PoweringOn", "PoweringOff", "Unknown"]
+Readiness = Literal["Ready", "NotReady", "Unknown"]
+Admission = Literal["Open", "Closed"]
+NodeState = Literal[
+    "Booting",
+    "Idle",
+    "Active",
+    "Draining",
+    "ShuttingDown",
+    "Off",
+    "Waking",
+    "Unknown",
+    "Blocked",
+]
+
+
+class BmcEndpoint(ApiModel):
+    """How to reach the node's BMC over Redfish (HTTPS)."""
+
+    endpoint: str = Field(
+        description="Base URL of the Redfish service, e.g. https://10.0.0.21 (https only).",
+        pattern=r"^https://[^\s/]+(:[0-9]+)?(/.*)?$",
+        max_length=2048,
+    )
+    system_id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="ComputerSystem id; if unset the only member of /redfish/v1/Systems is used.",
+    )
+    username_secret_ref: SecretKeyReference = Field(
+        description="Secret key holding the BMC user name."
+    )
+    password_secret_ref: SecretKeyReference = Field(
+        description="Secret key holding the BMC password (never logged or stored in status)."
+    )
+    ca_bundle_secret_ref: SecretKeyReference | None = Field(
+        default=None,
+        description="Secret key holding a PEM CA bundle to verify the BMC's certificate.",
+    )
+    use_sessions: bool = Field(
+        default=True,
+        description="Log in through SessionService (X-Auth-Token); falls back to Basic auth.",
+    )
+
+
+class WakeOnLanTarget(ApiModel):
+    """Where to send the Wake-on-LAN magic packet for this node."""
+
+    mac: MacAddress = Field(description="MAC address of the NIC armed for Wake-on-LAN.")
+    broadcast_address: str = Field(
+        default="255.255.255.255",
+        max_length=64,
+        pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){3}$",
+        description="IPv4 broadcast address of the node's segment.",
+    )
+    port: int = Field(default=9, ge=1, le=65535, description="UDP port (usually 9 or 7).")
+    secure_on_secret_ref: SecretKeyReference | None = Field(
+        default=None, description="Secret key holding a 6-byte SecureOn password (hex)."
+    )
+
+
+class SshEndpoint(ApiModel):
+    """How nodewarden reaches the node over SSH for probes and runners."""
+
+    address: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Host name or IP address; for cloud VMs the instance address is used.",
+    )
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
+    user: str = Field(
+        default="root",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z_][a-z0-9_.-]*$",
+        description="Login user.",
+    )
+    private_key_secret_ref: SecretKeyReference | None = Field(
+        default=None, description="Secret key holding the SSH private key (PEM/OpenSSH)."
+    )
+    known_hosts_secret_ref: SecretKeyReference | None = Field(
+        default=None,
+        description=(
+            "Secret key holding known_hosts lines for this node. If unset the host key is "
+            "learned on first use only after the node proves its per-instance secret."
+        ),
+    )
+
+
+class NodeCapacity(ApiModel):
+    """Resources a side node offers to containers (cloud VMs take them from the catalogue)."""
+
+    vcpus: int = Field(ge=1, le=4096, description="Number of virtual CPUs.")
+    ram: Quantity = Field(description="Memory, e.g. '256Gi'.")
+    scratch: Quantity = Field(default="0", description="Local scratch disk, e.g. '1Ti'.")
+    gpus: int = Field(default=0, ge=0, le=64, description="Number of GPUs.")
+    gpu_model: str | None = Field(
+        default=None, max_length=128, description="GPU model, e.g. 'nvidia-a100'."
+    )
+
+
+class WorkerNodeSpec(ApiModel):
+    """What we want from this machine."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [
+        {
+            "rule": "self.controlMethod != 'Redfish' || has(self.bmc)",
+            "message": "controlMethod Redfish needs spec.bmc",
+            "fieldPath": ".bmc",
+        },
+        {
+            "rule": "self.controlMethod != 'WakeOnLan' || has(self.wakeOnLan)",
+            "message": "controlMethod WakeOnLan needs spec.wakeOnLan",
+            "fieldPath": ".wakeOnLan",
+        },
+        {
+            "rule": "self.nodeType != 'CloudVM' || has(self.instanceType)",
+            "message": "a CloudVM node needs spec.instanceType",
+            "fieldPath": ".instanceType",
+        },
+        {
+            "rule": "self.nodeType != 'CloudVM' || self.controlMethod == 'Cloud'",
+            "message": "a CloudVM node is controlled through the cloud API (controlMethod Cloud)",
+            "fieldPath": ".controlMethod",
+        },
+        {
+            "rule": "self.nodeType != 'SideNode' || self.controlMethod != 'Cloud'",
+            "message": "a SideNode cannot use controlMethod Cloud; use Redfish, WakeOnLan or None",
+            "fieldPath": ".controlMethod",
+        },
+        {
+            "rule": "self.nodeType != 'SideNode' || has(self.capacity)",
+            "message": "a SideNode needs spec.capacity (vcpus, ram, ...)",
+            "fieldPath": ".capacity",
+        },
+    ]
+
+    node_type: NodeType = Field(
+        description="CloudVM (created/destroyed through the cloud API) or SideNode (fixed hardware)."
+    )
+    power: Literal["On", "Off", "Auto"] = Field(
+        default="Auto",
+        description=(
+            "Desired power. Auto lets the policy decide; On/Off pin it (still subject to the "
+            "safety gates)."
+        ),
+    )
+    idle_behavior: IdleBehavior = Field(
+        default="run",
+        description=(
+            "run: accept work and shut down when idle per policy; hold: accept no new work, "
+            "never shut down automatically; drain: accept no new work, shut down once idle."
+        ),
+    )
+    instance_type: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Instance type name from the catalogue (CloudVM).",
+    )
+    control_method: ControlMethod = Field(
+        default="Cloud",
+        description="How power is controlled: Cloud API, Redfish BMC, Wake-on-LAN (+SSH poweroff), None.",
+    )
+    bmc: BmcEndpoint | None = Field(
+        default=None, description="Redfish BMC (controlMethod Redfish)."
+    )
+    wake_on_lan: WakeOnLanTarget | None = Field(
+        default=None, description="Wake-on-LAN target (controlMethod WakeOnLan)."
+    )
+    ssh: SshEndpoint = Field(
+        default_factory=SshEndpoint, description="SSH access for probes and runners."
+    )
+    capacity: NodeCapacity | None = Field(
+        default=None, description="Resources offered to containers (SideNode)."
+    )
+    policy_ref: LocalObjectReference | None = Field(
+        default=None,
+        description="PowerPolicy that governs this node; if unset the operator's default policy.",
+    )
+
+
+class ProbeStatus(StatusModel):
+    """Outcome of the most recent SSH probe."""
+
+    time: datetime | None = Field(default=None, description="When the probe finished.")
+    result: Literal["Ready", "Booting", "Failed", "Unreachable", "HostKeyMismatch"] | None = Field(
+        default=None, description="Outcome of the probe."
+    )
+    message: str | None = Field(default=None, description="Detail of a failed probe.")
+    last_success: datetime | None = Field(
+        default=None, description="When the last successful probe finished."
+    )
+    attempts_since_success: int = Field(
+        default=0, ge=0, description="Probe attempts since the last successful one."
+    )
+
+
+class SafetyRecordSummary(StatusModel):
+    """The last Safety Record written for this node (full record in the PowerIntent)."""
+
+    power_intent: str | None = Field(default=None, description="Name of the PowerIntent.")
+    decision: str | None = Field(
+        default=None, description="SHUTDOWN, START, DRAIN, DEFER, BLOCK or NONE."
+    )
+    reasons: list[str] = Field(default_factory=list, description="Reason codes of the decision.")
+    summary: str | None = Field(default=None, description="One-line summary of the record.")
+    time: datetime | None = Field(default=None, description="When the decision was made.")
+
+
+class WorkerNodeStatus(StatusModel):
+    """What we observe about this machine."""
+
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation last processed by the operator."
+    )
+    state: NodeState | None = Field(default=None, description="Lifecycle / power state.")
+    observed_power: ObservedPower | None = Field(
+        default=None,
+        description="Power as seen by a trusted source (Redfish PowerState, cloud state).",
+    )
+    observed_power_source: str | None = Field(
+        default=None, description="Which source reported observedPower."
+    )
+    observed_power_time: datetime | None = Field(
+        default=None, description="When observedPower was read."
+    )
+    readiness: Readiness | None = Field(
+        default=None, description="Result of the runtime ready probe."
+    )
+    admission: Admission | None = Field(
+        default=None, description="Whether new containers may be placed on the node."
+    )
+    instance_id: str | None = Field(default=None, description="Cloud instance id (CloudVM).")
+    address: str | None = Field(default=None, description="Address used to reach the node.")
+    hourly_price: float | None = Field(default=None, description="Price per hour of the node.")
+    booted_at: datetime | None = Field(default=None, description="When the node last came up.")
+    idle_since: datetime | None = Field(
+        default=None, description="Since when the node has had no running containers."
+    )
+    running_containers: int | None = Field(
+        default=None, ge=0, description="Number of containers running on the node."
+    )
+    containers: list[str] = Field(
+        default_factory=list, description="UUIDs of the containers running on the node."
+    )
+    last_container: str | None = Field(
+        default=None, description="UUID of the last container that ran on the node."
+    )
+    last_probe: ProbeStatus | None = Field(default=None, description="Most recent SSH probe.")
+    last_transition_time: datetime | None = Field(
+        default=None, description="When the last power transition finished."
+    )
+    last_safety_record: SafetyRecordSummary | None = Field(
+        default=None, description="Summary of the last Safety Record for this node."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Valid, Ready and other standard conditions."
+    )
