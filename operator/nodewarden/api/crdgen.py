@@ -86,10 +86,14 @@ def _convert(schema: dict[str, Any], defs: dict[str, Any], path: str) -> dict[st
             pass
         elif isinstance(extra, dict) and extra:
             out["additionalProperties"] = _convert(extra, defs, f"{path}[*]")
+            out["additionalProperties"].setdefault(
+                "description", f"One value of: {out.get('description', '')}"
+            )
         else:
             out["x-kubernetes-preserve-unknown-fields"] = True
     if "items" in schema:
         out["items"] = _convert(schema["items"], defs, f"{path}[]")
+        out["items"].setdefault("description", f"One entry of: {out.get('description', '')}")
     if out.get("type") == "array" and path.endswith(".conditions"):
         out["x-kubernetes-list-type"] = "map"
         out["x-kubernetes-list-map-keys"] = ["type"]
@@ -105,8 +109,9 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _default_objects(schema: dict[str, Any]) -> None:
-    """Give nested objects whose fields all have defaults `default: {}` so the apiserver
-    fills their defaults even when the parent omits them (structural defaulting)."""
+    """Give nested objects whose fields all have defaults a default built from those fields,
+    so the apiserver fills them even when the parent omits them (structural defaulting).
+    The default is spelled out in full because CEL rules are checked against it."""
     for sub in schema.get("properties", {}).values():
         _default_objects(sub)
         # Optional blocks (bmc, wakeOnLan, capacity, ...) have required fields and get
@@ -117,7 +122,11 @@ def _default_objects(schema: dict[str, Any]) -> None:
             and "default" not in sub
             and not sub.get("required")
         ):
-            sub["default"] = {}
+            sub["default"] = {
+                name: prop["default"]
+                for name, prop in sub["properties"].items()
+                if "default" in prop
+            }
 
 
 def kind_schema(kind: Kind) -> dict[str, Any]:
@@ -136,7 +145,7 @@ def kind_schema(kind: Kind) -> dict[str, Any]:
                 "description": "API version (nodewarden.io/v1alpha1).",
             },
             "kind": {"type": "string", "description": f"Always {kind.kind}."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "metadata": {"type": "object"},
             "spec": spec,
             "status": status,
         },

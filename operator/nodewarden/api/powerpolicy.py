@@ -272,6 +272,7 @@ class PowerPolicySpec(ApiModel):
     )
     allowed_actions: list[ResetAction] = Field(
         default_factory=lambda: list(DEFAULT_ALLOWED_ACTIONS),
+        json_schema_extra={"default": list(DEFAULT_ALLOWED_ACTIONS)},
         max_length=16,
         description=(
             "Power actions nodewarden may use; intersected with what each node supports. "

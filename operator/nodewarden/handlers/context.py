@@ -1,0 +1,21 @@
+"""What every handler may use: configuration, the Kubernetes adapter, the clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from nodewarden.config import OperatorConfig
+from nodewarden.kube.client import Kube
+
+
+def utc_now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+@dataclass
+class HandlerContext:
+    config: OperatorConfig
+    kube: Kube
+    clock: Callable[[], datetime] = field(default=utc_now)

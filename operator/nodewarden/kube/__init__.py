@@ -1,0 +1,1 @@
+"""Kubernetes adapter: typed API access, Secrets, Events and the leader Lease."""

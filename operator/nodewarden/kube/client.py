@@ -1,0 +1,240 @@
+"""Kubernetes adapter: typed, minimal access to nodewarden objects, Secrets, Events and Leases.
+
+Built on kubernetes_asyncio. Handlers and loops use this instead of raw API calls so that
+status patches, Event emission and Secret reads happen in one place (and Secret values
+are registered for log redaction and never returned unwrapped).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import SecretStr
+
+from nodewarden.api.base import GROUP, VERSION
+from nodewarden.api.kinds import Kind
+from nodewarden.logs import register_secret
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed in a way the caller should handle."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+def _wrap(exc: ApiException, what: str) -> KubeError:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", "") or ""
+    if status == 404:
+        return NotFound(f"{what}: not found", status)
+    if status == 409:
+        return Conflict(f"{what}: conflict ({reason})", status)
+    return KubeError(f"{what}: HTTP {status} {reason}", status)
+
+
+async def api_client_from(kubeconfig: Path | None) -> client.ApiClient:
+    """An ApiClient for the given kubeconfig, $KUBECONFIG, or the in-cluster service account."""
+    cfg = client.Configuration()
+    if kubeconfig is not None:
+        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            await config.load_kube_config(client_configuration=cfg)
+    return client.ApiClient(configuration=cfg)
+
+
+class Kube:
+    """Thin typed wrapper; one instance per operator process."""
+
+    def __init__(self, api: client.ApiClient, field_manager: str = "nodewarden") -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self.field_manager = field_manager
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # --- nodewarden objects -----------------------------------------------------------
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = await self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, kind.plural, name
+            )
+            return obj
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _wrap(exc, f"get {kind.kind} {namespace}/{name}") from exc
+
+    async def list(
+        self, kind: Kind, namespace: str | None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        try:
+            if namespace is None:
+                result = await self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, kind.plural, label_selector=label_selector or ""
+                )
+            else:
+                result = await self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, kind.plural, label_selector=label_selector or ""
+                )
+        except ApiException as exc:
+            raise _wrap(exc, f"list {kind.plural}") from exc
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind.kind, **body}
+        try:
+            obj: dict[str, Any] = await self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, kind.plural, body, field_manager=self.field_manager
+            )
+            return obj
+        except ApiException as exc:
+            raise _wrap(exc, f"create {kind.kind} in {namespace}") from exc
+
+    async def patch(
+        self, kind: Kind, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                kind.plural,
+                name,
+                dict(patch),
+                field_manager=self.field_manager,
+                _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+            )
+            return obj
+        except ApiException as exc:
+            raise _wrap(exc, f"patch {kind.kind} {namespace}/{name}") from exc
+
+    async def patch_status(
+        self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the status subresource (one patch per reconcile)."""
+        try:
+            obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                kind.plural,
+                name,
+                {"status": dict(status)},
+                field_manager=self.field_manager,
+                _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+            )
+            return obj
+        except ApiException as exc:
+            raise _wrap(exc, f"patch status of {kind.kind} {namespace}/{name}") from exc
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        try:
+            await self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, kind.plural, name
+            )
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise _wrap(exc, f"delete {kind.kind} {namespace}/{name}") from exc
+
+    # --- secrets ------------------------------------------------------------------------
+
+    async def read_secret(self, namespace: str, name: str, key: str) -> SecretStr:
+        """One value of a Secret, registered for log redaction. Errors never contain values."""
+        try:
+            secret = await self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            raise _wrap(exc, f"read Secret {namespace}/{name}") from exc
+        data = secret.data or {}
+        if key not in data:
+            raise KubeError(
+                f"Secret {namespace}/{name} has no key {key!r} (keys: {sorted(data)})", 404
+            )
+        value = base64.b64decode(data[key]).decode()
+        register_secret(value)
+        return SecretStr(value)
+
+    async def secret_keys(self, namespace: str, name: str) -> set[str] | None:
+        """The keys of a Secret (None if it does not exist); values are not kept."""
+        try:
+            secret = await self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _wrap(exc, f"read Secret {namespace}/{name}") from exc
+        return set((secret.data or {}).keys()) | set((secret.string_data or {}).keys())
+
+    # --- events -------------------------------------------------------------------------
+
+    async def emit_event(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        action: str = "Reconcile",
+        component: str = "nodewarden",
+    ) -> None:
+        """Create a core/v1 Event about `obj`. Failures are logged, never raised."""
+        meta = obj.get("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        now = datetime.now(tz=UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                generate_name=f"{meta.get('name', 'nodewarden')}.", namespace=namespace
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=obj.get("apiVersion"),
+                kind=obj.get("kind"),
+                name=meta.get("name"),
+                namespace=namespace,
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            ),
+            reason=reason,
+            message=message[:1024],
+            type=type_,
+            action=action,
+            source=client.V1EventSource(component=component),
+            reporting_component=component,
+            reporting_instance=component,
+            first_timestamp=now,
+            last_timestamp=now,
+            event_time=now,
+            count=1,
+        )
+        try:
+            await self.core.create_namespaced_event(namespace, body)
+        except ApiException as exc:
+            log.warning("could not post event %s: HTTP %s", reason, exc.status)

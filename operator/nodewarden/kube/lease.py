@@ -1,0 +1,143 @@
+"""Leader election on a coordination.k8s.io Lease, so two replicas of one dispatcher never both act.
+
+The replica holding the Lease runs the handlers; the others wait. The holder renews every
+`renew_interval`; a Lease not renewed for `lease_duration` may be taken over. If the holder
+fails to renew before its own lease expires it stops acting at once (the caller's
+`on_lost` callback) rather than risk two actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_interval: float = 5.0,
+        retry_interval: float = 2.0,
+    ) -> None:
+        self.leases = client.CoordinationV1Api(api)
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_interval = renew_interval
+        self.retry_interval = retry_interval
+        self.is_leader = False
+        self._last_renew: datetime | None = None
+
+    def _spec(self, now: datetime, transitions: int, acquire: bool) -> client.V1LeaseSpec:
+        return client.V1LeaseSpec(
+            holder_identity=self.identity,
+            lease_duration_seconds=int(self.lease_duration),
+            acquire_time=now if acquire else None,
+            renew_time=now,
+            lease_transitions=transitions,
+        )
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One attempt; True if we hold the lease afterwards."""
+        now = _now()
+        try:
+            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("lease read failed: HTTP %s", exc.status)
+                return False
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                spec=self._spec(now, 0, acquire=True),
+            )
+            try:
+                await self.leases.create_namespaced_lease(self.namespace, body)
+            except ApiException as create_exc:
+                log.info("lease create lost a race: HTTP %s", create_exc.status)
+                return False
+            self._last_renew = now
+            return True
+        spec = lease.spec or client.V1LeaseSpec()
+        holder = spec.holder_identity
+        renew = spec.renew_time
+        duration = spec.lease_duration_seconds or int(self.lease_duration)
+        expired = renew is None or renew + timedelta(seconds=duration) < now
+        if holder not in (None, "", self.identity) and not expired:
+            return False
+        transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
+        lease.spec = self._spec(now, transitions, acquire=holder != self.identity)
+        if holder == self.identity and spec.acquire_time is not None:
+            lease.spec.acquire_time = spec.acquire_time
+        try:
+            # replace with the resourceVersion we read: a concurrent writer makes this 409
+            await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
+        except ApiException as exc:
+            log.info("lease update rejected: HTTP %s", exc.status)
+            return False
+        self._last_renew = now
+        return True
+
+    async def acquire(self, stop: asyncio.Event | None = None) -> bool:
+        """Wait until we hold the lease (True) or `stop` is set (False)."""
+        announced = False
+        while stop is None or not stop.is_set():
+            if await self.try_acquire_or_renew():
+                self.is_leader = True
+                log.info("acquired leadership", extra={"lease": self.name, "id": self.identity})
+                return True
+            if not announced:
+                log.info("standing by: another replica holds lease %s", self.name)
+                announced = True
+            await asyncio.sleep(self.retry_interval)
+        return False
+
+    async def keep(self, on_lost: Callable[[], None]) -> None:
+        """Renew until cancelled; call `on_lost` if the lease cannot be kept."""
+        while True:
+            await asyncio.sleep(self.renew_interval)
+            ok = False
+            try:
+                ok = await asyncio.wait_for(
+                    self.try_acquire_or_renew(), timeout=self.renew_interval
+                )
+            except TimeoutError:
+                ok = False
+            if ok:
+                continue
+            last = self._last_renew or _now()
+            if _now() - last > timedelta(seconds=self.lease_duration * 2 / 3):
+                self.is_leader = False
+                log.error("lost leadership of lease %s; stopping", self.name)
+                on_lost()
+                return
+
+    async def release(self) -> None:
+        """Give the lease up on clean shutdown so a standby takes over at once."""
+        if not self.is_leader:
+            return
+        try:
+            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+            if lease.spec and lease.spec.holder_identity == self.identity:
+                lease.spec = client.V1LeaseSpec(
+                    lease_duration_seconds=1, lease_transitions=lease.spec.lease_transitions
+                )
+                await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
+        except ApiException as exc:
+            log.warning("lease release failed: HTTP %s", exc.status)
+        self.is_leader = False

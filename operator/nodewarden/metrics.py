@@ -1,0 +1,52 @@
+"""Prometheus metrics exported by the operator on /metrics (names listed in the README).
+
+All metrics live in one registry owned by this module so tests can read them and a
+second operator instance in the same process (tests) does not collide.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from nodewarden import __version__
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+BUILD_INFO = Info("nodewarden_build", "Version of the running operator.", registry=REGISTRY)
+BUILD_INFO.info({"version": __version__})
+
+LEADER = Gauge(
+    "nodewarden_leader",
+    "1 if this replica holds the dispatcher's lease and acts, 0 if it stands by.",
+    ["dispatcher_id"],
+    registry=REGISTRY,
+)
+
+RECONCILE_TOTAL = Counter(
+    "nodewarden_reconcile_total",
+    "Reconciles of nodewarden objects by kind and result (ok, invalid, error).",
+    ["kind", "result"],
+    registry=REGISTRY,
+)
+
+RECONCILE_SECONDS = Histogram(
+    "nodewarden_reconcile_seconds",
+    "Time spent in one reconcile of one object.",
+    ["kind"],
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+INVALID_OBJECTS = Gauge(
+    "nodewarden_invalid_objects",
+    "Objects whose Valid condition is False, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+POWER_DECISIONS = Counter(
+    "nodewarden_power_decisions_total",
+    "Power decisions by decision (SHUTDOWN, START, DRAIN, DEFER, BLOCK, NONE) and first reason.",
+    ["decision", "reason"],
+    registry=REGISTRY,
+)

@@ -1,0 +1,207 @@
+"""The operator process: configuration, logging, HTTP endpoint, leader election, kopf.
+
+`nodewarden run` calls `run()`. Order: load config → structured logging → connect to the
+API server → serve /healthz /readyz /metrics → wait for the dispatcher's Lease (standby
+until then) → run kopf with the handler registry while renewing the Lease. Losing the
+Lease stops the handlers and exits non-zero so the Deployment restarts the replica as a
+standby; two replicas never both act.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from nodewarden.config import OperatorConfig
+from nodewarden.endpoints import Health, build_app, start
+from nodewarden.handlers import build_registry
+from nodewarden.handlers.context import HandlerContext
+from nodewarden.kube.client import Kube, api_client_from
+from nodewarden.kube.lease import LeaderElector
+from nodewarden.logs import setup_logging
+from nodewarden.metrics import LEADER
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class LeadershipLost(Exception):
+    pass
+
+
+def resolve_namespace(config: OperatorConfig, kube_default: str | None) -> str:
+    if config.namespace:
+        return config.namespace
+    if SERVICE_ACCOUNT_NAMESPACE.exists():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return kube_default or "default"
+
+
+def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = "nodewarden.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="nodewarden.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="nodewarden.io", key="last-handled-configuration"
+    )
+    settings.posting.enabled = False  # nodewarden posts its own Events with stable reasons
+    settings.scanning.disabled = True  # no cluster-wide CRD/namespace listing needed
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    settings.execution.max_workers = 8
+    settings.peering.standalone = True  # leadership comes from our Lease, not kopf peering
+    return settings
+
+
+def _login_handler(api_config: Any, namespace: str) -> Any:
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        token = None
+        auth = (api_config.api_key or {}).get("authorization") or (api_config.api_key or {}).get(
+            "BearerToken"
+        )
+        if auth:
+            token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
+        return kopf.ConnectionInfo(
+            server=api_config.host,
+            ca_path=api_config.ssl_ca_cert,
+            insecure=not api_config.verify_ssl,
+            token=token,
+            certificate_path=api_config.cert_file,
+            private_key_path=api_config.key_file,
+            default_namespace=namespace,
+        )
+
+    return login
+
+
+async def run(config: OperatorConfig) -> int:
+    """Run one operator process until SIGINT/SIGTERM (0) or loss of leadership (1)."""
+    setup_logging(config.log_format, config.log_level)
+    api = await api_client_from(config.kubeconfig)
+    kube = Kube(api, field_manager=f"nodewarden-{config.dispatcher_id}")
+    kube_default = None
+    if config.kubeconfig is not None:
+        kube_default = _kubeconfig_namespace(config.kubeconfig)
+    namespace = resolve_namespace(config, kube_default)
+    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    health = Health(extra={"dispatcherId": config.dispatcher_id, "identity": identity})
+    app = build_app(health)
+    runner, port = await start(app, config.http.host, config.http.port)
+    log.info(
+        "nodewarden starting",
+        extra={
+            "dispatcher_id": config.dispatcher_id,
+            "namespace": "*" if config.all_namespaces else namespace,
+            "http_port": port,
+            "identity": identity,
+        },
+    )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+    elector: LeaderElector | None = None
+    exit_code = 0
+    try:
+        if config.leader_election.enabled:
+            elector = LeaderElector(
+                api,
+                namespace,
+                config.lease_name,
+                identity,
+                lease_duration=config.leader_election.lease_duration,
+                renew_interval=config.leader_election.renew_interval,
+                retry_interval=config.leader_election.retry_interval,
+            )
+            health.role = "standby"
+            LEADER.labels(config.dispatcher_id).set(0)
+            if not await elector.acquire(stop):
+                return 0
+        health.role = "leader"
+        LEADER.labels(config.dispatcher_id).set(1)
+        exit_code = await _act(config, kube, api, namespace, health, stop, elector)
+    finally:
+        health.role = "stopping"
+        LEADER.labels(config.dispatcher_id).set(0)
+        if elector is not None:
+            await elector.release()
+        await runner.cleanup()
+        await kube.close()
+        log.info("nodewarden stopped", extra={"exit_code": exit_code})
+    return exit_code
+
+
+async def _act(
+    config: OperatorConfig,
+    kube: Kube,
+    api: Any,
+    namespace: str,
+    health: Health,
+    stop: asyncio.Event,
+    elector: LeaderElector | None,
+) -> int:
+    ctx = HandlerContext(config=config, kube=kube)
+    registry = build_registry(ctx)
+    kopf.on.login(registry=registry)(_login_handler(api.configuration, namespace))
+    ready = asyncio.Event()
+    lost = asyncio.Event()
+
+    def on_lost() -> None:
+        lost.set()
+        stop.set()
+
+    async def mark_ready() -> None:
+        await ready.wait()
+        health.handlers_ready = True
+        log.info("handlers running")
+
+    tasks = [asyncio.create_task(mark_ready())]
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.keep(on_lost)))
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=kopf_settings(config),
+            standalone=True,
+            clusterwide=config.all_namespaces,
+            namespaces=() if config.all_namespaces else [namespace],
+            stop_flag=stop,
+            ready_flag=ready,
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return 1 if lost.is_set() else 0
+
+
+def _kubeconfig_namespace(path: Path) -> str | None:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    current = data.get("current-context")
+    for ctx in data.get("contexts", []) or []:
+        if ctx.get("name") == current:
+            ns = (ctx.get("context") or {}).get("namespace")
+            return str(ns) if ns else None
+    return None
