@@ -251,6 +251,7 @@ class LocalCluster:
     bin_dir: Path | None = None
     pids: dict[str, int] = field(default_factory=dict)
     server: str = ""
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -278,6 +279,7 @@ class LocalCluster:
         )
         out.close()
         self.pids[name] = proc.pid
+        self._procs[name] = proc
         self._save_pids()
         return proc
 
@@ -482,20 +484,27 @@ class LocalCluster:
         order = ["kube-controller-manager", "kube-apiserver", "etcd"]
         for name in sorted(self.pids, key=lambda n: order.index(n) if n in order else -1):
             pid = self.pids[name]
+            proc = self._procs.get(name)
+            if proc is not None:  # our own child: signal and reap it (no zombies)
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=timeout)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                continue
             if not self._ours(name, pid):
                 continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self._ours(name, pid):
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
                 time.sleep(0.1)
             if self._ours(name, pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, 0)
+        self._procs = {}
         self.pids = {}
         if remove_state:
             for sub in ("etcd", "pki", "logs"):

@@ -95,3 +95,6 @@ def setup_logging(fmt: str = "json", level: str = "INFO", stream: Any = None) ->
     # Third-party chatter that would otherwise drown the operator's own lines.
     for noisy in ("asyncssh", "aiohttp.access", "kubernetes_asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # kopf reports every successful handler and timer run at INFO; keep its warnings.
+    if root.level > logging.DEBUG:
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
