@@ -24,7 +24,7 @@ controlplane: ## build (or reuse from ~/.cache/nodewarden) etcd, kube-apiserver,
 	@e2e/controlplane/build.sh >/dev/null
 
 crds: $(STAMP) ## regenerate crds/ from the pydantic models
-	$(PY) -m nodewarden.api.crdgen crds
+	$(PY) -m nodewarden.api.crdgen crds helm/nodewarden/crds
 
 cluster-up: $(STAMP) controlplane ## start the local control plane on 127.0.0.1; kubeconfig in .nodewarden/kubeconfig
 	$(PY) e2e/localcluster.py up

@@ -50,3 +50,59 @@ POWER_DECISIONS = Counter(
     ["decision", "reason"],
     registry=REGISTRY,
 )
+
+NODES = Gauge(
+    "nodewarden_nodes",
+    "WorkerNodes by state (Booting, Idle, Active, Draining, ShuttingDown, Off, ...) and node type.",
+    ["state", "node_type"],
+    registry=REGISTRY,
+)
+
+CONTAINERS = Gauge(
+    "nodewarden_containers",
+    "ContainerDispatches by phase.",
+    ["phase"],
+    registry=REGISTRY,
+)
+
+HOURLY_SPEND = Gauge(
+    "nodewarden_hourly_spend",
+    "Summed hourly price of the cloud nodes that exist now.",
+    registry=REGISTRY,
+)
+
+CONTAINERS_STARTED = Counter(
+    "nodewarden_containers_started_total",
+    "Runner starts (attempts), by instance type.",
+    ["instance_type"],
+    registry=REGISTRY,
+)
+
+CONTAINERS_FINISHED = Counter(
+    "nodewarden_containers_finished_total",
+    "Containers that reached a final phase, by phase (Complete, Cancelled, Failed).",
+    ["phase"],
+    registry=REGISTRY,
+)
+
+CLOUD_OPERATIONS = Counter(
+    "nodewarden_cloud_operations_total",
+    "Cloud API calls by operation (list, create, destroy, tags) and outcome (ok, error).",
+    ["operation", "outcome"],
+    registry=REGISTRY,
+)
+
+CLOUD_ERRORS = Counter(
+    "nodewarden_cloud_errors_total",
+    "Classified cloud API errors (quota, capacity, rate_limit, transient, permanent).",
+    ["class"],
+    registry=REGISTRY,
+)
+
+PROBE_SECONDS = Histogram(
+    "nodewarden_probe_seconds",
+    "Duration of one SSH probe of one node, by outcome.",
+    ["outcome"],
+    registry=REGISTRY,
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)

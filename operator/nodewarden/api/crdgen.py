@@ -209,11 +209,16 @@ def generate(directory: Path) -> dict[Path, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("directory", nargs="?", default="crds", type=Path)
+    parser.add_argument(
+        "directories", nargs="*", default=[Path("crds")], type=Path, help="output directories"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if files are stale")
     args = parser.parse_args(argv)
     stale = []
-    for path, text in generate(args.directory).items():
+    targets: dict[Path, str] = {}
+    for directory in args.directories:
+        targets.update(generate(directory))
+    for path, text in targets.items():
         current = path.read_text() if path.exists() else None
         if current == text:
             continue
