@@ -1,0 +1,437 @@
+"""The pure container scheduler: which container starts on which node, which nodes to create.
+
+`plan(containers, nodes, catalogue, limits, cloud, now)` takes a snapshot and returns a
+`Plan`; it performs no I/O and keeps no state between calls. The dispatcher executes the
+plan (lock + start runners, create instances) and calls it again on the next tick.
+
+Rules (after the Arvados cloud dispatcher):
+
+1. Order: Running containers first (they keep their node), then Locked, then Queued;
+   within each, higher priority first, then earlier first-seen, then uuid.
+2. A Running or Locked container occupies its node's resources. A Locked container whose
+   node is ready is (re)started there; one whose node vanished is unlocked.
+3. A Queued container (priority > 0) is placed, in this order of preference, on
+   a. an idle, ready node of a fitting type (cheapest type first);
+   b. a ready node that already runs containers and has room (packing);
+   c. a node that is booting (or whose creation is pending) and has room left after the
+      containers already waiting for it -- nodes already booting are counted, so demand
+      is never double-counted;
+   d. a new node of the cheapest fitting type that is not at capacity (a dearer type within
+      the price factor when it is), subject to the policy limits (max nodes, per-type max,
+      max hourly spend) and the cloud's state (quota / capacity / rate-limit back-off).
+   "Fitting type" = every catalogue type that fits and is within the price factor of the
+   cheapest fit, so a small container never occupies an expensive GPU node. A side node
+   (fixed hardware, no catalogue type) fits when its capacity does, and it is only used
+   for GPU-less containers if it has no GPUs itself.
+4. A container that no instance type and no side node can ever fit is unsatisfiable (the
+   dispatcher fails it with the reason). One that fits but cannot be placed now waits
+   with a human-readable reason ("waiting for a new m5.large to boot", "waiting: cloud
+   instance quota reached").
+5. Idle nodes not needed by the plan are reported as surplus, except the `min_warm_nodes`
+   cheapest ones, which are reported as kept warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from nodewarden.api.containerdispatch import ContainerResources
+from nodewarden.scheduling.instancetypes import (
+    Catalogue,
+    ChoiceOutcome,
+    InstanceType,
+    InstanceTypeChoice,
+    InstanceTypePolicy,
+    Requirements,
+    choose_instance_type,
+    effective_requirements,
+)
+
+
+class Phase(StrEnum):
+    QUEUED = "Queued"
+    LOCKED = "Locked"
+    RUNNING = "Running"
+
+
+class NodeState(StrEnum):
+    """What the scheduler needs to know about a node's lifecycle."""
+
+    PENDING = "Pending"  # creation requested, instance not yet listed
+    BOOTING = "Booting"
+    IDLE = "Idle"
+    ACTIVE = "Active"
+    DRAINING = "Draining"
+    SHUTTING_DOWN = "ShuttingDown"
+    OFF = "Off"
+    UNKNOWN = "Unknown"
+
+
+USABLE_NOW = frozenset({NodeState.IDLE, NodeState.ACTIVE})
+COMING_UP = frozenset({NodeState.PENDING, NodeState.BOOTING})
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerView:
+    """One container as the scheduler sees it."""
+
+    uuid: str
+    phase: Phase
+    priority: int
+    first_seen: datetime
+    resources: ContainerResources
+    node: str | None = None  # assigned node for Locked / Running
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    vcpus: int
+    ram: int
+    scratch: int
+    gpus: int
+    gpu_model: str | None = None
+    preemptible: bool = False
+
+    @classmethod
+    def of(cls, t: InstanceType) -> Capacity:
+        return cls(t.vcpus, t.ram, t.scratch, t.gpus, t.gpu_model, t.preemptible)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node as the scheduler sees it."""
+
+    name: str
+    state: NodeState
+    capacity: Capacity
+    instance_type: str | None = None  # catalogue name; None for side nodes
+    price: float = 0.0
+    admission_open: bool = True  # False while draining, held (idle behaviour hold/drain), ...
+    ready: bool = False  # passed the ready probe
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_nodes: int | None = None
+    per_type_max: Mapping[str, int] = field(default_factory=dict)
+    max_hourly_spend: float | None = None
+    min_warm_nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CloudState:
+    """What the cloud adapter's back-off says about creating instances now."""
+
+    creates_blocked: str | None = None  # reason all creates are blocked (quota, rate limit)
+    blocked_types: Mapping[str, str] = field(default_factory=dict)  # type -> reason
+    max_new_nodes: int | None = None  # creates the executor may still start this round
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    uuid: str
+    node: str
+    relock: bool = False  # already Locked on that node (restart after a crash/lock)
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    instance_type: str
+    for_containers: tuple[str, ...]
+
+
+@dataclass
+class Plan:
+    starts: list[Start] = field(default_factory=list)
+    creates: list[Create] = field(default_factory=list)
+    waits: dict[str, str] = field(default_factory=dict)  # uuid -> scheduling status
+    wait_nodes: dict[str, str] = field(default_factory=dict)  # uuid -> node it waits for
+    unlocks: dict[str, str] = field(default_factory=dict)  # uuid -> reason
+    unsatisfiable: dict[str, str] = field(default_factory=dict)  # uuid -> reason
+    surplus_idle: list[str] = field(default_factory=list)
+    kept_warm: list[str] = field(default_factory=list)
+    chosen_types: dict[str, str] = field(default_factory=dict)  # uuid -> instance type
+
+
+class _Slot:
+    """Mutable free capacity of one node during planning."""
+
+    __slots__ = ("containers", "free_gpus", "free_ram", "free_scratch", "free_vcpus", "view")
+
+    def __init__(self, view: NodeView) -> None:
+        self.view = view
+        self.free_vcpus = view.capacity.vcpus
+        self.free_ram = view.capacity.ram
+        self.free_scratch = view.capacity.scratch
+        self.free_gpus = view.capacity.gpus
+        self.containers = 0
+
+    def fits(self, need: Requirements) -> bool:
+        cap = self.view.capacity
+        return (
+            need.vcpus <= self.free_vcpus
+            and need.ram <= self.free_ram
+            and need.scratch <= self.free_scratch
+            and need.gpus <= self.free_gpus
+            and cap.preemptible == need.preemptible
+            and (need.gpus == 0 or not need.gpu_model or cap.gpu_model == need.gpu_model)
+        )
+
+    def take(self, need: Requirements) -> None:
+        self.free_vcpus -= need.vcpus
+        self.free_ram -= need.ram
+        self.free_scratch -= need.scratch
+        self.free_gpus -= need.gpus
+        self.containers += 1
+
+    @property
+    def full(self) -> bool:
+        return self.free_vcpus <= 0 or self.free_ram <= 0
+
+
+def _order_key(c: ContainerView) -> tuple[int, int, datetime, str]:
+    rank = {Phase.RUNNING: 0, Phase.LOCKED: 1, Phase.QUEUED: 2}[c.phase]
+    return (rank, -c.priority, c.first_seen, c.uuid)
+
+
+def _side_node_fits(slot: _Slot, need: Requirements) -> bool:
+    # Keep GPU servers for GPU work.
+    return slot.fits(need) and (need.gpus > 0 or slot.view.capacity.gpus == 0)
+
+
+def plan(
+    containers: Iterable[ContainerView],
+    nodes: Iterable[NodeView],
+    catalogue: Catalogue,
+    type_policy: InstanceTypePolicy,
+    limits: Limits,
+    cloud: CloudState,
+    now: datetime,
+) -> Plan:
+    """Plan one scheduling round from a snapshot. Pure and deterministic."""
+    del now  # part of the signature so reasons can mention times later; unused today
+    result = Plan()
+    ordered = sorted(containers, key=_order_key)
+    slots: dict[str, _Slot] = {}
+    by_type_ready: dict[str | None, list[_Slot]] = {}
+    by_type_coming: dict[str | None, list[_Slot]] = {}
+    side_ready: list[_Slot] = []
+    node_count = 0
+    spend = 0.0
+    per_type: dict[str, int] = {}
+    for view in sorted(nodes, key=lambda n: (n.price, n.name)):
+        slot = _Slot(view)
+        slots[view.name] = slot
+        if view.state not in (NodeState.OFF,) and view.instance_type is not None:
+            node_count += 1
+            spend += view.price
+            per_type[view.instance_type] = per_type.get(view.instance_type, 0) + 1
+        if not view.admission_open:
+            continue
+        if view.state in USABLE_NOW and view.ready:
+            if view.instance_type is None:
+                side_ready.append(slot)
+            else:
+                by_type_ready.setdefault(view.instance_type, []).append(slot)
+        elif view.state in COMING_UP and view.instance_type is not None:
+            by_type_coming.setdefault(view.instance_type, []).append(slot)
+
+    choice_cache: dict[str, tuple[InstanceTypeChoice, Requirements]] = {}
+    blocked_all = cloud.creates_blocked
+    blocked_types = dict(cloud.blocked_types)
+    for name, cap in limits.per_type_max.items():
+        if per_type.get(name, 0) >= cap:
+            blocked_types.setdefault(name, f"per-type limit of {cap} {name} nodes reached")
+    at_capacity = frozenset(blocked_types)
+    new_nodes_left = cloud.max_new_nodes
+    pending_creates: dict[str, Create] = {}
+    # Incremental first fit: during one plan capacity only shrinks, so the slots before
+    # scan_from[(pool, shape)] are known not to fit that shape; scans resume there.
+    scan_from: dict[tuple[int, str], int] = {}
+
+    def choose(resources: ContainerResources) -> tuple[InstanceTypeChoice, Requirements, str]:
+        key = resources.model_dump_json()
+        hit = choice_cache.get(key)
+        if hit is None:
+            hit = (
+                choose_instance_type(resources, catalogue.types, type_policy, at_capacity),
+                effective_requirements(resources, type_policy),
+            )
+            choice_cache[key] = hit
+        return hit[0], hit[1], key
+
+    def first_fit(pool: Sequence[_Slot], need: Requirements, shape: str) -> _Slot | None:
+        memo = (id(pool), shape)
+        start = scan_from.get(memo, 0)
+        for index in range(start, len(pool)):
+            if pool[index].fits(need):
+                scan_from[memo] = index
+                return pool[index]
+        scan_from[memo] = len(pool)
+        return None
+
+    def first_idle(pool: list[_Slot], need: Requirements) -> _Slot | None:
+        # idle slots of one type are identical: only the first unused one needs checking
+        while pool and pool[0].containers:
+            pool.pop(0)
+        return pool[0] if pool and pool[0].fits(need) else None
+
+    idle_by_type: dict[str | None, list[_Slot]] = {
+        t: [s for s in pool if s.view.state is NodeState.IDLE] for t, pool in by_type_ready.items()
+    }
+
+    for c in ordered:
+        choice, need, shape = choose(c.resources)
+        if c.phase in (Phase.RUNNING, Phase.LOCKED):
+            slot = slots.get(c.node or "")
+            if slot is None:
+                if c.phase is Phase.LOCKED:
+                    result.unlocks[c.uuid] = f"node {c.node} is gone"
+                continue
+            slot.take(need)
+            if c.phase is Phase.LOCKED:
+                if slot.view.state in USABLE_NOW and slot.view.ready:
+                    result.starts.append(Start(c.uuid, slot.view.name, relock=True))
+                elif slot.view.state in COMING_UP:
+                    result.waits[c.uuid] = f"locked; waiting for {slot.view.name} to boot"
+                else:
+                    result.unlocks[c.uuid] = f"node {slot.view.name} is {slot.view.state}"
+            continue
+
+        if c.priority <= 0:
+            result.waits[c.uuid] = "held: priority 0"
+            continue
+        candidates = [t.name for t in choice.candidates]
+        # side nodes are checked even when no catalogue type fits
+        # a. idle ready node of a fitting type, cheapest type first
+        placed: _Slot | None = None
+        for type_name in candidates:
+            placed = first_idle(idle_by_type.get(type_name, []), need)
+            if placed:
+                break
+        if placed is None:
+            placed = next((s for s in side_ready if _side_node_fits(s, need)), None)
+        # b. packing onto a ready node with room
+        if placed is None:
+            for type_name in candidates:
+                placed = first_fit(by_type_ready.get(type_name, []), need, shape)
+                if placed:
+                    break
+        if placed is not None:
+            placed.take(need)
+            result.starts.append(Start(c.uuid, placed.view.name))
+            if placed.view.instance_type:
+                result.chosen_types[c.uuid] = placed.view.instance_type
+            continue
+        if choice.outcome is ChoiceOutcome.NO_FIT:
+            # a side node that is busy, off or booting may still take it later
+            later = next(
+                (
+                    s
+                    for s in slots.values()
+                    if s.view.instance_type is None and _side_node_fits(_Slot(s.view), need)
+                ),
+                None,
+            )
+            if later is not None:
+                result.waits[c.uuid] = f"waiting for side node {later.view.name}"
+            else:
+                result.unsatisfiable[c.uuid] = (
+                    f"no instance type or side node fits: {choice.reason}"
+                )
+            continue
+        # c. a node already coming up with room
+        for type_name in candidates:
+            coming = first_fit(by_type_coming.setdefault(type_name, []), need, shape)
+            if coming is not None:
+                coming.take(need)
+                result.waits[c.uuid] = f"waiting for new {type_name} {coming.view.name} to boot"
+                result.wait_nodes[c.uuid] = coming.view.name
+                result.chosen_types[c.uuid] = type_name
+                placed = coming
+                break
+        if placed is not None:
+            continue
+        # d. a new node
+        chosen = choice.instance_type
+        if chosen is None:
+            reasons = "; ".join(sorted({blocked_types.get(n, "") for n in candidates} - {""}))
+            result.waits[c.uuid] = (
+                f"waiting: every fitting instance type is unavailable ({reasons})"
+            )
+            continue
+        if blocked_all:
+            result.waits[c.uuid] = f"waiting: {blocked_all}"
+            continue
+        if limits.max_nodes is not None and node_count >= limits.max_nodes:
+            result.waits[c.uuid] = f"waiting: max nodes ({limits.max_nodes}) reached"
+            continue
+        if (
+            limits.max_hourly_spend is not None
+            and spend + chosen.price > limits.max_hourly_spend + 1e-9
+        ):
+            result.waits[c.uuid] = (
+                f"waiting: a new {chosen.name} ({chosen.price:g}/h) would exceed the max "
+                f"hourly spend ({limits.max_hourly_spend:g}/h; now {spend:g}/h)"
+            )
+            continue
+        cap = limits.per_type_max.get(chosen.name)
+        if cap is not None and per_type.get(chosen.name, 0) >= cap:
+            result.waits[c.uuid] = f"waiting: per-type limit of {cap} {chosen.name} nodes reached"
+            continue
+        if new_nodes_left is not None and new_nodes_left <= 0:
+            result.waits[c.uuid] = f"waiting for a new {chosen.name} (create queue full)"
+            result.chosen_types[c.uuid] = chosen.name
+            continue
+        # plan the create and give the virtual node the container (others may pack into it)
+        virtual = _Slot(
+            NodeView(
+                name=f"(new {chosen.name} #{len(result.creates) + 1})",
+                state=NodeState.PENDING,
+                capacity=Capacity.of(chosen),
+                instance_type=chosen.name,
+                price=chosen.price,
+            )
+        )
+        virtual.take(need)
+        create = Create(chosen.name, (c.uuid,))
+        result.creates.append(create)
+        pending_creates[virtual.view.name] = create
+        by_type_coming.setdefault(chosen.name, []).append(virtual)
+        node_count += 1
+        spend += chosen.price
+        per_type[chosen.name] = per_type.get(chosen.name, 0) + 1
+        if new_nodes_left is not None:
+            new_nodes_left -= 1
+        result.waits[c.uuid] = f"waiting for a new {chosen.name} to be created"
+        result.chosen_types[c.uuid] = chosen.name
+
+    # containers that packed into a planned new node: record them on its Create
+    if pending_creates:
+        extra: dict[str, list[str]] = {}
+        for uuid, node in list(result.wait_nodes.items()):
+            if node in pending_creates:
+                extra.setdefault(node, []).append(uuid)
+                del result.wait_nodes[uuid]
+                result.waits[uuid] = (
+                    f"waiting for a new {pending_creates[node].instance_type} to be created"
+                )
+        if extra:
+            result.creates = [
+                Create(cr.instance_type, cr.for_containers + tuple(extra.get(name, ())))
+                for name, cr in pending_creates.items()
+            ]
+
+    idle = [
+        s
+        for s in slots.values()
+        if s.containers == 0 and s.view.state is NodeState.IDLE and s.view.instance_type is not None
+    ]
+    idle.sort(key=lambda s: (s.view.price, s.view.name))
+    warm = idle[: max(0, limits.min_warm_nodes)]
+    result.kept_warm = [s.view.name for s in warm]
+    result.surplus_idle = [s.view.name for s in idle[len(warm) :]]
+    return result
