@@ -286,19 +286,19 @@ def plan(
     for c in ordered:
         choice, need, shape = choose(c.resources)
         if c.phase in (Phase.RUNNING, Phase.LOCKED):
-            slot = slots.get(c.node or "")
-            if slot is None:
+            own = owns.get(c.node or "")
+            if own is None:
                 if c.phase is Phase.LOCKED:
                     result.unlocks[c.uuid] = f"node {c.node} is gone"
                 continue
-            slot.take(need)
+            own.take(need)
             if c.phase is Phase.LOCKED:
-                if slot.view.state in USABLE_NOW and slot.view.ready:
-                    result.starts.append(Start(c.uuid, slot.view.name, relock=True))
-                elif slot.view.state in COMING_UP:
-                    result.waits[c.uuid] = f"locked; waiting for {slot.view.name} to boot"
+                if own.view.state in USABLE_NOW and own.view.ready:
+                    result.starts.append(Start(c.uuid, own.view.name, relock=True))
+                elif own.view.state in COMING_UP:
+                    result.waits[c.uuid] = f"locked; waiting for {own.view.name} to boot"
                 else:
-                    result.unlocks[c.uuid] = f"node {slot.view.name} is {slot.view.state}"
+                    result.unlocks[c.uuid] = f"node {own.view.name} is {own.view.state}"
             continue
 
         if c.priority <= 0:
@@ -378,9 +378,11 @@ def plan(
                 f"hourly spend ({limits.max_hourly_spend:g}/h; now {spend:g}/h)"
             )
             continue
-        cap = limits.per_type_max.get(chosen.name)
-        if cap is not None and per_type.get(chosen.name, 0) >= cap:
-            result.waits[c.uuid] = f"waiting: per-type limit of {cap} {chosen.name} nodes reached"
+        type_cap = limits.per_type_max.get(chosen.name)
+        if type_cap is not None and per_type.get(chosen.name, 0) >= type_cap:
+            result.waits[c.uuid] = (
+                f"waiting: per-type limit of {type_cap} {chosen.name} nodes reached"
+            )
             continue
         if new_nodes_left is not None and new_nodes_left <= 0:
             result.waits[c.uuid] = f"waiting for a new {chosen.name} (create queue full)"
