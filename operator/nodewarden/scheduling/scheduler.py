@@ -286,7 +286,7 @@ def plan(
     for c in ordered:
         choice, need, shape = choose(c.resources)
         if c.phase in (Phase.RUNNING, Phase.LOCKED):
-            own = owns.get(c.node or "")
+            own = slots.get(c.node or "")
             if own is None:
                 if c.phase is Phase.LOCKED:
                     result.unlocks[c.uuid] = f"node {c.node} is gone"
