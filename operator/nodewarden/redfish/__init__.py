@@ -1,0 +1,79 @@
+"""Redfish adapter: read and change a side node's power through its BMC, with typed facts.
+
+- `RedfishClient` (client.py): discovery, PowerState, allowable reset types, reset requests
+  and task monitors, over aiohttp with session or Basic auth and verified TLS.
+- `request_and_confirm` (confirmation.py): reset only if needed, then poll PowerState to
+  the target within a deadline; `decide_confirmation_step` is its pure rule.
+- facts.py: what the adapter returns; errors.py: what it raises.
+- fakebmc.py: a project fake BMC for faults sushy-tools cannot produce (tests, demo).
+"""
+
+from __future__ import annotations
+
+from nodewarden.redfish.client import RedfishClient
+from nodewarden.redfish.config import RedfishEndpointConfig
+from nodewarden.redfish.confirmation import (
+    RESET_TARGETS,
+    ConfirmationSettings,
+    ConfirmationStep,
+    PowerControl,
+    PowerTransitionResult,
+    StepKind,
+    decide_confirmation_step,
+    request_and_confirm,
+)
+from nodewarden.redfish.errors import (
+    ActionNotSupported,
+    AuthFailed,
+    ConfirmationDeadlineExceeded,
+    Conflict409,
+    NotFound,
+    RedfishConnectionError,
+    RedfishError,
+    RedfishHttpError,
+    RedfishProtocolError,
+    RedfishTimeout,
+    SystemDiscoveryError,
+    TaskFailed,
+    TlsError,
+)
+from nodewarden.redfish.facts import (
+    PowerState,
+    PowerStateObservation,
+    ResetCapabilities,
+    ResetRequestResult,
+    SystemRef,
+    TaskOutcome,
+)
+
+__all__ = [
+    "RESET_TARGETS",
+    "ActionNotSupported",
+    "AuthFailed",
+    "ConfirmationDeadlineExceeded",
+    "ConfirmationSettings",
+    "ConfirmationStep",
+    "Conflict409",
+    "NotFound",
+    "PowerControl",
+    "PowerState",
+    "PowerStateObservation",
+    "PowerTransitionResult",
+    "RedfishClient",
+    "RedfishConnectionError",
+    "RedfishEndpointConfig",
+    "RedfishError",
+    "RedfishHttpError",
+    "RedfishProtocolError",
+    "RedfishTimeout",
+    "ResetCapabilities",
+    "ResetRequestResult",
+    "StepKind",
+    "SystemDiscoveryError",
+    "SystemRef",
+    "TaskFailed",
+    "TaskOutcome",
+    "TlsError",
+    "decide_confirmation_step",
+    "request_and_confirm",
+]

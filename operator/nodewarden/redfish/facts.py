@@ -1,0 +1,152 @@
+"""Typed facts the Redfish adapter returns, each with its source and the time it was read.
+
+What a BMC *accepted* (`ResetRequestResult`: HTTP status, task outcome) is kept apart
+from what it *reports* (`PowerStateObservation`): only an observation can confirm a
+power state, and only one whose state equals the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from nodewarden.api.workernode import ObservedPower
+
+
+class PowerState(StrEnum):
+    """ComputerSystem.PowerState as reported by the BMC (UNKNOWN: absent or unrecognised)."""
+
+    ON = "On"
+    OFF = "Off"
+    POWERING_ON = "PoweringOn"
+    POWERING_OFF = "PoweringOff"
+    PAUSED = "Paused"
+    UNKNOWN = "Unknown"
+
+    @classmethod
+    def parse(cls, value: object) -> PowerState:
+        """Map a raw PowerState property to a member; anything else is UNKNOWN."""
+        if isinstance(value, str):
+            for member in cls:
+                if member.value == value:
+                    return member
+        return cls.UNKNOWN
+
+    @property
+    def transitional(self) -> bool:
+        """PoweringOn/PoweringOff: a change is in progress, not a settled state."""
+        return self in (PowerState.POWERING_ON, PowerState.POWERING_OFF)
+
+    @property
+    def observed_power(self) -> ObservedPower:
+        """The WorkerNode status value for this state (Paused counts as Unknown)."""
+        mapping: dict[PowerState, ObservedPower] = {
+            PowerState.ON: "On",
+            PowerState.OFF: "Off",
+            PowerState.POWERING_ON: "PoweringOn",
+            PowerState.POWERING_OFF: "PoweringOff",
+        }
+        return mapping.get(self, "Unknown")
+
+
+REDFISH_RESET_TYPES: frozenset[str] = frozenset(
+    {
+        "On",
+        "ForceOn",
+        "ForceOff",
+        "GracefulShutdown",
+        "GracefulRestart",
+        "ForceRestart",
+        "Nmi",
+        "PushPowerButton",
+        "PowerCycle",
+        "FullPowerCycle",
+        "Suspend",
+        "Pause",
+        "Resume",
+    }
+)
+"""ResetType values defined by the Redfish Resource schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class SystemRef:
+    """The ComputerSystem a client acts on, found by discovery."""
+
+    system_id: str
+    path: str
+    reset_target: str | None
+    """URI of ComputerSystem.Reset, or None when the system offers no reset action."""
+    name: str | None
+    uuid: str | None
+
+
+AllowableSource = Literal["inline", "action_info", "unspecified", "no_reset_action"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResetCapabilities:
+    """Reset types the BMC says it accepts for this system.
+
+    `allowable` is None when the BMC offers the action but does not say which types it
+    accepts (neither inline AllowableValues nor an ActionInfo resource): unknown, which
+    the capability gate must treat as "not proven".
+    """
+
+    allowable: frozenset[str] | None
+    found_in: AllowableSource
+    action_info_path: str | None
+    source: str
+    observed_at: datetime
+
+    def allows(self, reset_type: str) -> bool | None:
+        """True/False when the BMC says so, None when it does not say."""
+        if self.found_in == "no_reset_action":
+            return False
+        if self.allowable is None:
+            return None
+        return reset_type in self.allowable
+
+
+@dataclass(frozen=True, slots=True)
+class PowerStateObservation:
+    """PowerState read from the BMC: evidence of the *actual* state at `observed_at`."""
+
+    system_id: str
+    state: PowerState
+    raw: str | None
+    source: str
+    observed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    """What the task monitor of an asynchronous (202) request said, last time we asked."""
+
+    monitor: str
+    state: str
+    """Redfish TaskState ("Completed", "Running", …), "Gone" when the monitor vanished
+    before it reported completion, or "NotWaited" when the caller did not poll it."""
+    finished: bool
+    polls: int
+    messages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResetRequestResult:
+    """The BMC accepted a ComputerSystem.Reset: evidence of the *request*, not of the state."""
+
+    system_id: str
+    reset_type: str
+    http_status: int
+    task: TaskOutcome | None
+    source: str
+    requested_at: datetime
+    answered_at: datetime
+
+    @property
+    def accepted(self) -> bool:
+        """Always True: a refused request raises a typed error instead of returning."""
+        return True

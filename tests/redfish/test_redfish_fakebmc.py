@@ -1,0 +1,429 @@
+"""The Redfish client and confirmation against the project fake BMC.
+
+Only behaviours sushy-tools cannot produce are tested here: 202 task monitors,
+ActionInfo-only allowable values, sessions (X-Auth-Token, expiry, re-login), 409,
+a reset accepted but never applied, PoweringOn/Off, the early-Off quirk, slow answers.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+import pytest
+from pydantic import SecretStr
+from redfish_peers import FAKE_PASSWORD, StartFakeBmc
+
+from nodewarden.redfish import (
+    ActionNotSupported,
+    AuthFailed,
+    ConfirmationDeadlineExceeded,
+    ConfirmationSettings,
+    Conflict409,
+    PowerState,
+    RedfishClient,
+    RedfishConnectionError,
+    RedfishEndpointConfig,
+    RedfishProtocolError,
+    RedfishTimeout,
+    SystemDiscoveryError,
+    TaskFailed,
+    request_and_confirm,
+)
+
+FAST = ConfirmationSettings(
+    deadline=timedelta(seconds=10),
+    poll_interval=timedelta(seconds=0.05),
+    resend_after=None,
+)
+
+
+# -- discovery and reads ---------------------------------------------------------------
+
+
+async def test_the_only_system_is_discovered_without_an_id(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(system_ids=("blade-7",), initial_power="On")
+    async with RedfishClient(peer.config()) as client:
+        system = await client.discover_system()
+        observation = await client.read_power_state()
+    assert system.system_id == "blade-7"
+    assert system.path == "/redfish/v1/Systems/blade-7"
+    assert observation.state is PowerState.ON
+    assert observation.source == f"redfish:{peer.bmc.url}"
+
+
+async def test_no_system_is_a_discovery_error(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(system_ids=())
+    async with RedfishClient(peer.config()) as client:
+        with pytest.raises(SystemDiscoveryError) as caught:
+            await client.discover_system()
+    assert caught.value.members == ()
+    assert "found 0" in str(caught.value)
+
+
+async def test_slow_bmc_hits_the_request_timeout(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(response_delay=1.0)
+    async with RedfishClient(peer.config(request_timeout=0.2)) as client:
+        with pytest.raises(RedfishTimeout) as caught:
+            await client.discover_system()
+    assert caught.value.timeout_seconds == pytest.approx(0.2)
+    assert isinstance(caught.value, TimeoutError)
+
+
+async def test_closed_port_is_a_connection_error(ca_pem: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = RedfishEndpointConfig(
+        endpoint=f"https://127.0.0.1:{port}",
+        username="admin",
+        password=SecretStr(FAKE_PASSWORD),
+        ca_bundle_pem=ca_pem,
+    )
+    async with RedfishClient(config) as client:
+        with pytest.raises(RedfishConnectionError) as caught:
+            await client.read_power_state()
+    assert "cannot connect" in str(caught.value)
+
+
+# -- allowable reset types ---------------------------------------------------------------
+
+
+async def test_allowable_values_only_in_action_info(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(allowable_in="action_info", allowable=("On", "GracefulShutdown"))
+    async with RedfishClient(peer.config()) as client:
+        capabilities = await client.read_reset_capabilities()
+        with pytest.raises(ActionNotSupported) as caught:
+            await client.request_reset("ForceOff")
+    assert capabilities.found_in == "action_info"
+    assert capabilities.allowable == frozenset({"On", "GracefulShutdown"})
+    assert capabilities.action_info_path == "/redfish/v1/Systems/1/ResetActionInfo"
+    assert capabilities.allows("ForceOff") is False
+    assert caught.value.allowable == ("GracefulShutdown", "On")
+    assert peer.bmc.resets == []  # refused before anything was sent
+
+
+async def test_unspecified_allowable_values_are_unknown_not_allowed(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    peer = await fake_bmc(allowable_in="nowhere")
+    async with RedfishClient(peer.config()) as client:
+        capabilities = await client.read_reset_capabilities()
+    assert capabilities.found_in == "unspecified"
+    assert capabilities.allowable is None
+    assert capabilities.allows("On") is None
+
+
+async def test_bmc_rejection_of_a_reset_type_is_action_not_supported(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    peer = await fake_bmc(allowable=("On",))
+    async with RedfishClient(peer.config()) as client:
+        with pytest.raises(ActionNotSupported) as caught:
+            await client.request_reset("GracefulShutdown", check_allowable=False)
+    assert caught.value.status == 400
+    assert "Base.1.8.ActionParameterNotSupported" in caught.value.message_ids
+    assert [r.outcome for r in peer.bmc.resets] == ["rejected"]
+
+
+# -- 202 task monitors -------------------------------------------------------------------
+
+
+async def test_202_task_monitor_is_followed_to_completion(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(reset_reply=202, task_polls=2, task_retry_after=0)
+    # Without honouring Retry-After: 0 the 60 s poll interval would overrun the task deadline.
+    config = peer.config(task_poll_interval=60.0, task_deadline=5.0)
+    async with RedfishClient(config) as client:
+        result = await client.request_reset("On")
+    assert result.http_status == 202
+    assert result.task is not None
+    assert result.task.finished and result.task.state == "Completed"
+    assert result.task.polls == 3  # 202, 202, then the completed task
+    assert result.task.monitor.startswith("/redfish/v1/TaskService/TaskMonitors/")
+    monitor_gets = [r for r in peer.bmc.requests if r.path == result.task.monitor]
+    assert [r.status for r in monitor_gets] == [202, 202, 200]
+    assert result.answered_at >= result.requested_at
+
+
+async def test_task_that_ends_in_exception_is_task_failed(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(
+        reset_reply=202, task_polls=1, task_retry_after=0, task_end_state="Exception"
+    )
+    async with RedfishClient(peer.config(task_poll_interval=0.05)) as client:
+        with pytest.raises(TaskFailed) as caught:
+            await client.request_reset("On")
+    assert caught.value.task_state == "Exception"
+    assert any("failed" in m for m in caught.value.messages)
+
+
+async def test_task_still_running_at_the_task_deadline_is_reported_unfinished(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    peer = await fake_bmc(reset_reply=202, task_polls=1000, task_retry_after=None)
+    config = peer.config(task_poll_interval=0.1, task_deadline=0.5)
+    async with RedfishClient(config) as client:
+        result = await client.request_reset("On")
+        not_waited = await client.request_reset("GracefulShutdown", wait_for_task=False)
+    assert result.task is not None and not result.task.finished
+    assert result.task.state == "Running" and result.task.polls >= 1
+    assert not_waited.task is not None and not_waited.task.state == "NotWaited"
+
+
+async def test_confirmation_after_a_202_task_observes_the_state(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(reset_reply=202, task_polls=1, task_retry_after=0)
+    async with RedfishClient(peer.config()) as client:
+        result = await request_and_confirm(client, "On", FAST)
+    assert result.requests[0].task is not None and result.requests[0].task.finished
+    assert result.confirmation.state is PowerState.ON
+
+
+# -- sessions ----------------------------------------------------------------------------
+
+
+async def test_session_login_then_token_then_logout(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc()
+    async with RedfishClient(peer.config()) as client:
+        await client.read_power_state()
+        await client.read_reset_capabilities()
+        assert client.auth_mode == "session"
+    assert peer.bmc.logins == 1
+    authenticated = [r for r in peer.bmc.requests if r.path.startswith("/redfish/v1/Systems")]
+    assert authenticated and {r.auth for r in authenticated} == {"session"}
+    assert peer.bmc.requests[-1].method == "DELETE"
+    assert peer.bmc.requests[-1].status == 204
+
+
+async def test_expired_session_gets_one_relogin(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(initial_power="On")
+    async with RedfishClient(peer.config()) as client:
+        await client.read_power_state()
+        peer.bmc.expire_sessions()
+        observation = await client.read_power_state()
+        assert client.logins == 2
+    assert observation.state is PowerState.ON
+    assert peer.bmc.logins == 2
+    statuses = [r.status for r in peer.bmc.requests if r.path == "/redfish/v1/Systems/1"]
+    assert 401 in statuses and statuses[-1] == 200
+
+
+async def test_session_ttl_expiry_is_handled_like_a_401(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(session_ttl=0.0)  # every token is already expired when used
+    async with RedfishClient(peer.config()) as client:
+        with pytest.raises(AuthFailed):
+            await client.read_power_state()
+    assert peer.bmc.logins == 2  # the first login and exactly one re-login
+
+
+async def test_wrong_password_at_session_login_is_auth_failed(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc()
+    config = peer.config(password=SecretStr("not-the-password"))
+    async with RedfishClient(config) as client:
+        with pytest.raises(AuthFailed) as caught:
+            await client.read_power_state()
+    assert caught.value.status == 401
+    assert "session login" in str(caught.value)
+    assert peer.bmc.failed_logins == 1
+    assert not any(r.path.startswith("/redfish/v1/Systems/") for r in peer.bmc.requests)
+
+
+async def test_relogin_with_a_changed_password_is_auth_failed(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc()
+    async with RedfishClient(peer.config()) as client:
+        await client.read_power_state()
+        peer.bmc.options.password = "rotated-on-the-bmc"
+        peer.bmc.expire_sessions()
+        with pytest.raises(AuthFailed):
+            await client.read_power_state()
+
+
+async def test_bmc_without_sessions_gets_basic_auth(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(sessions=False)
+    async with RedfishClient(peer.config()) as client:
+        await client.read_power_state()
+        assert client.auth_mode == "basic"
+    assert peer.bmc.logins == 0
+    assert {r.auth for r in peer.bmc.requests if "Systems" in r.path} == {"basic"}
+
+
+async def test_wrong_password_with_basic_auth_is_auth_failed(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(sessions=False)
+    config = peer.config(password=SecretStr("not-the-password"))
+    async with RedfishClient(config) as client:
+        with pytest.raises(AuthFailed):
+            await client.read_power_state()
+
+
+# -- conflicts, transitional states, confirmation --------------------------------------
+
+
+async def test_reset_during_a_transition_is_conflict_409(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(initial_power="Off", transition_seconds=30.0)
+    async with RedfishClient(peer.config()) as client:
+        await client.request_reset("On")
+        assert (await client.read_power_state()).state is PowerState.POWERING_ON
+        with pytest.raises(Conflict409) as caught:
+            await client.request_reset("ForceOff")
+    assert caught.value.status == 409
+    assert [r.outcome for r in peer.bmc.resets] == ["scheduled", "conflict"]
+
+
+async def test_poweringoff_counts_as_in_progress_until_off(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(initial_power="On", transition_seconds=0.5)
+    async with RedfishClient(peer.config()) as client:
+        result = await request_and_confirm(client, "GracefulShutdown", FAST)
+    assert result.states_seen == (PowerState.ON, PowerState.POWERING_OFF, PowerState.OFF)
+    assert len(result.requests) == 1
+
+
+async def test_state_is_read_before_reset_so_no_409_while_poweringoff(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    peer = await fake_bmc(initial_power="On", transition_seconds=0.5)
+    async with RedfishClient(peer.config()) as client:
+        await client.request_reset("GracefulShutdown")
+        result = await request_and_confirm(client, "On", FAST)
+    assert result.states_seen[0] is PowerState.POWERING_OFF
+    assert result.confirmation.state is PowerState.ON
+    assert result.conflicts == 0
+    assert [r.outcome for r in peer.bmc.resets] == ["scheduled", "scheduled"]
+
+
+async def test_already_at_target_sends_nothing(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(initial_power="Off")
+    async with RedfishClient(peer.config()) as client:
+        result = await request_and_confirm(client, "GracefulShutdown", FAST)
+    assert result.already_at_target
+    assert peer.bmc.resets == []
+
+
+async def test_reset_accepted_but_never_applied_hits_the_confirmation_deadline(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    peer = await fake_bmc(initial_power="Off", never_apply=True)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=1.5),
+        poll_interval=timedelta(seconds=0.1),
+        resend_after=timedelta(seconds=0.5),
+        max_resends=1,
+    )
+    async with RedfishClient(peer.config()) as client:
+        with pytest.raises(ConfirmationDeadlineExceeded) as caught:
+            await request_and_confirm(client, "On", settings)
+    error = caught.value
+    assert error.target is PowerState.ON
+    assert len(error.requests) == 2  # the request and one re-send, both accepted (204)
+    assert all(r.http_status == 204 for r in error.requests)
+    assert error.last_observation is not None
+    assert error.last_observation.state is PowerState.OFF
+    assert error.last_observation.observed_at >= error.deadline
+    assert [r.outcome for r in peer.bmc.resets] == ["ignored", "ignored"]
+    assert "On not observed" in str(error)
+
+
+async def test_on_dropped_after_an_early_off_is_resent(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(initial_power="On", early_off_drop_on_seconds=1.0)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=10),
+        poll_interval=timedelta(seconds=0.05),
+        resend_after=timedelta(seconds=1.2),
+        max_resends=2,
+    )
+    async with RedfishClient(peer.config()) as client:
+        off = await request_and_confirm(client, "GracefulShutdown", settings)
+        on = await request_and_confirm(client, "On", settings)
+    assert off.confirmation.state is PowerState.OFF
+    assert len(on.requests) == 2
+    assert on.confirmation.state is PowerState.ON
+    assert [r.outcome for r in peer.bmc.resets] == ["scheduled", "dropped", "scheduled"]
+
+
+async def test_dropped_on_without_resends_is_not_confirmed(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(initial_power="On", early_off_drop_on_seconds=5.0)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=1.0),
+        poll_interval=timedelta(seconds=0.05),
+        resend_after=None,
+    )
+    async with RedfishClient(peer.config()) as client:
+        await request_and_confirm(client, "GracefulShutdown", settings)
+        with pytest.raises(ConfirmationDeadlineExceeded) as caught:
+            await request_and_confirm(client, "On", settings)
+    assert len(caught.value.requests) == 1
+    assert [r.outcome for r in peer.bmc.resets] == ["scheduled", "dropped"]
+
+
+async def test_409_on_a_resend_is_counted_and_confirmation_continues(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    # Like sushy, this BMC keeps reporting the old state while a change is pending.
+    peer = await fake_bmc(initial_power="Off", transition_seconds=0.8, report_transitional=False)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=10),
+        poll_interval=timedelta(seconds=0.05),
+        resend_after=timedelta(seconds=0.3),
+        max_resends=1,
+    )
+    async with RedfishClient(peer.config()) as client:
+        result = await request_and_confirm(client, "On", settings)
+    assert result.confirmation.state is PowerState.ON
+    assert result.conflicts >= 1
+    assert len(result.requests) == 1
+    assert peer.bmc.resets[0].outcome == "scheduled"
+    assert {r.outcome for r in peer.bmc.resets[1:]} == {"conflict"}
+
+
+async def test_unconfirmable_reset_type_is_refused(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc()
+    async with RedfishClient(peer.config()) as client:
+        with pytest.raises(ValueError, match="cannot confirm"):
+            await request_and_confirm(client, "GracefulRestart", FAST)
+    assert peer.bmc.resets == []
+
+
+async def test_links_to_another_origin_are_not_followed(fake_bmc: StartFakeBmc) -> None:
+    with socket.socket() as elsewhere:  # bound, not listening: a connection would be refused
+        elsewhere.bind(("127.0.0.1", 0))
+        other = f"https://127.0.0.1:{elsewhere.getsockname()[1]}"
+        peer = await fake_bmc(reset_reply=202, task_retry_after=0, task_location_origin=other)
+        async with RedfishClient(peer.config()) as client:
+            with pytest.raises(RedfishProtocolError) as caught:
+                await client.request_reset("On")
+    assert "another origin" in str(caught.value)
+
+
+async def test_200_reply_is_an_accepted_request_without_a_task(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(reset_reply=200, initial_power="Off")
+    async with RedfishClient(peer.config()) as client:
+        result = await client.request_reset("On")
+        observed = await client.read_power_state()
+    assert (result.http_status, result.task, result.reset_type) == (200, None, "On")
+    assert result.source == f"redfish:{peer.bmc.url}"
+    assert observed.state is PowerState.ON
+
+
+async def test_busy_bmc_503_reads_are_tolerated_until_the_state_is_seen(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    peer = await fake_bmc(initial_power="Off", unavailable_reads=3)
+    async with RedfishClient(peer.config()) as client:
+        result = await request_and_confirm(client, "On", FAST)
+    assert result.confirmation.state is PowerState.ON
+    assert len(result.requests) == 1
+    busy = [r for r in peer.bmc.requests if r.status == 503]
+    assert len(busy) == 3
+
+
+async def test_busy_bmc_until_the_deadline_reports_the_last_error(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    peer = await fake_bmc(initial_power="Off", unavailable_reads=10_000)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=0.5), poll_interval=timedelta(seconds=0.05)
+    )
+    async with RedfishClient(peer.config()) as client:
+        with pytest.raises(ConfirmationDeadlineExceeded) as caught:
+            await request_and_confirm(client, "On", settings)
+    assert caught.value.last_observation is None
+    assert caught.value.requests == ()
+    assert caught.value.last_error is not None and "503" in caught.value.last_error
+    assert peer.bmc.resets == []
