@@ -4,51 +4,20 @@
 binaries (building them on the first run on a machine) in a temporary directory and
 stops them at the end of the session. Set NODEWARDEN_TEST_KUBECONFIG to run the cluster
 tests against an already running cluster instead (e.g. one from `make cluster-up`).
+Helpers (kubectl wrapper, polling, operator processes) are in tests/clusterkit.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from localcluster import REPO, LocalCluster, free_port, kubectl_path
-
-
-@dataclass
-class ClusterHandle:
-    kubeconfig: Path
-    local: LocalCluster | None
-
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [kubectl_path(), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
-        return proc
-
-    def get_json(self, namespace: str, *what: str) -> Any:
-        out = self.kubectl("-n", namespace, "get", *what, "-o", "json")
-        return json.loads(out.stdout)
+from clusterkit import ClusterHandle, OperatorProcess, start_operator
+from localcluster import LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -72,90 +41,6 @@ def namespace(cluster: ClusterHandle) -> Iterator[str]:
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.2, what: str = "") -> Any:
-    """Poll `predicate` until it returns a truthy value; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")
-
-
-@dataclass
-class OperatorProcess:
-    proc: subprocess.Popen[str]
-    port: int
-    log_path: Path
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-
-def start_operator(
-    cluster: ClusterHandle,
-    namespace: str,
-    tmp_path: Path,
-    *extra: str,
-    name: str = "operator",
-    env: dict[str, str] | None = None,
-) -> OperatorProcess:
-    port = free_port()
-    log_path = tmp_path / f"{name}.log"
-    out = log_path.open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nodewarden",
-            "run",
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--namespace={namespace}",
-            f"--http-port={port}",
-            "--http-host=127.0.0.1",
-            "--resync-interval=2s",
-            *extra,
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
-    out.close()
-    op = OperatorProcess(proc, port, log_path)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"operator exited {proc.returncode}:\n{op.logs()}")
-        try:
-            return op.get("/healthz")[0] == 200
-        except OSError:
-            return False
-
-    wait_for(up, timeout=30, what="operator /healthz")
-    return op
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import ClusterHandle, wait_for
+from clusterkit import ClusterHandle, wait_for
 from localcluster import REPO
 
 pytestmark = pytest.mark.cluster

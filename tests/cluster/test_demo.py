@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from clusterkit import wait_for
 from localcluster import REPO, free_port, kubectl_path
 
 pytestmark = pytest.mark.cluster

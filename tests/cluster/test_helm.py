@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import ClusterHandle, start_operator, wait_for
+from clusterkit import ClusterHandle, start_operator, wait_for
 from localcluster import REPO, binaries_dir
 from nodewarden.config import OperatorConfig, load_config
 

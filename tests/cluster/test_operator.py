@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ClusterHandle, OperatorProcess, start_operator, wait_for
+from clusterkit import ClusterHandle, OperatorProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -13,9 +13,10 @@ from nodewarden.api.crdgen import crd_for, generate
 from nodewarden.api.kinds import ALL_KINDS
 
 
-def test_crds_directory_is_not_stale() -> None:
+@pytest.mark.parametrize("directory", [CRD_DIR, CRD_DIR.parent / "helm" / "nodewarden" / "crds"])
+def test_crds_directory_is_not_stale(directory: Path) -> None:
     stale = [
-        p.name for p, text in generate(CRD_DIR).items() if not p.exists() or p.read_text() != text
+        p.name for p, text in generate(directory).items() if not p.exists() or p.read_text() != text
     ]
     assert not stale, f"crds/ is stale, run `make crds`: {stale}"
 

@@ -1,0 +1,277 @@
+"""The cloud facade: the layers composed once, plus the questions the dispatcher asks.
+
+`build_cloud(config, credentials, dispatcher_id)` instantiates the libcloud driver named
+in `CloudConfig.driver` and composes
+
+    TagFilterLayer(DefaultTagsLayer(RateLimitLayer(MetricsLayer(LibcloudInstanceSet))))
+
+The resulting `CloudFacade` is an `InstanceSet` (list / create / set_tags / destroy /
+close) that only sees and creates instances tagged `<prefix>dispatcher=<dispatcher_id>`;
+`list_managed_instances()` also shows other dispatchers' instances (takeover). It
+answers:
+
+- `may_create(instance_type)` / `blocked_types()` -- from `CloudBackoff`;
+- `choose_instance_type(resources)` -- the pure choice with blocked types as at capacity;
+- `ssh_endpoint(instance)` -- where to SSH to (the stub cloud maps its fake addresses to
+  loopback ports; real clouds dial the address);
+- `create_request(...)` -- a `CreateRequest` with a fresh per-instance secret rendered
+  into the init script and its digest in the tags.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime
+
+from libcloud.compute.base import NodeDriver
+from libcloud.compute.providers import get_driver
+from pydantic import SecretStr
+
+from nodewarden.api.containerdispatch import ContainerResources
+from nodewarden.cloud.backoff import CloudBackoff, CreatePermission
+from nodewarden.cloud.config import CloudConfig, CloudCredentials
+from nodewarden.cloud.errors import Redactor
+from nodewarden.cloud.initscript import new_instance_secret, render_init_script, secret_digest
+from nodewarden.cloud.layers import (
+    DefaultTagsLayer,
+    MetricsLayer,
+    NoMetrics,
+    RateLimitLayer,
+    TagFilterLayer,
+)
+from nodewarden.cloud.libcloudset import Clock, LibcloudInstanceSet, utc_now
+from nodewarden.cloud.model import CloudInstance, CreateRequest
+from nodewarden.cloud.protocol import CloudMetricsHook, InstanceSet
+from nodewarden.cloud.tags import TagKeys
+from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypeChoice
+from nodewarden.scheduling.instancetypes import choose_instance_type as choose_type
+from nodewarden.ssh.addressing import AddressResolver, DirectResolver, Endpoint
+
+log = logging.getLogger(__name__)
+
+
+class CloudFacade:
+    """The composed cloud adapter for one dispatcher; see the module docstring."""
+
+    def __init__(
+        self,
+        instances: InstanceSet,
+        *,
+        managed: InstanceSet,
+        config: CloudConfig,
+        dispatcher_id: str,
+        backoff: CloudBackoff,
+        resolver: AddressResolver,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._instances = instances
+        self._managed = managed
+        self.config = config
+        self.dispatcher_id = dispatcher_id
+        self.backoff = backoff
+        self.resolver = resolver
+        self.tag_keys = TagKeys(config.tag_prefix)
+        self.catalogue: list[InstanceType] = list(config.instance_types)
+        self._clock = clock
+
+    # ---- InstanceSet ----------------------------------------------------------------------
+
+    async def list_instances(self) -> list[CloudInstance]:
+        return await self._instances.list_instances()
+
+    async def create(self, request: CreateRequest) -> CloudInstance:
+        return await self._instances.create(request)
+
+    async def list_managed_instances(self) -> list[CloudInstance]:
+        """Instances of every dispatcher sharing the tag prefix (ours included).
+
+        For takeover: an instance of another dispatcher that stopped probing it is
+        claimed with `set_tags` (which writes our dispatcher id) or destroyed.
+        """
+        return await self._managed.list_instances()
+
+    async def set_tags(self, instance: CloudInstance, tags: Mapping[str, str]) -> None:
+        """Replace our tags (see `InstanceSet.set_tags`); also writes our dispatcher id, so
+        calling it on another dispatcher's instance claims that instance."""
+        await self._instances.set_tags(instance, tags)
+
+    async def destroy(self, instance: CloudInstance) -> None:
+        await self._instances.destroy(instance)
+
+    async def close(self) -> None:
+        await self._instances.close()
+
+    # ---- questions ------------------------------------------------------------------------
+
+    def instance_type(self, name: str) -> InstanceType | None:
+        return next((t for t in self.catalogue if t.name == name), None)
+
+    def may_create(
+        self, instance_type: InstanceType, now: datetime | None = None
+    ) -> CreatePermission:
+        return self.backoff.may_create(instance_type, now or self._clock())
+
+    def blocked_types(self, now: datetime | None = None) -> set[str]:
+        return self.backoff.blocked_types(self.catalogue, now or self._clock())
+
+    def choose_instance_type(
+        self,
+        resources: ContainerResources,
+        *,
+        at_capacity: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> InstanceTypeChoice:
+        """The pure choice, with every type the back-off blocks counted as at capacity."""
+        blocked = self.blocked_types(now) | set(at_capacity)
+        return choose_type(resources, self.catalogue, self.config.instance_type_policy, blocked)
+
+    def ssh_endpoint(self, instance: CloudInstance) -> Endpoint:
+        """Where to SSH to reach `instance`; ValueError when it has no address yet.
+
+        May raise `nodewarden.ssh.addressing.ResolutionRefused` from the resolver.
+        """
+        address = instance.address(prefer_public=self.config.use_public_ip)
+        if address is None:
+            raise ValueError(f"instance {instance.id} has no address yet")
+        return self.resolver.resolve(address, self.config.ssh_port)
+
+    def create_request(
+        self,
+        *,
+        name: str,
+        instance_type: InstanceType,
+        ssh_public_key: str,
+        tags: Mapping[str, str] | None = None,
+        login_user: str = "root",
+    ) -> tuple[CreateRequest, SecretStr]:
+        """A create request with a fresh instance secret; returns (request, secret).
+
+        The secret is in the init script only; the tags carry its sha256.
+        """
+        secret = new_instance_secret()
+        all_tags = {
+            self.tag_keys.instance_type: instance_type.name,
+            self.tag_keys.secret_digest: secret_digest(secret),
+            **(tags or {}),
+        }
+        request = CreateRequest(
+            name=name,
+            instance_type=instance_type,
+            image=self.config.image,
+            tags=all_tags,
+            user_data=render_init_script(ssh_public_key, secret, user=login_user),
+        )
+        return request, secret
+
+
+def instantiate_driver(config: CloudConfig, credentials: CloudCredentials | None) -> NodeDriver:
+    """Create the libcloud driver named by `config.driver` with its params and credentials."""
+    if config.driver == STUB_PROVIDER:
+        from nodewarden.cloud.stub import register_stub_provider
+
+        register_stub_provider()
+    try:
+        driver_cls = get_driver(config.driver)
+    except AttributeError as exc:
+        raise ValueError(f"unknown libcloud driver {config.driver!r}") from exc
+    key = credentials.key.get_secret_value() if credentials else ""
+    secret = (
+        credentials.secret.get_secret_value()
+        if credentials is not None and credentials.secret is not None
+        else None
+    )
+    driver: NodeDriver = driver_cls(key, secret, **config.driver_params)
+    return driver
+
+
+STUB_PROVIDER = "nodewarden-stub"
+
+
+def build_cloud(
+    config: CloudConfig,
+    credentials: CloudCredentials | None,
+    dispatcher_id: str,
+    *,
+    metrics: CloudMetricsHook | None = None,
+    resolver: AddressResolver | None = None,
+    backoff: CloudBackoff | None = None,
+    driver_factory: Callable[[], NodeDriver] | None = None,
+    clock: Clock = utc_now,
+) -> CloudFacade:
+    """Compose the cloud adapter for one dispatcher (the only place layers are stacked)."""
+    tag_keys = TagKeys(config.tag_prefix)
+    ours: dict[str, str | None] = {tag_keys.dispatcher: dispatcher_id}
+    anyone: dict[str, str | None] = {tag_keys.dispatcher: None}
+    redactor = Redactor(credentials.values() if credentials else ())
+    _register_for_log_redaction(credentials)
+    if driver_factory is None:
+
+        def driver_factory() -> NodeDriver:
+            return instantiate_driver(config, credentials)
+
+    backoff = backoff or CloudBackoff(config.backoff)
+    base = LibcloudInstanceSet(
+        driver_factory,
+        image=config.image,
+        catalogue=config.instance_types,
+        tag_keys=tag_keys,
+        list_filter=anyone,
+        max_threads=config.max_threads,
+        redactor=redactor,
+        clock=clock,
+    )
+    shared: InstanceSet = RateLimitLayer(
+        MetricsLayer(base, metrics or NoMetrics()),
+        backoff,
+        ops_per_second=config.ops_per_second,
+        max_concurrent_creates=config.max_concurrent_creates,
+        clock=clock,
+    )
+    stack = TagFilterLayer(
+        DefaultTagsLayer(shared, {**config.default_tags, tag_keys.dispatcher: dispatcher_id}),
+        ours,
+    )
+    managed = TagFilterLayer(
+        DefaultTagsLayer(shared, {**config.default_tags, tag_keys.dispatcher: dispatcher_id}),
+        anyone,
+    )
+    if resolver is None:
+        resolver = _default_resolver(config)
+    log.info(
+        "cloud adapter ready",
+        extra={
+            "cloud_driver": config.driver,
+            "dispatcher_id": dispatcher_id,
+            "ops_per_second": config.ops_per_second,
+            "max_concurrent_creates": config.max_concurrent_creates,
+            "instance_types": len(config.instance_types),
+        },
+    )
+    return CloudFacade(
+        stack,
+        managed=managed,
+        config=config,
+        dispatcher_id=dispatcher_id,
+        backoff=backoff,
+        resolver=resolver,
+        clock=clock,
+    )
+
+
+def _default_resolver(config: CloudConfig) -> AddressResolver:
+    if config.driver == STUB_PROVIDER:
+        from nodewarden.cloud.stub import StubCloud
+
+        return StubCloud.get(str(config.driver_params.get("cloud", "default"))).resolver
+    return DirectResolver()
+
+
+def _register_for_log_redaction(credentials: CloudCredentials | None) -> None:
+    """Second line of defence: the operator's log formatter masks these values too."""
+    if credentials is None:
+        return
+    from nodewarden.logs import register_secret
+
+    for value in credentials.values():
+        register_secret(value)

@@ -1,0 +1,1 @@
+"""Scheduling: the pure choice of where containers run (instance-type catalogue and selection)."""

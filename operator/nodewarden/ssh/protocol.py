@@ -1,0 +1,120 @@
+"""The node contract: every command nodewarden runs on a worker over SSH, and what it expects back.
+
+This is the whole interface between the operator and a worker node. A real node meets it
+with stock tools (systemd, busctl, ethtool, /proc) plus one small program, the *runner*;
+`nodewarden.stubworker` implements exactly this contract for tests and demos.
+
+Ready probe (default ``systemctl is-system-running``)
+    Exit status 0 means the node is ready for work; any other status means still booting
+    (or degraded / broken: the node never becomes ready). The first line of stdout is
+    kept as detail (``running``, ``starting``, ``degraded``...). Configurable, as in
+    Arvados (BootProbeCommand).
+
+Instance-secret proof (default ``cat /var/run/nodewarden-instance-secret``)
+    Used only to trust a host key on first use: the cloud-init user-data writes the
+    per-instance secret to this file; the operator compares stdout (stripped) with the
+    secret it generated, in constant time. Nothing else is run on a connection until the
+    proof passes, and the output is never logged.
+
+Runner (default program ``nodewarden-runner``; Arvados calls its equivalent crunch-run)
+    ``RUNNER run --detach``
+        stdin: one JSON object, the ContainerDispatch spec in wire form (camelCase; must
+        carry ``uuid``). Starts the container in the background and prints its runner
+        pid as one decimal line on stdout, exit 0. Idempotent: if a runner for that
+        uuid is already running it prints the existing pid and exits 0. Any other exit
+        status means the runner could not start (stderr says why).
+    ``RUNNER --list``
+        One line per running container: ``<pid> <uuid>``. Empty output = none. Exit 0.
+    ``RUNNER --kill SIGNAL UUID``
+        Sends SIGNAL (a name such as TERM/KILL/INT, or its number) to the runner of UUID.
+        Exit 0 whether or not it was still running (idempotent); exit 2 on bad usage.
+    ``RUNNER --status UUID``
+        One line of JSON, exit 0::
+
+            {"uuid": "...", "state": "running|exited|killed|lost|unknown",
+             "pid": 1234|null, "exitCode": 0|null, "signal": "TERM"|null}
+
+        ``exited`` = the container finished with exitCode; ``killed`` = ended by signal;
+        ``lost`` = the runner died without recording an outcome (crash); ``unknown`` = no
+        record of that uuid on this node (e.g. after a reboot). A runner that is not in
+        ``--list`` and is ``lost``/``unknown`` exited without finishing its container.
+
+Inhibitors
+    Primary: ``busctl --json=short call org.freedesktop.login1 /org/freedesktop/login1
+    org.freedesktop.login1.Manager ListInhibitors`` (systemd >= 240) printing
+    ``{"type":"a(ssssuu)","data":[[[what, who, why, mode, uid, pid], ...]]}``.
+    Fallback when that fails: ``systemd-inhibit --list --no-pager`` (table with a
+    ``WHO UID USER PID COMM WHAT WHY MODE`` header, ``No inhibitors.`` when empty, or the
+    old ``Who:/What:/Why:/Mode:`` block format). Empty output with exit 0 = no inhibitors.
+    If both fail the inhibitors are *unknown*, never "none".
+
+Wake-on-LAN capability: ``ethtool IFACE``
+    ``Supports Wake-on: pumbg`` and ``Wake-on: g`` lines (``d`` = disabled). Lines absent
+    = the driver reports no Wake-on-LAN; ``Cannot get wake-on-lan settings`` = unknown
+    (needs CAP_NET_ADMIN).
+
+Telemetry (default below)
+    Line 1 is ``/proc/loadavg``; each further line is ``<gpu index>, <utilisation %>``
+    from nvidia-smi (``[N/A]`` allowed). No further lines = no GPU tool on the node.
+
+Power-off: ``systemctl poweroff``
+    Only a *request*: the connection may drop before an exit status arrives. Observed
+    power comes from elsewhere (Redfish, cloud), never from this command.
+"""
+
+from __future__ import annotations
+
+import re
+
+DEFAULT_READY_COMMAND = "systemctl is-system-running"
+INSTANCE_SECRET_PATH = "/var/run/nodewarden-instance-secret"
+DEFAULT_INSTANCE_SECRET_COMMAND = f"cat {INSTANCE_SECRET_PATH}"
+DEFAULT_RUNNER = "nodewarden-runner"
+BUSCTL_LIST_INHIBITORS = (
+    "busctl --json=short call org.freedesktop.login1 /org/freedesktop/login1 "
+    "org.freedesktop.login1.Manager ListInhibitors"
+)
+SYSTEMD_INHIBIT_LIST = "systemd-inhibit --list --no-pager"
+DEFAULT_ETHTOOL_COMMAND = "ethtool {iface}"
+DEFAULT_TELEMETRY_COMMAND = (
+    "cat /proc/loadavg && "
+    "(nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits "
+    "2>/dev/null || true)"
+)
+DEFAULT_POWEROFF_COMMAND = "systemctl poweroff"
+
+RUNNER_STATES = ("running", "exited", "killed", "lost", "unknown")
+
+SIGNALS: dict[str, int] = {
+    "HUP": 1,
+    "INT": 2,
+    "QUIT": 3,
+    "KILL": 9,
+    "USR1": 10,
+    "USR2": 12,
+    "TERM": 15,
+}
+"""Signals the runner contract accepts by name (numbers are accepted too)."""
+
+CONTAINER_UUID = re.compile(
+    r"^(?:[a-z0-9]{5}-[a-z0-9]{5}-[a-z0-9]{15}|"
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$"
+)
+"""Same forms as ContainerDispatchSpec.uuid; anything else never reaches a shell."""
+
+INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+"""A Linux network interface name (IFNAMSIZ-1 characters, no shell metacharacters)."""
+
+
+def signal_name(signal: str | int) -> str:
+    """Normalise a signal ("SIGTERM", "term", 15, "15") to its contract name ("TERM")."""
+    if isinstance(signal, int) or (isinstance(signal, str) and signal.isdigit()):
+        number = int(signal)
+        for name, value in SIGNALS.items():
+            if value == number:
+                return name
+        raise ValueError(f"unsupported signal number {number}; use one of {sorted(SIGNALS)}")
+    name = signal.upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise ValueError(f"unsupported signal {signal!r}; use one of {sorted(SIGNALS)}")
+    return name

@@ -1,0 +1,44 @@
+"""Stub worker nodes: in-process asyncssh servers on 127.0.0.1 that imitate a worker over real SSH.
+
+Each `StubWorker` implements the node contract documented in `nodewarden.ssh.protocol`
+(the contract a real node must meet), answering:
+
+- the ready command (``systemctl is-system-running``): ``starting`` / exit 1 during the
+  boot delay, then ``running`` / exit 0; ``degraded`` / exit 1 forever when broken;
+- the instance-secret proof (``cat /var/run/nodewarden-instance-secret``);
+- the runner (``nodewarden-runner``): ``run --detach`` (JSON config on stdin → pid),
+  ``--list`` (``<pid> <uuid>`` lines), ``--kill SIGNAL UUID``, ``--status UUID`` (one JSON
+  line: running / exited + exitCode / killed + signal / lost / unknown). A fake container
+  "runs" for ``runtime.durationHintSeconds`` and ends with ``runtime.exitCodeHint``;
+- ``busctl --json=short call ... ListInhibitors`` JSON and ``systemd-inhibit --list`` text;
+- ``ethtool IFACE`` text with the configured Wake-on-LAN support and mode;
+- the telemetry command (``/proc/loadavg`` + nvidia-smi lines when GPUs are configured);
+- ``systemctl poweroff`` / ``poweroff``: answers, then drops off the network.
+
+Faults (`StubFaults`, changeable on a live worker): hang on connect, freeze (open
+connections stop being read, as in a partition), hung commands, slow commands, refused
+auth, wrong host key, broken ready, runner crash rate, runner start failures, ethtool
+without permission. Rates use a seeded ``random.Random``.
+
+Usage::
+
+    worker = StubWorker(StubWorkerConfig(authorized_keys=(client_key.public_key,)))
+    port = await worker.start()       # 127.0.0.1:port
+    ...
+    await worker.stop()
+"""
+
+from __future__ import annotations
+
+from nodewarden.stubworker.config import StubFaults, StubWorkerConfig
+from nodewarden.stubworker.runner import FakeContainer, FakeRunner, RunnerRefused
+from nodewarden.stubworker.server import StubWorker
+
+__all__ = [
+    "FakeContainer",
+    "FakeRunner",
+    "RunnerRefused",
+    "StubFaults",
+    "StubWorker",
+    "StubWorkerConfig",
+]

@@ -1,0 +1,389 @@
+"""`StubWorker`: one fake worker node, a real asyncssh server on its own 127.0.0.1 port.
+
+Each worker owns one listening socket. Every accepted connection is handed either to a
+fresh asyncssh server connection (built from options prepared once at `start()`, so a
+connection costs no option parsing) or, under the hang fault, to a protocol that
+accepts TCP and never says a word. Commands are answered in-process by `_dispatch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import shlex
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import asyncssh
+
+from nodewarden.ssh.protocol import (
+    BUSCTL_LIST_INHIBITORS,
+    DEFAULT_INSTANCE_SECRET_COMMAND,
+    INSTANCE_SECRET_PATH,
+    signal_name,
+)
+from nodewarden.stubworker import render
+from nodewarden.stubworker.config import StubFaults, StubWorkerConfig
+from nodewarden.stubworker.runner import FakeRunner, RunnerRefused
+
+logger = logging.getLogger(__name__)
+
+_POWEROFF_COMMANDS = frozenset({"poweroff", "systemctl poweroff", "sudo systemctl poweroff"})
+_COMMAND_LOG_SIZE = 1000
+
+
+def _without_sudo(argv: list[str]) -> list[str]:
+    if argv[:1] == ["sudo"]:
+        return argv[2:] if argv[1:2] == ["-n"] else argv[1:]
+    return argv
+
+
+class _SilentProtocol(asyncio.Protocol):
+    """Accepts a TCP connection and never answers (the hang-on-connect fault)."""
+
+    def __init__(self, registry: set[asyncio.Transport]) -> None:
+        self._registry = registry
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._registry.add(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            self._registry.discard(self._transport)
+
+
+class _FreezeGate(asyncio.Protocol):
+    """Sits between the socket and an SSH connection; while the node is frozen, incoming
+    bytes are held (not read), as on a node that stopped responding with TCP still up."""
+
+    def __init__(self, inner: asyncio.Protocol, worker: StubWorker) -> None:
+        self._inner = inner
+        self._worker = worker
+        self._held: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._worker.faults.freeze:
+            self._held.append(data)
+            return
+        held, self._held = self._held, []
+        for chunk in (*held, data):
+            self._inner.data_received(chunk)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+class _StubSshServer(asyncssh.SSHServer):
+    """Per-connection auth policy: the configured public keys, unless auth is refused."""
+
+    def __init__(self, worker: StubWorker) -> None:
+        self._worker = worker
+        self._conn: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._conn = conn
+        self._worker._connections.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._conn is not None:
+            self._worker._connections.discard(self._conn)
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        self._worker.auth_attempts += 1
+        if self._worker.faults.refuse_auth:
+            return False
+        return key in self._worker._authorized
+
+
+class StubWorker:
+    """A fake worker node reachable over real SSH on 127.0.0.1 (see the package docstring)."""
+
+    def __init__(
+        self,
+        config: StubWorkerConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_poweroff: Callable[[StubWorker], None] | None = None,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._on_poweroff = on_poweroff
+        self._rng = random.Random(config.seed)  # fault injection, not crypto
+        self._host_key = config.host_key or asyncssh.generate_private_key("ssh-ed25519")
+        self._wrong_key: asyncssh.SSHKey | None = None
+        self._authorized = {asyncssh.import_public_key(k) for k in config.authorized_keys}
+        self.runner = FakeRunner(
+            self._rng,
+            clock,
+            crash_rate=lambda: self.faults.runner_crash_rate,
+            start_failure_rate=lambda: self.faults.runner_start_failure_rate,
+        )
+        self._server: asyncio.AbstractServer | None = None
+        self._options: asyncssh.SSHServerConnectionOptions | None = None
+        self._wrong_options: asyncssh.SSHServerConnectionOptions | None = None
+        self._connections: set[asyncssh.SSHServerConnection] = set()
+        self._silent: set[asyncio.Transport] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._booted_at: float | None = None
+        self.port: int | None = None
+        self.powered_off = False
+        self.auth_attempts = 0
+        self.connections_accepted = 0
+        self.commands: deque[str] = deque(maxlen=_COMMAND_LOG_SIZE)
+
+    # ---------------------------------------------------------------- identity
+
+    @property
+    def faults(self) -> StubFaults:
+        return self.config.faults
+
+    @property
+    def host_public_key(self) -> str:
+        """The node's genuine host public key ('ssh-ed25519 AAAA...')."""
+        return self._host_key.export_public_key("openssh").decode().strip()
+
+    @property
+    def host_key_fingerprint(self) -> str:
+        return self._host_key.get_fingerprint()
+
+    def known_hosts_line(self, host: str = "127.0.0.1", port: int | None = None) -> str:
+        """A known_hosts line trusting this worker's genuine key for host:port."""
+        port = self.port if port is None else port
+        pattern = host if port == 22 else f"[{host}]:{port}"
+        return f"{pattern} {self.host_public_key}"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def start(self, port: int = 0) -> int:
+        """Boot the node: listen on 127.0.0.1 and return the port.
+
+        A restarted worker reuses its previous port unless ``port`` says otherwise.
+        """
+        if self._server is not None:
+            assert self.port is not None
+            return self.port
+        if port == 0 and self.port is not None:
+            port = self.port
+        if self._options is None:
+            self._options = self._server_options(self._host_key)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen(128)
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_server(self._new_protocol, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        self._booted_at = self._clock()
+        self.powered_off = False
+        logger.debug("stub worker started", extra={"stub": self.config.name, "port": self.port})
+        return self.port
+
+    async def stop(self) -> None:
+        """Drop off the network: close the listener and every connection (open or hung)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for conn in list(self._connections):
+            conn.abort()
+        for transport in list(self._silent):
+            transport.abort()
+        self._connections.clear()
+        self._silent.clear()
+        if server is not None:
+            await server.wait_closed()
+
+    async def power_off(self) -> None:
+        """What 'poweroff' does: stop, forget running containers, tell the owner."""
+        await self.stop()
+        self.runner.reboot()
+        self.powered_off = True
+        if self._on_poweroff is not None:
+            self._on_poweroff(self)
+
+    @property
+    def booted(self) -> bool:
+        """True once the boot delay has passed (and the node is not broken)."""
+        if self._booted_at is None or self.faults.broken_ready:
+            return False
+        return self._clock() - self._booted_at >= self.config.boot_delay
+
+    # ------------------------------------------------------------------ server
+
+    def _server_options(self, host_key: asyncssh.SSHKey) -> asyncssh.SSHServerConnectionOptions:
+        return asyncssh.SSHServerConnectionOptions(
+            server_host_keys=[host_key],
+            server_factory=lambda: _StubSshServer(self),
+            process_factory=self._handle,
+            encoding="utf-8",
+            allow_scp=False,
+            sftp_factory=None,
+            agent_forwarding=False,
+            x11_forwarding=False,
+            login_timeout=30,
+        )
+
+    def _new_protocol(self) -> asyncio.BaseProtocol:
+        self.connections_accepted += 1
+        if self.faults.hang_connect or self.faults.freeze:
+            return _SilentProtocol(self._silent)
+        if self.faults.wrong_host_key:
+            if self._wrong_options is None:
+                self._wrong_key = asyncssh.generate_private_key("ssh-ed25519")
+                self._wrong_options = self._server_options(self._wrong_key)
+            options = self._wrong_options
+        else:
+            assert self._options is not None
+            options = self._options
+        return _FreezeGate(asyncssh.SSHServerConnection(asyncio.get_running_loop(), options), self)
+
+    async def _handle(self, process: asyncssh.SSHServerProcess[str]) -> None:
+        command = process.command or ""
+        self.commands.append(command)
+        try:
+            if self.faults.hang_commands:
+                await process.wait_closed()
+                return
+            if self.faults.command_delay:
+                await asyncio.sleep(self.faults.command_delay)
+            status, out, err = await self._dispatch(command, process)
+            if out:
+                process.stdout.write(out)
+            if err:
+                process.stderr.write(err)
+            process.exit(status)
+        except (asyncssh.Error, OSError):
+            process.close()
+
+    async def _dispatch(
+        self, command: str, process: asyncssh.SSHServerProcess[str]
+    ) -> tuple[int, str, str]:
+        config = self.config
+        if command in config.extra_commands:
+            return config.extra_commands[command]
+        if command == config.ready_command:
+            if self.booted:
+                return 0, "running\n", ""
+            return 1, ("degraded\n" if self.faults.broken_ready else "starting\n"), ""
+        if command == DEFAULT_INSTANCE_SECRET_COMMAND:
+            if config.instance_secret is None:
+                return 1, "", f"cat: {INSTANCE_SECRET_PATH}: No such file or directory\n"
+            return 0, config.instance_secret.get_secret_value() + "\n", ""
+        if command == BUSCTL_LIST_INHIBITORS:
+            if not config.busctl_available:
+                return 1, "", "Failed to connect to bus: No such file or directory\n"
+            return 0, render.busctl_inhibitors(config.inhibitors), ""
+        if command == config.telemetry_command or command == "cat /proc/loadavg":
+            out = render.loadavg(config.load, len(self.runner.running()), 2000)
+            if command == config.telemetry_command and config.gpu_utilisation is not None:
+                out += render.gpu_lines(config.gpu_utilisation)
+            return 0, out, ""
+        if command in _POWEROFF_COMMANDS:
+            self._spawn(self._delayed_power_off())
+            return 0, "", ""
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            return 2, "", "sh: syntax error\n"
+        if not argv:
+            return 0, "", ""
+        argv = _without_sudo(argv)
+        runner_argv = _without_sudo(shlex.split(config.runner_command))
+        if argv[: len(runner_argv)] == runner_argv:
+            return await self._runner(argv[len(runner_argv) :], process)
+        return self._builtin(argv)
+
+    def _builtin(self, argv: list[str]) -> tuple[int, str, str]:
+        config = self.config
+        name, args = argv[0], argv[1:]
+        if name == "systemd-inhibit" and "--list" in args:
+            return 0, render.systemd_inhibit_list(config.inhibitors), ""
+        if name == "ethtool" and len(args) == 1:
+            if args[0] != config.interface:
+                return 1, "", "netlink error: no device matches name (offset 24)\n"
+            text = render.ethtool(
+                config.interface,
+                config.wol_supported,
+                config.wol_enabled,
+                self.faults.ethtool_permission_denied,
+            )
+            return 0, text, ""
+        if name == "true":
+            return 0, "", ""
+        if name == "false":
+            return 1, "", ""
+        if name == "echo":
+            return 0, " ".join(args) + "\n", ""
+        return 127, "", f"sh: 1: {name}: not found\n"
+
+    async def _runner(
+        self, args: list[str], process: asyncssh.SSHServerProcess[str]
+    ) -> tuple[int, str, str]:
+        runner = self.runner
+        if args[:2] == ["run", "--detach"] and len(args) == 2:
+            config_text = await process.stdin.read()
+            try:
+                pid = runner.start(config_text)
+            except RunnerRefused as exc:
+                return exc.exit_status, "", f"{exc}\n"
+            return 0, f"{pid}\n", ""
+        if args == ["--list"]:
+            lines = "".join(f"{c.pid} {c.uuid}\n" for c in runner.running())
+            return 0, lines, ""
+        if len(args) == 3 and args[0] == "--kill":
+            try:
+                runner.kill(args[2], signal_name(args[1]))
+            except (ValueError, RunnerRefused) as exc:
+                return 2, "", f"{exc}\n"
+            return 0, "", ""
+        if len(args) == 2 and args[0] == "--status":
+            return 0, json.dumps(runner.status(args[1])) + "\n", ""
+        return 2, "", "usage: runner run --detach | --list | --kill SIGNAL UUID | --status UUID\n"
+
+    async def _delayed_power_off(self) -> None:
+        await asyncio.sleep(self.config.poweroff_delay)
+        await self.power_off()
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def __repr__(self) -> str:
+        return (
+            f"StubWorker({self.config.name!r}, port={self.port}, key={self.host_key_fingerprint})"
+        )
