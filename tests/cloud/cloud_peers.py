@@ -19,10 +19,14 @@ from pydantic import SecretStr
 from nodewarden.cloud import CloudConfig, CloudCredentials, CloudFacade, CloudInstance, build_cloud
 from nodewarden.cloud.protocol import CloudMetricsHook
 from nodewarden.cloud.stub import StubCloud
+from nodewarden.cloud.stub.process import StubCloudProcess
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.addressing import Endpoint, ResolutionRefused
 
 T = TypeVar("T")
+
+SERVER_CREDENTIALS = ("AKIASTUBSERVERKEY001", "stub-server-secret-5f4e3d2c1b0a")
+"""Key and secret the module-scoped stub cloud server (`stub_server`) accepts."""
 
 StubCloudFactory = Callable[..., StubCloud]
 """The `stub_cloud_factory` fixture: call with StubFaults (and credentials/types) to start one."""
@@ -180,6 +184,26 @@ def stub_facade(
     settings.update(config)
     kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
     return build_cloud(CloudConfig(**settings), credentials, dispatcher, metrics=metrics, **kwargs)
+
+
+def remote_facade(
+    stub: StubCloudProcess,
+    *,
+    dispatcher: str = "disp-a",
+    credentials: CloudCredentials | str | None = "server",
+    clock: Any = None,
+    **config: Any,
+) -> CloudFacade:
+    """A facade over a stub cloud server (no rate limits unless configured).
+
+    `credentials="server"` (default) uses the ones the server accepts.
+    """
+    settings: dict[str, Any] = {"ops_per_second": 0, "max_concurrent_creates": 0}
+    settings.update(config)
+    creds = stub.cloud_credentials() if credentials == "server" else credentials
+    assert not isinstance(creds, str)
+    kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    return build_cloud(stub.cloud_config(**settings), creds, dispatcher, **kwargs)
 
 
 async def create(

@@ -1,5 +1,9 @@
 """Fixtures of the cloud tests: the operator's SSH key, a catalogue, stub clouds, a moto EC2.
 
+`stub_server` is a stub cloud server subprocess (`nodewarden.cloud.stub.process`) shared
+by a test module, with `SERVER_CREDENTIALS` and the test catalogue; its faults and forced
+rate limits are reset after every test.
+
 The moto server runs in-process on 127.0.0.1 behind `cloud_peers.ec2_namespace_filter`,
 a small WSGI response filter of this test harness (see its docstring).
 """
@@ -14,13 +18,15 @@ import asyncssh
 import pytest
 
 from cloud.cloud_peers import (
+    SERVER_CREDENTIALS,
     MotoEndpoint,
     OperatorKey,
     StubCloudFactory,
     ec2_namespace_filter,
     make_catalogue,
 )
-from nodewarden.cloud.stub import StubCloud, StubFaults
+from nodewarden.cloud.stub import StubCloud, StubFaults, StubServerConfig
+from nodewarden.cloud.stub.process import StubCloudProcess
 from nodewarden.scheduling.instancetypes import InstanceType
 
 _names = itertools.count(1)
@@ -85,3 +91,28 @@ def moto_ec2() -> Iterator[MotoEndpoint]:
     finally:
         server.shutdown()
         thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def stub_server_process(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[StubCloudProcess]:
+    config = StubServerConfig(
+        name="tests",
+        credentials={"key": SERVER_CREDENTIALS[0], "secret": SERVER_CREDENTIALS[1]},
+        instance_types=make_catalogue(),
+    )
+    stub = StubCloudProcess(config, workdir=tmp_path_factory.mktemp("stub-server")).start()
+    try:
+        yield stub
+    finally:
+        stub.stop()
+
+
+@pytest.fixture
+def stub_server(stub_server_process: StubCloudProcess) -> Iterator[StubCloudProcess]:
+    """The module's stub cloud server, with default faults again after the test."""
+    yield stub_server_process
+    if stub_server_process.running:
+        stub_server_process.admin.force_rate_limit(0)
+        stub_server_process.admin.set_faults(**StubFaults().model_dump())

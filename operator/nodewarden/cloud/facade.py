@@ -144,12 +144,15 @@ class CloudFacade:
         ssh_public_key: str,
         tags: Mapping[str, str] | None = None,
         login_user: str = "root",
+        instance_secret: SecretStr | None = None,
     ) -> tuple[CreateRequest, SecretStr]:
         """A create request with a fresh instance secret; returns (request, secret).
 
-        The secret is in the init script only; the tags carry its sha256.
+        The secret is in the init script only; the tags carry its sha256. Pass
+        `instance_secret` to use one derived by the caller (so it can be recomputed after
+        a restart); otherwise a random one is made.
         """
-        secret = new_instance_secret()
+        secret = instance_secret or new_instance_secret()
         all_tags = {
             self.tag_keys.instance_type: instance_type.name,
             self.tag_keys.secret_digest: secret_digest(secret),
@@ -237,7 +240,7 @@ def build_cloud(
         anyone,
     )
     if resolver is None:
-        resolver = _default_resolver(config)
+        resolver = _default_resolver(config, credentials)
     log.info(
         "cloud adapter ready",
         extra={
@@ -259,11 +262,12 @@ def build_cloud(
     )
 
 
-def _default_resolver(config: CloudConfig) -> AddressResolver:
+def _default_resolver(config: CloudConfig, credentials: CloudCredentials | None) -> AddressResolver:
     if config.driver == STUB_PROVIDER:
-        from nodewarden.cloud.stub import StubCloud
+        # In-process stub (cloud=<name>) or a stub cloud server (cloud=http://127.0.0.1:P).
+        from nodewarden.cloud.stub import stub_resolver
 
-        return StubCloud.get(str(config.driver_params.get("cloud", "default"))).resolver
+        return stub_resolver(config.driver_params.get("cloud", "default"), credentials)
     return DirectResolver()
 
 

@@ -33,11 +33,11 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from libcloud.common.exceptions import exception_from_message
 from libcloud.common.types import InvalidCredsError
@@ -51,6 +51,8 @@ from nodewarden.ssh.addressing import Endpoint, ResolutionRefused, is_loopback
 log = logging.getLogger(__name__)
 
 ADDRESS_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
+
+T = TypeVar("T")
 
 
 class WorkerHandle(Protocol):
@@ -277,6 +279,30 @@ class StubCloud:
             if up >= count or time.monotonic() >= deadline:
                 return up
             time.sleep(0.02)
+
+    def endpoints(self) -> dict[str, int]:
+        """Address -> loopback SSH port of every VM whose SSH server listens."""
+        with self._lock:
+            return {
+                vm.private_ip: vm.port
+                for vm in self._vms.values()
+                if vm.port is not None and not vm.destroying
+            }
+
+    def submit(self, make: Callable[[], Coroutine[Any, Any, T]]) -> Future[T]:
+        """Run a coroutine on the stub loop (where the workers live); its future.
+
+        For controls of live workers from other threads (the stub server's handlers):
+        the coroutine runs next to the worker, so no state is touched from two threads.
+        """
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError(f"stub cloud {self.name!r} is not started")
+
+        async def run() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(run(), loop)
 
     def endpoint(self, address: str) -> Endpoint | None:
         """The loopback endpoint of the VM with this address, when its SSH server listens."""

@@ -2,21 +2,28 @@
 
 It speaks the EC2-shaped subset the cloud adapter uses (`list_nodes(ex_filters=)`,
 `create_node(ex_userdata=, ex_metadata=, ex_spot=)`, `ex_create_tags`, `ex_delete_tags`,
-`destroy_node`) and forwards every call to the running `StubCloud` named by the `cloud`
-driver parameter, checking the credentials on every call like a real API.
+`destroy_node`). The `cloud` driver parameter says where the stub cloud is:
 
     get_driver("nodewarden-stub")(key, secret, cloud="default")
+        in-process: every call goes to the running `StubCloud` named "default", which
+        checks the credentials on every call like a real API;
+    get_driver("nodewarden-stub")(key, secret, cloud="http://127.0.0.1:PORT")
+        a stub cloud server (`nodewarden.cloud.stub.server`) over loopback HTTP: the
+        constructor returns a `nodewarden.cloud.stub.remote.RemoteStubNodeDriver`.
 """
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
-from libcloud.common.base import ConnectionKey
+from libcloud.common.base import Connection, ConnectionKey
 from libcloud.compute.base import Node, NodeDriver, NodeImage, NodeSize
 from libcloud.compute.types import NodeState
 
 from nodewarden.cloud.stub.cloud import StubCloud, StubVMView
+from nodewarden.cloud.stub.wire import is_stub_url
+from nodewarden.scheduling.instancetypes import InstanceType
 
 STUB_PROVIDER = "nodewarden-stub"
 
@@ -39,13 +46,22 @@ class StubConnection(ConnectionKey):
 
 
 class StubNodeDriver(NodeDriver):
-    """libcloud driver of the nodewarden stub cloud."""
+    """libcloud driver of the nodewarden stub cloud (in-process; a URL `cloud` goes remote)."""
 
     name = "nodewarden stub cloud"
     website = "https://nodewarden.io/stub"
     type = STUB_PROVIDER
-    connectionCls = StubConnection
+    connectionCls: builtins.type[Connection] = StubConnection
     features: dict[str, list[str]] = {"create_node": []}
+
+    def __new__(cls, *args: Any, cloud: str = "default", **kwargs: Any) -> StubNodeDriver:
+        if cls is StubNodeDriver and is_stub_url(cloud):
+            from nodewarden.cloud.stub.remote import RemoteStubNodeDriver
+
+            remote: StubNodeDriver = super().__new__(RemoteStubNodeDriver)
+            return remote
+        driver: StubNodeDriver = super().__new__(cls)
+        return driver
 
     def __init__(
         self,
@@ -106,37 +122,43 @@ class StubNodeDriver(NodeDriver):
         return True
 
     def list_sizes(self, location: Any = None) -> list[NodeSize]:
-        cloud = self._cloud
-        return [
-            NodeSize(
-                id=t.provider_type,
-                name=t.name,
-                ram=t.ram // 2**20,
-                disk=t.scratch // 2**30,
-                bandwidth=None,
-                price=t.price,
-                driver=self,
-                extra={"vcpus": t.vcpus, "gpus": t.gpus},
-            )
-            for t in cloud.catalogue()
-        ]
+        return [to_size(self, t) for t in self._cloud.catalogue()]
 
     def list_images(self, location: Any = None, ex_owner: Any = None) -> list[NodeImage]:
         return [NodeImage(id="stub-image", name="stub-image", driver=self)]
 
     def _to_node(self, vm: StubVMView) -> Node:
-        return Node(
-            id=vm.id,
-            name=vm.name,
-            state=_STATES.get(vm.state, NodeState.UNKNOWN),
-            public_ips=[],
-            private_ips=[vm.private_ip],
-            driver=self,
-            created_at=vm.created_at,
-            extra={
-                "tags": dict(vm.tags),
-                "instance_type": vm.size,
-                "image_id": vm.image,
-                "price": vm.price,
-            },
-        )
+        return to_node(self, vm)
+
+
+def to_node(driver: NodeDriver, vm: StubVMView) -> Node:
+    """A libcloud `Node` as the stub drivers report it."""
+    return Node(
+        id=vm.id,
+        name=vm.name,
+        state=_STATES.get(vm.state, NodeState.UNKNOWN),
+        public_ips=[],
+        private_ips=[vm.private_ip],
+        driver=driver,
+        created_at=vm.created_at,
+        extra={
+            "tags": dict(vm.tags),
+            "instance_type": vm.size,
+            "image_id": vm.image,
+            "price": vm.price,
+        },
+    )
+
+
+def to_size(driver: NodeDriver, itype: InstanceType) -> NodeSize:
+    """A libcloud `NodeSize` for one catalogue entry."""
+    return NodeSize(
+        id=itype.provider_type,
+        name=itype.name,
+        ram=itype.ram // 2**20,
+        disk=itype.scratch // 2**30,
+        bandwidth=None,
+        price=itype.price,
+        driver=driver,
+        extra={"vcpus": itype.vcpus, "gpus": itype.gpus},
+    )
