@@ -13,7 +13,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nodewarden.api.base import DNS_LABEL_PATTERN
+from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
+from nodewarden.cloud.config import CloudConfig
+from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.units import Duration
 
 
@@ -49,6 +51,50 @@ class ManagementConfig(_Config):
     token_secret_key: str = Field(default="token", description="Key of the token in the Secret.")
 
 
+class DispatchSettings(_Config):
+    """The dispatcher's loop timing and concurrency (Arvados defaults in brackets)."""
+
+    enabled: bool = Field(default=True, description="Run the container dispatcher.")
+    tick_interval: float = Field(
+        default=1.0, gt=0, description="Seconds between planning rounds (also woken by events)."
+    )
+    sync_interval: float = Field(
+        default=10.0, gt=0, description="Seconds between cloud instance listings [1 m]."
+    )
+    probe_interval: float = Field(
+        default=10.0, gt=0, description="Seconds between probes of a ready node [10 s]."
+    )
+    boot_probe_interval: float = Field(
+        default=2.0, gt=0, description="Seconds between probes of a booting node."
+    )
+    max_probes_per_second: float = Field(
+        default=50.0, ge=0, description="Probe throttle (0 = unthrottled) [10/s]."
+    )
+    term_interval: float = Field(
+        default=10.0, gt=0, description="Seconds between TERM signals to a cancelled runner."
+    )
+    term_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds of TERM before KILL [2 m]."
+    )
+    max_concurrent_starts: int = Field(default=20, ge=1, description="Runner starts in flight.")
+    max_concurrent_writes: int = Field(
+        default=16, ge=1, description="Kubernetes status writes in flight."
+    )
+    max_new_nodes_per_round: int = Field(
+        default=50, ge=1, description="Instances the dispatcher asks for per planning round."
+    )
+    probe_tag_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between refreshes of the last-probe tag on an instance.",
+    )
+    ssh_user: str = Field(default="root", description="Login user on cloud nodes.")
+    ssh_private_key_secret: SecretKeyReference | None = Field(
+        default=None,
+        description="Secret key (operator namespace) holding the SSH private key for nodes.",
+    )
+
+
 class OperatorConfig(_Config):
     """Configuration of one operator process."""
 
@@ -78,6 +124,11 @@ class OperatorConfig(_Config):
     leader_election: LeaderElection = Field(default_factory=LeaderElection)
     http: HttpConfig = Field(default_factory=HttpConfig)
     management: ManagementConfig = Field(default_factory=ManagementConfig)
+    cloud: CloudConfig | None = Field(
+        default=None, description="Cloud driver, credentials refs and catalogue; unset = none."
+    )
+    ssh: ProbeSettings = Field(default_factory=ProbeSettings)
+    dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
 
     @property
     def lease_name(self) -> str:

@@ -7,12 +7,15 @@ cleanly, and says which in its body.
 
 from __future__ import annotations
 
+import hmac
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import SecretStr
 
 from nodewarden.metrics import REGISTRY
 
@@ -24,6 +27,8 @@ class Health:
     role: Role = "starting"
     handlers_ready: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    status_provider: Callable[[], dict[str, Any]] | None = None
+    status_token: SecretStr | None = None
 
     @property
     def ready(self) -> bool:
@@ -46,7 +51,29 @@ def build_app(health: Health) -> web.Application:
         data = generate_latest(REGISTRY)
         return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def status(request: web.Request) -> web.Response:
+        """Management status: live view of instances and containers (token required)."""
+        if health.status_token is None:
+            return web.json_response(
+                {"error": "the status endpoint is disabled (management.token_secret_name unset)"},
+                status=404,
+            )
+        given = request.headers.get("Authorization", "")
+        expected = "Bearer " + health.status_token.get_secret_value()
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            return web.json_response(
+                {"error": "missing or wrong token"},
+                status=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if health.status_provider is None or health.role != "leader":
+            return web.json_response(
+                {"error": f"this replica is {health.role}; ask the leader"}, status=503
+            )
+        return web.json_response(health.status_provider())
+
     app = web.Application()
+    app.router.add_get("/api/v1/status", status)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -21,11 +21,12 @@ from typing import Any
 
 import kopf
 
-from nodewarden.config import OperatorConfig
+from nodewarden.config import ConfigError, OperatorConfig
+from nodewarden.dispatch import Dispatcher, build_dispatcher
 from nodewarden.endpoints import Health, build_app, start
 from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
-from nodewarden.kube.client import Kube, api_client_from
+from nodewarden.kube.client import Kube, KubeError, api_client_from
 from nodewarden.kube.lease import LeaderElector
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER
@@ -156,7 +157,23 @@ async def _act(
     elector: LeaderElector | None,
 ) -> int:
     ctx = HandlerContext(config=config, kube=kube)
-    registry = build_registry(ctx)
+    dispatcher: Dispatcher | None = None
+    if config.dispatch.enabled:
+        try:
+            dispatcher = await build_dispatcher(config, kube, namespace)
+        except ConfigError as exc:
+            log.error("cannot start the dispatcher: %s", exc)
+            return 2
+        health.status_provider = dispatcher.snapshot
+    if config.management.token_secret_name:
+        try:
+            token = await kube.read_secret(
+                namespace, config.management.token_secret_name, config.management.token_secret_key
+            )
+            health.status_token = token
+        except KubeError as exc:
+            log.error("management status endpoint disabled: %s", exc)
+    registry = build_registry(ctx, dispatcher)
     kopf.on.login(registry=registry)(_login_handler(api.configuration, namespace))
     ready = asyncio.Event()
     lost = asyncio.Event()
@@ -170,9 +187,17 @@ async def _act(
         health.handlers_ready = True
         log.info("handlers running")
 
+    async def dispatch() -> None:
+        assert dispatcher is not None
+        await ready.wait()
+        await dispatcher.start()
+        await dispatcher.run()
+
     tasks = [asyncio.create_task(mark_ready())]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.keep(on_lost)))
+    if dispatcher is not None:
+        tasks.append(asyncio.create_task(dispatch()))
     try:
         await kopf.operator(
             registry=registry,
@@ -189,6 +214,8 @@ async def _act(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if dispatcher is not None:
+            await dispatcher.stop()
     return 1 if lost.is_set() else 0
 
 

@@ -80,6 +80,12 @@ class WakeOnLanTarget(ApiModel):
         description="IPv4 broadcast address of the node's segment.",
     )
     port: int = Field(default=9, ge=1, le=65535, description="UDP port (usually 9 or 7).")
+    interface: str | None = Field(
+        default=None,
+        max_length=15,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Interface name on the node (for the ethtool Wake-on capability check).",
+    )
     secure_on_secret_ref: SecretKeyReference | None = Field(
         default=None, description="Secret key holding a 6-byte SecureOn password (hex)."
     )
@@ -274,6 +280,20 @@ class WorkerNodeStatus(StatusModel):
         default=None, description="UUID of the last container that ran on the node."
     )
     last_probe: ProbeStatus | None = Field(default=None, description="Most recent SSH probe.")
+    ssh_host_key: str | None = Field(
+        default=None,
+        max_length=16384,
+        description=(
+            "Public SSH host key (known_hosts form, without host) learned on first use after "
+            "the node proved its per-instance secret; pinned from then on."
+        ),
+    )
+    dispatcher_id: str | None = Field(
+        default=None, description="Dispatcher that manages this node's instance."
+    )
+    broken: bool | None = Field(
+        default=None, description="The runner reported the node broken; it is being drained."
+    )
     last_transition_time: datetime | None = Field(
         default=None, description="When the last power transition finished."
     )

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import kopf
 
-from nodewarden.handlers import validation
+from nodewarden.dispatch import Dispatcher
+from nodewarden.handlers import dispatch, validation
 from nodewarden.handlers.context import HandlerContext
 
 
-def build_registry(ctx: HandlerContext) -> kopf.OperatorRegistry:
+def build_registry(
+    ctx: HandlerContext, dispatcher: Dispatcher | None = None
+) -> kopf.OperatorRegistry:
+    """All handlers. With a dispatcher, ContainerDispatch validation is the dispatcher's job
+    (it acknowledges and validates each container in its first status write)."""
     registry = kopf.OperatorRegistry()
-    validation.register(registry, ctx)
+    validation.register(registry, ctx, containers=dispatcher is None)
+    if dispatcher is not None:
+        dispatch.register(registry, dispatcher)
     return registry

@@ -211,8 +211,8 @@ def _timed(kind: Kind, fn: Callable[..., Awaitable[Verdict]]) -> Callable[..., A
     return wrapper
 
 
-def register(registry: kopf.OperatorRegistry, ctx: HandlerContext) -> None:
-    """Register the validation handlers of all four kinds into `registry`."""
+def register(registry: kopf.OperatorRegistry, ctx: HandlerContext, containers: bool = True) -> None:
+    """Register the validation handlers into `registry` (ContainerDispatch only if asked)."""
     resync = max(1.0, parse_duration(ctx.config.resync_interval).total_seconds())
     wn = (GROUP, VERSION, WORKER_NODE.plural)
     pp = (GROUP, VERSION, POWER_POLICY.plural)
@@ -287,6 +287,9 @@ def register(registry: kopf.OperatorRegistry, ctx: HandlerContext) -> None:
     async def powerintent_valid(body: kopf.Body, **kw: Any) -> None:
         namespace = body.metadata.namespace or ""
         await intent_reconcile(ctx, body, node_names(kw["nw_nodes"], namespace))
+
+    if not containers:
+        return
 
     # --- ContainerDispatch --------------------------------------------------------------
     @kopf.on.resume(*cd, id="containerdispatch_valid", registry=registry)

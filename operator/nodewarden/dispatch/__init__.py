@@ -1,0 +1,150 @@
+"""The container dispatcher (Arvados crunch-dispatch-cloud lineage), wired from its parts.
+
+- `queue`       ContainerDispatch cache and status writes (lock with a precondition)
+- `workers`     the worker pool: cloud instances <-> WorkerNodes, probes, create/destroy
+- `policies`    PowerPolicy views (default policy, built-in fallback)
+- `identity`    per-instance secrets derived from the operator's SSH key
+- `dispatcher`  the main loop: recover, reconcile runners, cancel, plan, execute, lifecycle
+
+`build_dispatcher(config, kube, namespace)` reads the Secrets it needs (SSH key, cloud
+credentials) and composes everything once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+
+from pydantic import SecretStr
+
+from nodewarden.cloud.config import CloudCredentials
+from nodewarden.cloud.facade import CloudFacade, build_cloud
+from nodewarden.cloud.protocol import CloudMetricsHook
+from nodewarden.config import ConfigError, OperatorConfig
+from nodewarden.dispatch.dispatcher import Dispatcher, utc_now
+from nodewarden.dispatch.identity import master_secret
+from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.dispatch.queue import ContainerQueue
+from nodewarden.dispatch.workers import WorkerPool
+from nodewarden.kube.client import Kube, KubeError
+from nodewarden.metrics import CLOUD_ERRORS, CLOUD_OPERATIONS
+from nodewarden.ssh.credentials import SshClientKey
+from nodewarden.ssh.errors import InvalidClientKey
+from nodewarden.ssh.prober import SshProber
+from nodewarden.ssh.throttle import ProbeThrottle
+from nodewarden.units import parse_duration
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Dispatcher", "build_dispatcher"]
+
+
+class _Metrics(CloudMetricsHook):
+    """Feeds the cloud layer's call outcomes into nodewarden's own metrics."""
+
+    def observe(self, operation: str, outcome: str, seconds: float) -> None:
+        CLOUD_OPERATIONS.labels(operation, "ok" if outcome == "ok" else "error").inc()
+        if outcome != "ok":
+            CLOUD_ERRORS.labels(outcome).inc()
+
+
+async def _secret(kube: Kube, namespace: str, name: str, key: str, what: str) -> SecretStr:
+    try:
+        return await kube.read_secret(namespace, name, key)
+    except KubeError as exc:
+        raise ConfigError(f"{what}: {exc}; create the Secret or fix the reference") from exc
+
+
+async def build_dispatcher(config: OperatorConfig, kube: Kube, namespace: str) -> Dispatcher:
+    """Compose the dispatcher; ConfigError names what is missing."""
+    settings = config.dispatch
+    queue = ContainerQueue(
+        kube=kube,
+        namespace=namespace,
+        dispatcher_id=config.dispatcher_id,
+        writes=asyncio.Semaphore(settings.max_concurrent_writes),
+    )
+    policies = PolicyBook(namespace=namespace, default_name=config.default_policy)
+    cloud: CloudFacade | None = None
+    prober: SshProber | None = None
+    pool: WorkerPool | None = None
+    dispatcher_holder: list[Dispatcher] = []
+
+    def poke() -> None:
+        if dispatcher_holder:
+            dispatcher_holder[0].poke()
+
+    if config.cloud is not None:
+        ref = settings.ssh_private_key_secret
+        if ref is None:
+            raise ConfigError(
+                "dispatch.ssh_private_key_secret: a cloud is configured, so nodewarden needs an "
+                "SSH private key Secret to reach its nodes; set {name, key}"
+            )
+        raw_key = await _secret(
+            kube, namespace, ref.name, ref.key, "dispatch.ssh_private_key_secret"
+        )
+        try:
+            client_key = SshClientKey(raw_key)
+        except InvalidClientKey as exc:
+            raise ConfigError(f"dispatch.ssh_private_key_secret: {exc}") from exc
+        credentials = None
+        if config.cloud.credentials is not None:
+            cref = config.cloud.credentials
+            key = await _secret(
+                kube, namespace, cref.key_ref.name, cref.key_ref.key, "cloud.credentials.key_ref"
+            )
+            secret = None
+            if cref.secret_ref is not None:
+                secret = await _secret(
+                    kube,
+                    namespace,
+                    cref.secret_ref.name,
+                    cref.secret_ref.key,
+                    "cloud.credentials.secret_ref",
+                )
+            credentials = CloudCredentials(key=key, secret=secret)
+        cloud = build_cloud(config.cloud, credentials, config.dispatcher_id, metrics=_Metrics())
+        prober = SshProber(
+            config.ssh,
+            resolver=cloud.resolver,
+            throttle=ProbeThrottle(settings.max_probes_per_second),
+        )
+
+        def takeover_after() -> timedelta:
+            return parse_duration(policies.default.spec.dispatch.takeover_after)
+
+        pool = WorkerPool(
+            kube=kube,
+            cloud=cloud,
+            prober=prober,
+            namespace=namespace,
+            dispatcher_id=config.dispatcher_id,
+            settings=settings,
+            client_key=client_key,
+            master=master_secret(client_key),
+            takeover_after=takeover_after,
+            default_policy=None,
+            clock=_now,
+            on_change=poke,
+        )
+    else:
+        log.info("no cloud configured: containers wait for side nodes")
+    dispatcher = Dispatcher(
+        kube=kube,
+        namespace=namespace,
+        dispatcher_id=config.dispatcher_id,
+        settings=settings,
+        queue=queue,
+        policies=policies,
+        pool=pool,
+        cloud=cloud,
+        prober=prober,
+    )
+    dispatcher_holder.append(dispatcher)
+    return dispatcher
+
+
+def _now() -> datetime:
+    return utc_now()

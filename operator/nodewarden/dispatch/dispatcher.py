@@ -1,0 +1,887 @@
+"""The dispatcher: the main loop that turns queued containers into running ones on cloud nodes.
+
+Start-up (`start`): LIST containers, WorkerNodes and policies; list the cloud and adopt
+every instance tagged with our dispatcher id (creating missing WorkerNodes); probe every
+node once. Until that first probe round is done nothing is started, requeued or shut
+down, so a restarted dispatcher adopts running containers instead of running them twice.
+
+Each round (`step`, every `tick_interval` or sooner when an event arrives):
+
+1. sync with the cloud list when due (`sync_interval`);
+2. reconcile runners with containers, node by node, from the latest probe: adopt a runner
+   whose container is Locked/Queued, kill a runner nobody wants, finish a Running container
+   whose runner is gone (Complete with its exit code, or requeue / Failed after the
+   attempts cap when the runner died without finishing);
+3. cancel what was cancelled or deleted (TERM repeated every `term_interval`, KILL after
+   `term_timeout`), releasing our finalizer only when the runner is gone;
+4. plan with the pure scheduler (`nodewarden.scheduling.scheduler.plan`);
+5. execute: fail unsatisfiable containers, unlock stale locks, lock + start runners,
+   create instances, and write scheduling statuses that changed;
+6. decide each node's fate with the node-manager matrix (drain, shut down), honouring
+   idle behaviour run/hold/drain, min warm nodes, lame and broken nodes;
+7. write WorkerNode statuses that changed and update the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nodewarden.api.containerdispatch import TERMINAL_PHASES
+from nodewarden.cloud.errors import CloudErrorKind
+from nodewarden.cloud.facade import CloudFacade
+from nodewarden.config import DispatchSettings
+from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.dispatch.queue import FINALIZER, Container, ContainerQueue
+from nodewarden.dispatch.workers import Worker, WorkerPool, _iso
+from nodewarden.kube.client import Kube, KubeError
+from nodewarden.metrics import (
+    CONTAINERS,
+    CONTAINERS_FINISHED,
+    CONTAINERS_STARTED,
+    HOURLY_SPEND,
+    NODES,
+)
+from nodewarden.policy.nodemanager import CloudWorkerFacts, NodeManagerAction, decide_for
+from nodewarden.scheduling.instancetypes import Catalogue
+from nodewarden.scheduling.scheduler import (
+    Capacity,
+    CloudState,
+    ContainerView,
+    Limits,
+    NodeState,
+    NodeView,
+    Phase,
+    Plan,
+    plan,
+)
+from nodewarden.ssh.errors import SshError
+from nodewarden.ssh.prober import SshProber
+from nodewarden.units import parse_duration
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+@dataclass
+class Dispatcher:
+    kube: Kube
+    namespace: str
+    dispatcher_id: str
+    settings: DispatchSettings
+    queue: ContainerQueue
+    policies: PolicyBook
+    pool: WorkerPool | None
+    cloud: CloudFacade | None
+    prober: SshProber | None
+    clock: Callable[[], datetime] = utc_now
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    recovered: bool = False
+    inflight: set[str] = field(default_factory=set)
+    pending_starts: dict[str, int] = field(default_factory=dict)
+    last_plan: Plan | None = None
+    rounds: int = 0
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _starts: asyncio.Semaphore | None = None
+    _next_sync: datetime | None = None
+    _status_sent: dict[str, str] = field(default_factory=dict)
+
+    # --- events from kopf -----------------------------------------------------------------
+
+    def observe_container(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        self.queue.observe(body, deleted)
+        self.wake.set()
+
+    def observe_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        if self.pool is not None:
+            self.pool.observe_node(body, deleted)
+        self.wake.set()
+
+    def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        self.policies.observe(body, deleted)
+        self.wake.set()
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Rebuild state from the API server and the cloud, then probe every node once."""
+        self._starts = asyncio.Semaphore(self.settings.max_concurrent_starts)
+        await self.queue.resync()
+        await self.policies.load(self.kube)
+        if self.pool is not None:
+            await self.pool.load_nodes()
+            await self.pool.sync_cloud()
+            await self._first_probe_round()
+        self.recovered = True
+        log.info(
+            "dispatcher recovered",
+            extra={
+                "containers": len(self.queue.by_name),
+                "nodes": len(self.pool.workers) if self.pool else 0,
+            },
+        )
+
+    async def _first_probe_round(self, limit: float = 60.0) -> None:
+        assert self.pool is not None
+        workers = [w for w in self.pool.workers.values() if w.instance is not None]
+        if not workers:
+            return
+        jobs = [asyncio.ensure_future(self.pool.probe_once(w)) for w in workers]
+        _, pending = await asyncio.wait(jobs, timeout=limit)
+        for job in pending:
+            job.cancel()
+        self.pool.ensure_probes()
+
+    async def run(self) -> None:
+        """Run rounds until `stop()`."""
+        while not self._stop.is_set():
+            self.wake.clear()
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dispatcher round failed; retrying next tick")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=self.settings.tick_interval)
+            # coalesce bursts of watch events into one round
+            await asyncio.sleep(min(0.2, self.settings.tick_interval))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self.wake.set()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.pool is not None:
+            await self.pool.close()
+        if self.prober is not None:
+            await self.prober.aclose()
+        if self.cloud is not None:
+            await self.cloud.close()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- one round ------------------------------------------------------------------------
+
+    async def step(self) -> None:
+        now = self.clock()
+        self.rounds += 1
+        if self.pool is not None and (self._next_sync is None or now >= self._next_sync):
+            self._next_sync = now + timedelta(seconds=self.settings.sync_interval)
+            await self.pool.sync_cloud()
+        if self.pool is not None:
+            self.pool.ensure_probes()
+            self._reconcile_runners(now)
+        await self._cancellations(now)
+        result = self._plan(now)
+        self.last_plan = result
+        await self._execute(result, now)
+        if self.pool is not None:
+            await self._lifecycle(result, now)
+            await self.pool.write_statuses(self._containers_by_node())
+        self._metrics()
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _max_attempts(self) -> int:
+        return self.policies.default.spec.dispatch.max_attempts
+
+    def _containers_by_node(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for c in self.queue:
+            if c.phase in ("Locked", "Running") and c.status.node:
+                out.setdefault(c.status.node, []).append(c.uuid)
+        return out
+
+    def _base(self, c: Container) -> dict[str, Any]:
+        """Fields every first write carries: acknowledgement and the Valid condition."""
+        out: dict[str, Any] = {}
+        if c.status.observed_generation != c.generation:
+            out["observedGeneration"] = c.generation
+            if c.problem:
+                out["conditions"] = self.queue.conditions(c, False, "InvalidSpec", c.problem)
+            else:
+                out["conditions"] = self.queue.conditions(c, True, "Valid", "spec is valid")
+        if c.status.first_seen is None:
+            out["firstSeen"] = _iso(self.clock())
+        return out
+
+    async def _write(self, c: Container, status: dict[str, Any], **kw: Any) -> bool:
+        latest = self.queue.get(c.name) or c
+        try:
+            return await self.queue.write(latest, {**self._base(latest), **status}, **kw)
+        except KubeError as exc:
+            log.warning("status write for %s failed: %s", c.name, exc)
+            return False
+
+    async def _finish(
+        self, c: Container, phase: str, reason: str, message: str, exit_code: int | None = None
+    ) -> None:
+        status: dict[str, Any] = {
+            "phase": phase,
+            "reason": reason,
+            "schedulingStatus": message,
+            "finishedAt": _iso(self.clock()),
+        }
+        if exit_code is not None:
+            status["exitCode"] = exit_code
+        if await self._write(c, status):
+            CONTAINERS_FINISHED.labels(phase).inc()
+            log.info("container %s %s: %s", c.uuid, phase, message)
+            if c.status.node and self.pool is not None:
+                worker = self.pool.workers.get(c.status.node)
+                if worker is not None:
+                    worker.last_container = c.uuid
+        latest = self.queue.get(c.name)
+        if latest is not None and FINALIZER in latest.finalizers:
+            with contextlib.suppress(KubeError):
+                await self.queue.set_finalizer(latest, False)
+
+    async def _requeue_or_fail(
+        self, c: Container, why: str, attempts: int, reason: str, flap: bool = False
+    ) -> None:
+        cap = self._max_attempts()
+        if attempts >= cap:
+            await self._finish(
+                c, "Failed", "MaxAttemptsExceeded", f"{why}; gave up after {attempts} attempts"
+            )
+            return
+        status: dict[str, Any] = {
+            "phase": "Queued",
+            "reason": reason,
+            "schedulingStatus": f"requeued: {why} (attempt {attempts} of {cap})",
+            "attempts": attempts,
+            "node": None,
+            "lockedBy": None,
+            "runnerPid": None,
+        }
+        if flap:
+            status["lockFlaps"] = c.status.lock_flaps + 1
+        if await self._write(c, status):
+            log.info("container %s requeued: %s", c.uuid, why)
+        latest = self.queue.get(c.name)
+        if latest is not None and FINALIZER in latest.finalizers:
+            with contextlib.suppress(KubeError):
+                await self.queue.set_finalizer(latest, False)
+
+    # --- 2. runners vs containers ---------------------------------------------------------
+
+    def _reconcile_runners(self, now: datetime) -> None:
+        assert self.pool is not None
+        if not self.recovered:
+            return
+        by_uuid = self.queue.by_uuid()
+        for worker in list(self.pool.workers.values()):
+            if worker.runners is None or worker.runners_at is None:
+                continue
+            for uuid, pid in list(worker.runners.items()):
+                c = by_uuid.get(uuid)
+                if uuid in self.inflight:
+                    continue
+                if c is None or c.terminal or (c.status.node and c.status.node != worker.name):
+                    if not c or not c.cancel_requested:
+                        self._spawn_guarded(uuid, self._kill_unwanted(worker, uuid))
+                    continue
+                if c.cancel_requested:
+                    continue  # handled by _cancellations
+                if c.phase in (None, "Queued", "Locked"):
+                    self._spawn_guarded(uuid, self._adopt_runner(c, worker, pid))
+            for c in by_uuid.values():
+                if c.phase != "Running" or c.status.node != worker.name:
+                    continue
+                if c.uuid in worker.runners or c.uuid in self.inflight or c.cancel_requested:
+                    continue
+                started = c.status.started_at
+                if started is not None and worker.runners_at <= started + timedelta(seconds=1):
+                    continue  # the listing predates the start
+                self._spawn_guarded(c.uuid, self._runner_gone(c, worker))
+        # Running containers whose node no longer exists
+        for c in by_uuid.values():
+            if c.phase not in ("Running", "Locked") or c.uuid in self.inflight:
+                continue
+            if c.status.locked_by not in (None, self.dispatcher_id):
+                continue
+            if c.status.node and c.status.node not in self.pool.workers:
+                if c.cancel_requested:
+                    continue
+                self._spawn_guarded(
+                    c.uuid,
+                    self._requeue_or_fail(
+                        c,
+                        f"node {c.status.node} disappeared",
+                        c.status.attempts,
+                        "NodeLost",
+                    ),
+                )
+
+    def _spawn_guarded(self, uuid: str, coro: Any) -> None:
+        self.inflight.add(uuid)
+
+        async def run() -> None:
+            try:
+                await coro
+            except Exception:
+                log.exception("task for container %s failed", uuid)
+            finally:
+                self.inflight.discard(uuid)
+                self.wake.set()
+
+        self._spawn(run())
+
+    async def _kill_unwanted(self, worker: Worker, uuid: str) -> None:
+        assert self.pool is not None and self.prober is not None
+        target = self.pool.target(worker)
+        if target is None:
+            return
+        log.info("killing runner of unwanted container %s on %s", uuid, worker.name)
+        with contextlib.suppress(SshError):
+            await self.prober.kill_runner(target, uuid, "TERM")
+        worker.probe_now.set()
+
+    async def _adopt_runner(self, c: Container, worker: Worker, pid: int) -> None:
+        ok = await self._write(
+            c,
+            {
+                "phase": "Running",
+                "node": worker.name,
+                "lockedBy": self.dispatcher_id,
+                "runnerPid": pid,
+                "instanceType": worker.instance_type.name if worker.instance_type else None,
+                "startedAt": c.status.started_at.isoformat()
+                if c.status.started_at
+                else _iso(self.clock()),
+                "attempts": max(c.status.attempts, 1),
+                "schedulingStatus": f"running on {worker.name} (adopted runner pid {pid})",
+                "reason": "Adopted",
+            },
+        )
+        if ok:
+            log.info("adopted runner %s of container %s on %s", pid, c.uuid, worker.name)
+            latest = self.queue.get(c.name)
+            if latest is not None:
+                with contextlib.suppress(KubeError):
+                    await self.queue.set_finalizer(latest, True)
+
+    async def _runner_gone(self, c: Container, worker: Worker) -> None:
+        """A Running container's runner is no longer listed: find out how it ended."""
+        assert self.pool is not None and self.prober is not None
+        target = self.pool.target(worker)
+        if target is None:
+            return
+        try:
+            outcome = await self.prober.runner_status(target, c.uuid)
+        except SshError as exc:
+            log.info("runner status of %s on %s unknown: %s", c.uuid, worker.name, exc)
+            return
+        if outcome.state == "running":
+            return
+        if outcome.state == "exited":
+            code = outcome.exit_code if outcome.exit_code is not None else -1
+            await self._finish(
+                c, "Complete", "Exited", f"exited with code {code} on {worker.name}", code
+            )
+            return
+        if outcome.state == "killed" and c.cancel_requested:
+            await self._finish(c, "Cancelled", "Cancelled", "cancelled; runner stopped")
+            return
+        await self._requeue_or_fail(
+            c,
+            f"runner on {worker.name} ended without finishing the container ({outcome.state})",
+            c.status.attempts,
+            "RunnerLost",
+        )
+
+    # --- 3. cancellations and deletions ---------------------------------------------------
+
+    async def _cancellations(self, now: datetime) -> None:
+        for c in self.queue:
+            if c.spec is None or c.uuid in self.inflight:
+                continue
+            if c.terminal:
+                if c.deleting and FINALIZER in c.finalizers:
+                    self._spawn_guarded(c.uuid, self.queue.set_finalizer(c, False))
+                continue
+            if not c.cancel_requested:
+                continue
+            if c.status.locked_by not in (None, self.dispatcher_id):
+                continue
+            self._spawn_guarded(c.uuid, self._cancel(c, now))
+
+    async def _cancel(self, c: Container, now: datetime) -> None:
+        worker = (
+            self.pool.workers.get(c.status.node or "")
+            if self.pool is not None and c.phase in ("Locked", "Running")
+            else None
+        )
+        if worker is None or worker.instance is None or self.prober is None:
+            # nothing runs anywhere (or its node is gone)
+            await self._finish(c, "Cancelled", "Cancelled", "cancelled before it ran")
+            return
+        assert self.pool is not None
+        listed = worker.runners is not None and c.uuid in worker.runners
+        if (
+            not listed
+            and c.last_term_at is not None
+            and worker.runners_at is not None
+            and worker.runners_at > c.last_term_at
+        ):
+            await self._finish(
+                c, "Cancelled", "Cancelled", f"cancelled; runner on {worker.name} stopped"
+            )
+            return
+        if not listed and c.phase == "Locked" and c.last_term_at is None:
+            # locked but never started: make sure, then cancel
+            pass
+        due = (
+            c.last_term_at is None
+            or (now - c.last_term_at).total_seconds() >= self.settings.term_interval
+        )
+        if not due:
+            return
+        first = c.first_term_at or now
+        signal = "KILL" if (now - first).total_seconds() >= self.settings.term_timeout else "TERM"
+        target = self.pool.target(worker)
+        if target is None:
+            return
+        try:
+            await self.prober.kill_runner(target, c.uuid, signal)
+        except SshError as exc:
+            log.info("could not signal runner of %s on %s: %s", c.uuid, worker.name, exc)
+        latest = self.queue.get(c.name)
+        if latest is not None:
+            latest.first_term_at = first
+            latest.last_term_at = self.clock()
+            latest.kill_requests += 1
+        worker.probe_now.set()
+        if c.status.scheduling_status != "cancelling: stopping the runner":
+            await self._write(c, {"schedulingStatus": "cancelling: stopping the runner"})
+
+    # --- 4. plan --------------------------------------------------------------------------
+
+    def _catalogue(self) -> Catalogue:
+        if self.cloud is None:
+            return Catalogue()
+        return Catalogue(types=tuple(self.cloud.catalogue))
+
+    def _plan(self, now: datetime) -> Plan:
+        containers: list[ContainerView] = []
+        for c in self.queue:
+            if c.spec is None or c.terminal or c.cancel_requested or c.uuid in self.inflight:
+                continue
+            if c.status.locked_by not in (None, self.dispatcher_id) and c.phase in (
+                "Locked",
+                "Running",
+            ):
+                continue
+            phase = {"Running": Phase.RUNNING, "Locked": Phase.LOCKED}.get(
+                c.phase or "", Phase.QUEUED
+            )
+            created = c.body.get("metadata", {}).get("creationTimestamp")
+            first_seen = c.status.first_seen or (
+                datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
+            )
+            containers.append(
+                ContainerView(
+                    uuid=c.uuid,
+                    phase=phase,
+                    priority=c.spec.priority,
+                    first_seen=first_seen,
+                    resources=c.spec.resources,
+                    node=c.status.node,
+                )
+            )
+        nodes = [self._node_view(w) for w in self.pool.workers.values()] if self.pool else []
+        policy = self.policies.default.spec
+        per_type = {limit.instance_type: limit.max for limit in policy.instance_type_limits}
+        limits = Limits(
+            max_nodes=policy.max_nodes,
+            per_type_max=per_type,
+            max_hourly_spend=policy.max_hourly_spend,
+            min_warm_nodes=policy.min_warm_nodes,
+        )
+        return plan(
+            containers,
+            nodes,
+            self._catalogue(),
+            self.cloud.config.instance_type_policy if self.cloud else _default_type_policy(),
+            limits,
+            self._cloud_state(now),
+            now,
+        )
+
+    def _node_view(self, w: Worker) -> NodeView:
+        if w.destroy_requested_at is not None:
+            state = NodeState.SHUTTING_DOWN
+        elif w.instance is None:
+            state = NodeState.PENDING
+        elif not w.ready:
+            state = NodeState.BOOTING
+        elif w.draining:
+            state = NodeState.DRAINING
+        else:
+            state = NodeState.ACTIVE if w.state == "Active" else NodeState.IDLE
+        itype = w.instance_type
+        capacity = Capacity.of(itype) if itype else Capacity(0, 0, 0, 0)
+        return NodeView(
+            name=w.name,
+            state=state,
+            capacity=capacity,
+            instance_type=itype.name if itype else "unknown",
+            price=w.price,
+            admission_open=w.admission_open,
+            ready=w.ready,
+        )
+
+    def _cloud_state(self, now: datetime) -> CloudState:
+        if self.cloud is None or self.pool is None:
+            return CloudState(creates_blocked="no cloud is configured")
+        blocked: dict[str, str] = {}
+        kinds: set[CloudErrorKind | None] = set()
+        for t in self.cloud.catalogue:
+            permission = self.cloud.may_create(t, now)
+            if not permission.allowed:
+                blocked[t.name] = permission.reason
+                kinds.add(permission.blocked_by)
+        all_blocked = None
+        if self.cloud.catalogue and len(blocked) == len(self.cloud.catalogue):
+            if CloudErrorKind.QUOTA in kinds:
+                all_blocked = "cloud instance quota reached; creates paused"
+            elif CloudErrorKind.RATE_LIMIT in kinds:
+                all_blocked = "cloud API rate limit; creates paused"
+            elif CloudErrorKind.AUTH in kinds:
+                all_blocked = "cloud credentials refused; creates paused"
+            else:
+                all_blocked = "every instance type is blocked by cloud errors"
+        room = self.settings.max_new_nodes_per_round - self.pool.pending_creates()
+        return CloudState(
+            creates_blocked=all_blocked, blocked_types=blocked, max_new_nodes=max(0, room)
+        )
+
+    # --- 5. execute -----------------------------------------------------------------------
+
+    async def _execute(self, result: Plan, now: datetime) -> None:
+        by_uuid = self.queue.by_uuid()
+        writes: list[Any] = []
+        for uuid, why in result.unsatisfiable.items():
+            c = by_uuid.get(uuid)
+            if c is not None and self.cloud is not None:
+                writes.append(self._finish(c, "Failed", "NoInstanceTypeFits", why))
+            elif c is not None:
+                writes.append(self._wait(c, f"waiting: {why}"))
+        if not self.recovered:
+            await asyncio.gather(*writes)
+            return
+        for uuid, why in result.unlocks.items():
+            c = by_uuid.get(uuid)
+            if c is not None:
+                self._spawn_guarded(
+                    uuid, self._requeue_or_fail(c, why, c.status.attempts, "Unlocked", flap=True)
+                )
+        for start in result.starts:
+            c = by_uuid.get(start.uuid)
+            if c is None or start.uuid in self.inflight:
+                continue
+            self._spawn_guarded(start.uuid, self._start(c, start.node, start.relock))
+        if self.pool is not None:
+            for create in result.creates:
+                itype = self.cloud.instance_type(create.instance_type) if self.cloud else None
+                if itype is not None:
+                    writes.append(self.pool.create(itype))
+        for uuid, why in result.waits.items():
+            c = by_uuid.get(uuid)
+            if c is not None:
+                writes.append(self._wait(c, why))
+        if writes:
+            await asyncio.gather(*writes)
+
+    async def _wait(self, c: Container, why: str) -> None:
+        if (
+            c.phase in (None, "Queued")
+            and c.status.scheduling_status == why
+            and c.status.observed_generation == c.generation
+        ):
+            return
+        if c.phase not in (None, "Queued"):
+            if c.status.scheduling_status != why:
+                await self._write(c, {"schedulingStatus": why})
+            return
+        await self._write(c, {"phase": "Queued", "schedulingStatus": why, "reason": "Waiting"})
+
+    async def _start(self, c: Container, node: str, relock: bool) -> None:
+        assert self.pool is not None and self.prober is not None and self._starts is not None
+        worker = self.pool.workers.get(node)
+        if worker is None or (not relock and not worker.admission_open):
+            return
+        target = self.pool.target(worker)
+        if target is None or c.spec is None:
+            return
+        self.pending_starts[node] = self.pending_starts.get(node, 0) + 1
+        try:
+            async with self._starts:
+                if not relock:
+                    ok = await self._write(
+                        c,
+                        {
+                            "phase": "Locked",
+                            "node": node,
+                            "lockedBy": self.dispatcher_id,
+                            "lockedAt": _iso(self.clock()),
+                            "instanceType": worker.instance_type.name
+                            if worker.instance_type
+                            else None,
+                            "schedulingStatus": f"starting on {node}",
+                            "reason": "Locked",
+                        },
+                        precondition=True,
+                    )
+                    if not ok:
+                        return
+                latest = self.queue.get(c.name)
+                if latest is None or latest.cancel_requested:
+                    return
+                with contextlib.suppress(KubeError):
+                    await self.queue.set_finalizer(latest, True)
+                attempts = latest.status.attempts + 1
+                config = {"uuid": c.spec.uuid, **c.spec.to_wire()}
+                try:
+                    started = await self.prober.start_runner(target, config)
+                except SshError as exc:
+                    await self._requeue_or_fail(
+                        latest,
+                        f"runner could not start on {node}: {exc}",
+                        attempts,
+                        "RunnerStartFailed",
+                    )
+                    return
+                if worker.runners is not None:
+                    worker.runners[c.uuid] = started.pid
+                worker.last_container = c.uuid
+                CONTAINERS_STARTED.labels(
+                    worker.instance_type.name if worker.instance_type else "unknown"
+                ).inc()
+                await self._write(
+                    latest,
+                    {
+                        "phase": "Running",
+                        "node": node,
+                        "lockedBy": self.dispatcher_id,
+                        "runnerPid": started.pid,
+                        "startedAt": _iso(started.observed_at),
+                        "attempts": attempts,
+                        "schedulingStatus": f"running on {node}",
+                        "reason": "Started",
+                    },
+                )
+        finally:
+            self.pending_starts[node] -= 1
+
+    # --- 6. node life cycle ---------------------------------------------------------------
+
+    async def _lifecycle(self, result: Plan, now: datetime) -> None:
+        assert self.pool is not None
+        if not self.recovered:
+            return
+        by_node = self._containers_by_node()
+        kept_warm = set(result.kept_warm)
+        for worker in list(self.pool.workers.values()):
+            containers = by_node.get(worker.name, [])
+            busy = bool(containers) or self.pending_starts.get(worker.name, 0) > 0
+            if worker.destroy_requested_at is not None:
+                worker.state = "ShuttingDown"
+                if worker.destroy_error is not None or (
+                    worker.instance is not None
+                    and now - worker.destroy_requested_at > timedelta(seconds=60)
+                ):
+                    await self.pool.destroy(worker, worker.destroy_reason or "retry")
+                continue
+            if worker.instance is None:
+                worker.state = "Booting"
+                continue
+            if busy:
+                worker.idle_since = None
+            elif worker.ready and worker.idle_since is None:
+                worker.idle_since = now
+            policy = self.policies.get(worker.policy_name)
+            spec = policy.spec
+            # lame: up long without a successful probe despite several attempts
+            lame_after = parse_duration(spec.dispatch.lame_after)
+            if (
+                worker.last_success is None
+                and now - worker.booted_at >= lame_after
+                and worker.attempts_total >= spec.dispatch.lame_min_probes
+            ):
+                self._record(
+                    worker,
+                    "SHUTDOWN",
+                    ["LAME_NODE"],
+                    f"no successful probe in {spec.dispatch.lame_after} ({worker.attempts_total} attempts)",
+                    now,
+                )
+                await self.pool.destroy(worker, "lame: never answered a probe")
+                continue
+            if worker.broken and not worker.draining:
+                worker.draining = True
+                worker.drain_reason = "runner reported the node broken"
+            drain_mode = worker.draining or worker.idle_behavior == "drain"
+            if worker.idle_behavior == "hold":
+                scheduler_state = "maint"
+            elif drain_mode:
+                scheduler_state = "drng" if busy else "drain"
+            else:
+                scheduler_state = "alloc" if busy else "idle"
+            worker.state = (
+                "Booting"
+                if not worker.ready
+                else "Draining"
+                if drain_mode
+                else "Active"
+                if busy
+                else "Idle"
+            )
+            if spec.paused:
+                continue
+            facts = CloudWorkerFacts(
+                paired=worker.last_success is not None,
+                scheduler_state=scheduler_state,
+                last_heartbeat=worker.last_success,
+                booted_at=worker.booted_at,
+                idle_since=worker.idle_since if not busy else None,
+            )
+            decision = decide_for(facts, policy.view, now)
+            inputs = decision.inputs
+            summary = (
+                f"{inputs.worker_state.value}, billing {inputs.billing_window.value}, "
+                f"{inputs.boot_grace.value}, {inputs.idle_grace.value} -> "
+                f"{decision.action.value if decision.action else 'none'} "
+                f"(policy {policy.view.version.label()})"
+            )
+            if decision.action is NodeManagerAction.START_DRAIN:
+                if (
+                    worker.name in kept_warm
+                    and worker.idle_behavior == "run"
+                    and not worker.draining
+                ):
+                    continue
+                worker.draining = True
+                worker.state = "Draining"
+                self._record(
+                    worker, "DRAIN", ["IDLE_EXCEEDED", "BILLING_WINDOW_OPEN"], summary, now
+                )
+                if not busy:
+                    await self.pool.destroy(worker, f"idle: {summary}")
+            elif decision.action is NodeManagerAction.START_SHUTDOWN:
+                reasons = {
+                    "down": ["WORKER_DOWN"],
+                    "unpaired": ["BOOT_GRACE_EXCEEDED"],
+                }.get(inputs.worker_state.value, ["NODE_MANAGER"])
+                self._record(worker, "SHUTDOWN", reasons, summary, now)
+                await self.pool.destroy(worker, summary)
+
+    def _record(
+        self, worker: Worker, decision: str, reasons: list[str], summary: str, now: datetime
+    ) -> None:
+        worker.decision = decision
+        worker.decision_reasons = reasons
+        worker.decision_summary = f"{decision} [{', '.join(reasons)}]: {summary}"
+        worker.decision_at = now
+        from nodewarden.metrics import POWER_DECISIONS
+
+        POWER_DECISIONS.labels(decision, reasons[0] if reasons else "").inc()
+        if worker.body is not None:
+            self._spawn(
+                self.kube.emit_event(
+                    {"apiVersion": "nodewarden.io/v1alpha1", "kind": "WorkerNode", **worker.body},
+                    reason=f"Node{decision.capitalize()}",
+                    message=worker.decision_summary,
+                    action=decision.capitalize(),
+                )
+            )
+
+    # --- 7. metrics and status ------------------------------------------------------------
+
+    def _metrics(self) -> None:
+        phases: dict[str, int] = {p: 0 for p in ("Queued", "Locked", "Running", *TERMINAL_PHASES)}
+        for c in self.queue:
+            phases[c.phase or "Queued"] = phases.get(c.phase or "Queued", 0) + 1
+        for phase, count in phases.items():
+            CONTAINERS.labels(phase).set(count)
+        if self.pool is not None:
+            states: dict[str, int] = {
+                s: 0 for s in ("Booting", "Idle", "Active", "Draining", "ShuttingDown")
+            }
+            spend = 0.0
+            for w in self.pool.workers.values():
+                states[w.state] = states.get(w.state, 0) + 1
+                spend += w.price
+            for state, count in states.items():
+                NODES.labels(state, "CloudVM").set(count)
+            HOURLY_SPEND.set(spend)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Live view for the management status endpoint (not stored anywhere)."""
+        now = self.clock()
+        by_node = self._containers_by_node()
+        instances = []
+        if self.pool is not None:
+            for w in sorted(self.pool.workers.values(), key=lambda w: w.name):
+                running = by_node.get(w.name, [])
+                instances.append(
+                    {
+                        "instanceId": w.instance.id if w.instance else None,
+                        "workerNode": w.name,
+                        "instanceType": w.instance_type.name if w.instance_type else None,
+                        "state": w.state,
+                        "currentContainers": running,
+                        "lastContainer": w.last_container,
+                        "hourlyPrice": w.price,
+                        "idleSeconds": (now - w.idle_since).total_seconds()
+                        if w.idle_since and not running
+                        else 0,
+                        "lastProbe": _iso(w.last_attempt),
+                        "lastProbeResult": w.probe_result,
+                    }
+                )
+        containers = [
+            {
+                "name": c.name,
+                "uuid": c.uuid,
+                "phase": c.phase or "Queued",
+                "node": c.status.node,
+                "attempts": c.status.attempts,
+                "schedulingStatus": c.status.scheduling_status,
+            }
+            for c in sorted(self.queue, key=lambda c: c.name)
+        ]
+        cloud = self.cloud.backoff.snapshot(now) if self.cloud is not None else None
+        return {
+            "dispatcherId": self.dispatcher_id,
+            "time": _iso(now),
+            "recovered": self.recovered,
+            "instances": instances,
+            "containers": containers,
+            "cloud": cloud,
+        }
+
+
+def _default_type_policy() -> Any:
+    from nodewarden.scheduling.instancetypes import InstanceTypePolicy
+
+    return InstanceTypePolicy()

@@ -1,0 +1,261 @@
+"""The container queue: an in-memory view of ContainerDispatch objects and their status writes.
+
+Objects arrive from an initial LIST and then from kopf watch events (`observe`); a newer
+resourceVersion always wins, so an event older than a write we already applied is
+ignored. Every status change goes through `write`, which sends one merge patch (with a
+resourceVersion precondition when locking, so two dispatchers can never both lock a
+container) and folds the answer back into the cache.
+
+Phases: Queued -> Locked -> Running -> Complete / Cancelled / Failed. A Locked container
+has a node and holds our finalizer (`FINALIZER`), which is removed only once its runner
+is known to be gone, so deleting a ContainerDispatch never leaves a runner behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from nodewarden.api.base import GROUP, VERSION, Condition, set_condition
+from nodewarden.api.containerdispatch import (
+    TERMINAL_PHASES,
+    ContainerDispatchSpec,
+    ContainerDispatchStatus,
+)
+from nodewarden.api.kinds import CONTAINER_DISPATCH
+from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
+
+log = logging.getLogger(__name__)
+
+FINALIZER = "nodewarden.io/runner-cleanup"
+
+
+def _rv(body: Mapping[str, Any]) -> int:
+    try:
+        return int(body.get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class Container:
+    """One ContainerDispatch as the dispatcher knows it."""
+
+    name: str
+    namespace: str
+    body: dict[str, Any]
+    spec: ContainerDispatchSpec | None
+    status: ContainerDispatchStatus
+    problem: str | None = None  # spec did not parse (the schema should prevent this)
+    kill_requests: int = 0
+    first_term_at: datetime | None = None
+    last_term_at: datetime | None = None
+
+    @property
+    def uuid(self) -> str:
+        return self.spec.uuid if self.spec else f"invalid:{self.name}"
+
+    @property
+    def phase(self) -> str | None:
+        return self.status.phase
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.phase in TERMINAL_PHASES
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.body.get("metadata", {}).get("deletionTimestamp"))
+
+    @property
+    def finalizers(self) -> list[str]:
+        return list(self.body.get("metadata", {}).get("finalizers") or [])
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.body.get("metadata", {}).get("generation")
+        return int(gen) if gen is not None else None
+
+    @property
+    def cancel_requested(self) -> bool:
+        return bool(self.spec and self.spec.cancel) or self.deleting
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.body.get("metadata", {}).get("resourceVersion", ""))
+
+
+@dataclass
+class ContainerQueue:
+    kube: Kube
+    namespace: str
+    dispatcher_id: str
+    writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    by_name: dict[str, Container] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    api_writes: int = 0
+
+    # --- cache --------------------------------------------------------------------------
+
+    def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """Fold a watched or listed object into the cache (newer resourceVersion wins)."""
+        meta = body.get("metadata", {})
+        name = meta.get("name")
+        if not name or (meta.get("namespace") or self.namespace) != self.namespace:
+            return
+        current = self.by_name.get(name)
+        if deleted:
+            if current is not None and _rv(body) >= _rv(current.body):
+                del self.by_name[name]
+                self.changed.set()
+            return
+        if current is not None and _rv(body) < _rv(current.body):
+            return
+        self.by_name[name] = self._parse(dict(body), current)
+        self.changed.set()
+
+    def _parse(self, body: dict[str, Any], previous: Container | None) -> Container:
+        problem = None
+        try:
+            spec: ContainerDispatchSpec | None = ContainerDispatchSpec.model_validate(
+                body.get("spec") or {}
+            )
+        except ValidationError as exc:
+            spec = None
+            problem = "; ".join(
+                f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+        status = ContainerDispatchStatus.model_validate(body.get("status") or {})
+        out = Container(
+            name=body["metadata"]["name"],
+            namespace=body["metadata"].get("namespace") or self.namespace,
+            body=body,
+            spec=spec,
+            status=status,
+            problem=problem,
+        )
+        if previous is not None:
+            out.kill_requests = previous.kill_requests
+            out.first_term_at = previous.first_term_at
+            out.last_term_at = previous.last_term_at
+        return out
+
+    def __iter__(self) -> Iterator[Container]:
+        return iter(list(self.by_name.values()))
+
+    def by_uuid(self) -> dict[str, Container]:
+        return {c.uuid: c for c in self.by_name.values() if c.spec is not None}
+
+    def get(self, name: str) -> Container | None:
+        return self.by_name.get(name)
+
+    async def resync(self) -> None:
+        """Re-LIST every ContainerDispatch (start-up and periodic safety net)."""
+        items = await self.kube.list(CONTAINER_DISPATCH, self.namespace)
+        seen = set()
+        for item in items:
+            item.setdefault("metadata", {}).setdefault("namespace", self.namespace)
+            seen.add(item["metadata"]["name"])
+            self.observe(item)
+        for name in list(self.by_name):
+            if name not in seen:
+                del self.by_name[name]
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def write(
+        self,
+        c: Container,
+        status: Mapping[str, Any],
+        *,
+        precondition: bool = False,
+    ) -> bool:
+        """Merge-patch the status; True on success, False if the object changed or vanished."""
+        patch: dict[str, Any] = {"status": dict(status)}
+        if precondition:
+            patch["metadata"] = {"resourceVersion": c.resource_version}
+        async with self.writes:
+            self.api_writes += 1
+            try:
+                obj = await self.kube.custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    c.namespace,
+                    CONTAINER_DISPATCH.plural,
+                    c.name,
+                    patch,
+                    field_manager=self.kube.field_manager,
+                    _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+                )
+            except Exception as exc:
+                err = _as_kube_error(exc, c)
+                if isinstance(err, Conflict | NotFound):
+                    log.info("status write to %s skipped: %s", c.name, err)
+                    return False
+                raise err from exc
+        self.observe(obj)
+        return True
+
+    async def set_finalizer(self, c: Container, present: bool) -> bool:
+        """Add or remove our finalizer (metadata patch; list replaced as a whole)."""
+        finalizers = c.finalizers
+        if present == (FINALIZER in finalizers):
+            return True
+        if present:
+            finalizers.append(FINALIZER)
+        else:
+            finalizers = [f for f in finalizers if f != FINALIZER]
+        async with self.writes:
+            self.api_writes += 1
+            try:
+                obj = await self.kube.patch(
+                    CONTAINER_DISPATCH,
+                    c.namespace,
+                    c.name,
+                    {
+                        "metadata": {
+                            "finalizers": finalizers,
+                            "resourceVersion": c.resource_version,
+                        }
+                    },
+                )
+            except (Conflict, NotFound) as exc:
+                log.info("finalizer update of %s skipped: %s", c.name, exc)
+                return False
+        if obj.get("metadata", {}).get("deletionTimestamp") and not finalizers:
+            self.observe(obj, deleted=True)
+        else:
+            self.observe(obj)
+        return True
+
+    # --- status vocabulary -------------------------------------------------------------
+
+    def conditions(self, c: Container, valid: bool, reason: str, message: str) -> list[Any]:
+        conds: list[Condition] = set_condition(
+            list(c.status.conditions),
+            "Valid",
+            valid,
+            reason,
+            message,
+            c.generation,
+            datetime.now(tz=UTC),
+        )
+        return [x.to_wire() for x in conds]
+
+
+def _as_kube_error(exc: Exception, c: Container) -> KubeError:
+    status = getattr(exc, "status", None)
+    what = f"patch status of ContainerDispatch {c.namespace}/{c.name}"
+    if status == 409:
+        return Conflict(f"{what}: conflict", 409)
+    if status == 404:
+        return NotFound(f"{what}: not found", 404)
+    if isinstance(exc, KubeError):
+        return exc
+    return KubeError(f"{what}: {type(exc).__name__} {status or ''}".strip(), status)

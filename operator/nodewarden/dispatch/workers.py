@@ -1,0 +1,720 @@
+"""The worker pool: cloud instances, their WorkerNode objects, probes and lifecycle.
+
+One `Worker` per cloud node. Sources of truth, never merged: the cloud's instance list
+(does it exist, in which state), the SSH probe (is it ready, which runners run), and the
+WorkerNode object (what the user wants: idle behaviour, policy). The pool
+
+- syncs with the cloud list: adopts instances tagged as ours (creating their WorkerNode),
+  claims or destroys instances of a dispatcher that stopped probing them, and deletes the
+  WorkerNode of an instance that disappeared;
+- creates instances (WorkerNode first, then the cloud call) and destroys them;
+- probes every instance with a kept-alive SSH connection (booting nodes more often), and
+  tags it with the probe time at most every `probe_tag_interval`;
+- writes the WorkerNode status only when something a person would see changed.
+
+Worker lifecycle (display states): Booting -> Idle <-> Active -> Draining -> ShuttingDown
+-> (WorkerNode deleted once the instance is gone). The decisions that move a worker to
+Draining / ShuttingDown are made by the dispatcher with the node-manager matrix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from nodewarden.api.kinds import WORKER_NODE
+from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.cloud.errors import CloudError
+from nodewarden.cloud.facade import CloudFacade
+from nodewarden.cloud.model import CloudInstance, InstanceState
+from nodewarden.config import DispatchSettings
+from nodewarden.dispatch.identity import instance_secret
+from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
+from nodewarden.metrics import PROBE_SECONDS
+from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshClientKey, SshTarget
+from nodewarden.ssh.errors import SshError
+from nodewarden.ssh.facts import LearnedHostKey, ProbeReport
+from nodewarden.ssh.prober import SshProber
+from nodewarden.units import parse_duration
+
+log = logging.getLogger(__name__)
+
+NODE_FINALIZER = "nodewarden.io/instance"
+DISPATCHER_LABEL = "nodewarden.io/dispatcher"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "nodewarden"}
+STATUS_REFRESH = timedelta(minutes=5)
+
+_POWER = {
+    InstanceState.PENDING: "PoweringOn",
+    InstanceState.RUNNING: "On",
+    InstanceState.STOPPING: "PoweringOff",
+    InstanceState.STOPPED: "Off",
+    InstanceState.TERMINATED: "Off",
+    InstanceState.ERROR: "Unknown",
+    InstanceState.UNKNOWN: "Unknown",
+}
+
+
+def node_name_for(dispatcher_id: str, instance_type: str) -> str:
+    """A fresh DNS-safe WorkerNode name, e.g. 'demo-m5-large-x7k2q9'."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", instance_type.lower()).strip("-")[:30] or "vm"
+    suffix = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(6))
+    return f"{dispatcher_id}-{slug}-{suffix}"[:63].strip("-")
+
+
+@dataclass
+class Worker:
+    """One cloud node: its instance, its WorkerNode, what the probes found."""
+
+    name: str
+    instance_type: InstanceType | None
+    created_at: datetime
+    instance: CloudInstance | None = None
+    body: dict[str, Any] | None = None
+    state: str = "Booting"
+    ready: bool = False
+    ready_since: datetime | None = None
+    last_success: datetime | None = None
+    last_attempt: datetime | None = None
+    attempts_since_success: int = 0
+    attempts_total: int = 0
+    probe_result: str | None = None
+    probe_message: str | None = None
+    runners: dict[str, int] | None = None
+    runners_at: datetime | None = None
+    idle_since: datetime | None = None
+    draining: bool = False
+    drain_reason: str | None = None
+    broken: bool = False
+    destroy_requested_at: datetime | None = None
+    destroy_reason: str | None = None
+    destroy_error: str | None = None
+    host_key: str | None = None
+    last_tag_at: datetime | None = None
+    creating: bool = False
+    last_container: str | None = None
+    decision_summary: str | None = None
+    decision: str | None = None
+    decision_reasons: list[str] = field(default_factory=list)
+    decision_at: datetime | None = None
+    written: dict[str, Any] = field(default_factory=dict)
+    written_at: datetime | None = None
+    probe_task: asyncio.Task[None] | None = None
+    probe_now: asyncio.Event = field(default_factory=asyncio.Event)
+    vanished_since: datetime | None = None
+
+    @property
+    def spec(self) -> WorkerNodeSpec | None:
+        if self.body is None:
+            return None
+        try:
+            return WorkerNodeSpec.model_validate(self.body.get("spec") or {})
+        except ValueError:
+            return None
+
+    @property
+    def idle_behavior(self) -> str:
+        spec = self.spec
+        return spec.idle_behavior if spec else "run"
+
+    @property
+    def policy_name(self) -> str | None:
+        spec = self.spec
+        return spec.policy_ref.name if spec and spec.policy_ref else None
+
+    @property
+    def admission_open(self) -> bool:
+        return (
+            not self.draining
+            and not self.broken
+            and self.destroy_requested_at is None
+            and self.idle_behavior == "run"
+        )
+
+    @property
+    def booted_at(self) -> datetime:
+        if self.instance is not None and self.instance.created_at is not None:
+            return self.instance.created_at
+        return self.created_at
+
+    @property
+    def price(self) -> float:
+        if self.instance is not None and self.instance.price is not None:
+            return self.instance.price
+        return self.instance_type.price if self.instance_type else 0.0
+
+
+class WorkerPool:
+    """Cloud nodes of one dispatcher; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        kube: Kube,
+        cloud: CloudFacade,
+        prober: SshProber,
+        namespace: str,
+        dispatcher_id: str,
+        settings: DispatchSettings,
+        client_key: SshClientKey,
+        master: Any,
+        takeover_after: Callable[[], timedelta],
+        default_policy: str | None,
+        clock: Callable[[], datetime],
+        on_change: Callable[[], None],
+    ) -> None:
+        self.kube = kube
+        self.cloud = cloud
+        self.prober = prober
+        self.namespace = namespace
+        self.dispatcher_id = dispatcher_id
+        self.settings = settings
+        self.client_key = client_key
+        self.master = master
+        self.takeover_after = takeover_after
+        self.default_policy = default_policy
+        self.clock = clock
+        self.on_change = on_change
+        self.workers: dict[str, Worker] = {}
+        self.foreign: dict[str, CloudInstance] = {}
+        self.last_sync: datetime | None = None
+        self.synced_once = False
+        self.writes = asyncio.Semaphore(settings.max_concurrent_writes)
+        self.api_writes = 0
+        self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.tags = cloud.tag_keys
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- WorkerNode objects ----------------------------------------------------------
+
+    def _ours(self, body: Mapping[str, Any]) -> bool:
+        meta = body.get("metadata", {})
+        spec = body.get("spec") or {}
+        if spec.get("nodeType") != "CloudVM":
+            return False
+        label = (meta.get("labels") or {}).get(DISPATCHER_LABEL)
+        return label == self.dispatcher_id
+
+    def observe_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """Fold a watched WorkerNode into the pool."""
+        meta = body.get("metadata", {})
+        name = meta.get("name")
+        if not name or (meta.get("namespace") or self.namespace) != self.namespace:
+            return
+        if not self._ours(body):
+            return
+        worker = self.workers.get(name)
+        if deleted:
+            if worker is not None:
+                worker.body = None
+            return
+        if worker is None:
+            spec = body.get("spec") or {}
+            itype = self.cloud.instance_type(spec.get("instanceType") or "")
+            worker = Worker(name=name, instance_type=itype, created_at=self.clock())
+            status = body.get("status") or {}
+            worker.host_key = status.get("sshHostKey")
+            self.workers[name] = worker
+        previous_behavior = worker.idle_behavior if worker.body is not None else None
+        worker.body = dict(body)
+        if previous_behavior is not None and previous_behavior != worker.idle_behavior:
+            self.on_change()
+            self._background(self._retag(worker))
+
+    async def load_nodes(self) -> None:
+        """LIST our WorkerNodes (start-up)."""
+        for body in await self.kube.list(WORKER_NODE, self.namespace):
+            body.setdefault("metadata", {}).setdefault("namespace", self.namespace)
+            self.observe_node(body)
+
+    async def _write_status(self, worker: Worker, status: dict[str, Any], force: bool) -> None:
+        if worker.body is None:
+            return
+        now = self.clock()
+        stale = worker.written_at is None or now - worker.written_at > STATUS_REFRESH
+        changed = {k: v for k, v in status.items() if worker.written.get(k) != v}
+        timeish = {"observedPowerTime", "lastProbe"}
+        if not force and not stale and set(changed) <= timeish:
+            # only timestamps moved: keep the API quiet unless the probe result changed
+            last = worker.written.get("lastProbe") or {}
+            new = status.get("lastProbe") or {}
+            if last.get("result") == new.get("result"):
+                return
+        if not changed and not stale:
+            return
+        async with self.writes:
+            self.api_writes += 1
+            try:
+                await self.kube.patch_status(WORKER_NODE, self.namespace, worker.name, status)
+            except NotFound:
+                return
+            except KubeError as exc:
+                log.warning("status write of WorkerNode %s failed: %s", worker.name, exc)
+                return
+        worker.written = dict(status)
+        worker.written_at = now
+
+    def status_of(self, worker: Worker, containers: list[str]) -> dict[str, Any]:
+        now = self.clock()
+        inst = worker.instance
+        generation = (worker.body or {}).get("metadata", {}).get("generation")
+        out: dict[str, Any] = {
+            "observedGeneration": generation,
+            "state": worker.state,
+            "dispatcherId": self.dispatcher_id,
+            "readiness": "Ready" if worker.ready else "NotReady",
+            "admission": "Open" if worker.admission_open and worker.ready else "Closed",
+            "runningContainers": len(containers),
+            "containers": sorted(containers)[:50],
+            "hourlyPrice": worker.price,
+            "broken": worker.broken or None,
+        }
+        if inst is not None:
+            out["instanceId"] = inst.id
+            out["address"] = inst.address(self.cloud.config.use_public_ip)
+            out["observedPower"] = _POWER.get(inst.state, "Unknown")
+            out["observedPowerSource"] = inst.source
+            out["observedPowerTime"] = _iso(inst.observed_at)
+            out["bootedAt"] = _iso(worker.booted_at)
+        elif worker.state == "Booting":
+            out["observedPower"] = "PoweringOn" if worker.creating else "Unknown"
+        out["idleSince"] = _iso(worker.idle_since) if not containers else None
+        if worker.last_container:
+            out["lastContainer"] = worker.last_container
+        if worker.host_key:
+            out["sshHostKey"] = worker.host_key
+        if worker.last_attempt is not None:
+            out["lastProbe"] = {
+                "time": _iso(worker.last_attempt),
+                "result": worker.probe_result,
+                "message": worker.probe_message,
+                "lastSuccess": _iso(worker.last_success),
+                "attemptsSinceSuccess": worker.attempts_since_success,
+            }
+        if worker.decision_summary:
+            out["lastSafetyRecord"] = {
+                "decision": worker.decision,
+                "reasons": worker.decision_reasons,
+                "summary": worker.decision_summary,
+                "time": _iso(worker.decision_at),
+            }
+        del now
+        return out
+
+    async def write_statuses(self, containers_by_node: Mapping[str, list[str]]) -> None:
+        jobs = [
+            self._write_status(w, self.status_of(w, containers_by_node.get(w.name, [])), False)
+            for w in self.workers.values()
+            if w.body is not None
+        ]
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    # --- cloud sync ---------------------------------------------------------------------
+
+    async def sync_cloud(self) -> None:
+        """List instances; adopt ours, take over stale foreign ones, drop vanished workers."""
+        now = self.clock()
+        try:
+            managed = await self.cloud.list_managed_instances()
+        except CloudError as exc:
+            log.warning("cloud list failed: %s", exc)
+            return
+        self.last_sync = now
+        seen: set[str] = set()
+        self.foreign = {}
+        for inst in managed:
+            if inst.state is InstanceState.TERMINATED:
+                continue
+            owner = inst.tags.get(self.tags.dispatcher)
+            if owner != self.dispatcher_id:
+                self.foreign[inst.id] = inst
+                await self._maybe_take_over(inst, now)
+                continue
+            name = inst.tags.get(self.tags.node) or f"adopted-{inst.id}".lower()
+            seen.add(name)
+            worker = self.workers.get(name)
+            if worker is None:
+                worker = await self._adopt(inst, name)
+                if worker is None:
+                    continue
+            worker.instance = inst
+            worker.vanished_since = None
+            if worker.instance_type is None and inst.instance_type:
+                worker.instance_type = self.cloud.instance_type(inst.instance_type)
+        for worker in list(self.workers.values()):
+            if worker.name in seen or worker.creating:
+                continue
+            if worker.instance is None and now - worker.created_at < timedelta(seconds=60):
+                continue  # created moments ago; the instance may not be listed yet
+            if worker.vanished_since is None:
+                worker.vanished_since = now
+            await self._forget(worker, "instance is gone from the cloud list")
+        self.synced_once = True
+        self.on_change()
+
+    async def _adopt(self, inst: CloudInstance, name: str) -> Worker | None:
+        """An instance tagged as ours without a worker: (re)create its WorkerNode."""
+        itype = self.cloud.instance_type(inst.instance_type or "")
+        worker = Worker(
+            name=name,
+            instance_type=itype,
+            created_at=inst.created_at or self.clock(),
+            instance=inst,
+        )
+        self.workers[name] = worker
+        body = await self.kube.get(WORKER_NODE, self.namespace, name)
+        if body is not None and not self._ours(body):
+            # a WorkerNode of another dispatcher for an instance we claimed: take it over
+            try:
+                body = await self.kube.patch(
+                    WORKER_NODE,
+                    self.namespace,
+                    name,
+                    {"metadata": {"labels": {DISPATCHER_LABEL: self.dispatcher_id}}},
+                )
+            except KubeError as exc:
+                log.warning("could not relabel WorkerNode %s: %s", name, exc)
+                del self.workers[name]
+                return None
+        if body is None:
+            try:
+                body = await self.kube.create(
+                    WORKER_NODE, self.namespace, self._node_body(name, itype, inst)
+                )
+            except KubeError as exc:
+                log.warning("could not create WorkerNode for adopted %s: %s", inst.id, exc)
+                del self.workers[name]
+                return None
+            log.info("adopted instance %s as WorkerNode %s", inst.id, name)
+        self.observe_node(body)
+        worker = self.workers[name]
+        worker.instance = inst
+        self._ensure_probe(worker)
+        return worker
+
+    async def _maybe_take_over(self, inst: CloudInstance, now: datetime) -> None:
+        """Claim an instance whose dispatcher has not probed it for `takeover_after`."""
+        stamp = _parse_time(inst.tags.get(self.tags.last_probe))
+        reference = stamp or inst.created_at
+        if reference is None or now - reference < self.takeover_after():
+            return
+        owner = inst.tags.get(self.tags.dispatcher)
+        # keep the node name: the per-instance secret is derived from it
+        name = inst.tags.get(self.tags.node) or f"claimed-{inst.id}".lower()
+        name = re.sub(r"[^a-z0-9-]", "-", name)[:63].strip("-")
+        log.warning(
+            "claiming instance %s of dispatcher %s: no probe since %s",
+            inst.id,
+            owner,
+            reference.isoformat(),
+        )
+        tags = {
+            **{k: v for k, v in inst.tags.items() if self.tags.owns(k)},
+            self.tags.node: name,
+            self.tags.last_probe: _iso(now) or "",
+        }
+        tags.pop(self.tags.dispatcher, None)
+        try:
+            await self.cloud.set_tags(inst, tags)
+        except CloudError as exc:
+            log.warning("claim of %s failed (%s); destroying it instead", inst.id, exc)
+            with contextlib.suppress(CloudError):
+                await self.cloud.destroy(inst)
+            return
+        claimed = inst.model_copy(
+            update={"tags": {**inst.tags, **tags, self.tags.dispatcher: self.dispatcher_id}}
+        )
+        await self._adopt(claimed, name)
+
+    async def _forget(self, worker: Worker, why: str) -> None:
+        """The instance is gone: delete the WorkerNode (finalizer first)."""
+        log.info("WorkerNode %s: %s; removing it", worker.name, why)
+        if worker.probe_task is not None:
+            worker.probe_task.cancel()
+        await self.prober.forget(worker.name)
+        self.workers.pop(worker.name, None)
+        await self._remove_node(worker.name)
+        self.on_change()
+
+    async def _remove_node(self, name: str) -> None:
+        body = await self.kube.get(WORKER_NODE, self.namespace, name)
+        if body is None:
+            return
+        finalizers = [f for f in body["metadata"].get("finalizers") or [] if f != NODE_FINALIZER]
+        with contextlib.suppress(NotFound, Conflict):
+            await self.kube.patch(
+                WORKER_NODE, self.namespace, name, {"metadata": {"finalizers": finalizers}}
+            )
+        with contextlib.suppress(NotFound):
+            await self.kube.delete(WORKER_NODE, self.namespace, name)
+
+    def _node_body(
+        self, name: str, itype: InstanceType | None, inst: CloudInstance | None
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "nodeType": "CloudVM",
+            "controlMethod": "Cloud",
+            "instanceType": itype.name if itype else (inst.instance_type if inst else "unknown"),
+            "idleBehavior": (inst.tags.get(self.tags.idle_behavior) if inst else None) or "run",
+        }
+        if self.default_policy:
+            spec["policyRef"] = {"name": self.default_policy}
+        return {
+            "metadata": {
+                "name": name,
+                "labels": {DISPATCHER_LABEL: self.dispatcher_id, **MANAGED_BY},
+                "finalizers": [NODE_FINALIZER],
+            },
+            "spec": spec,
+        }
+
+    # --- create / destroy ---------------------------------------------------------------
+
+    def pending_creates(self) -> int:
+        return sum(1 for w in self.workers.values() if w.creating)
+
+    async def create(self, itype: InstanceType) -> Worker | None:
+        """Create the WorkerNode, then the instance (in the background)."""
+        name = node_name_for(self.dispatcher_id, itype.name)
+        try:
+            body = await self.kube.create(
+                WORKER_NODE, self.namespace, self._node_body(name, itype, None)
+            )
+        except KubeError as exc:
+            log.warning("could not create WorkerNode for a new %s: %s", itype.name, exc)
+            return None
+        worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
+        self.workers[name] = worker
+        self.observe_node(body)
+        self._background(self._create_instance(worker, itype))
+        return worker
+
+    async def _create_instance(self, worker: Worker, itype: InstanceType) -> None:
+        secret = instance_secret(self.master, worker.name)
+        request, _ = self.cloud.create_request(
+            name=worker.name,
+            instance_type=itype,
+            ssh_public_key=self.client_key.public_key,
+            tags={self.tags.node: worker.name, self.tags.idle_behavior: worker.idle_behavior},
+            login_user=self.settings.ssh_user,
+            instance_secret=secret,
+        )
+        try:
+            inst = await self.cloud.create(request)
+        except CloudError as exc:
+            log.warning(
+                "create of %s for WorkerNode %s failed: %s (%s)",
+                itype.name,
+                worker.name,
+                exc.kind.value,
+                exc,
+            )
+            worker.creating = False
+            self.workers.pop(worker.name, None)
+            await self._remove_node(worker.name)
+            self.on_change()
+            return
+        except Exception:  # a bug must not leave a half-made worker
+            log.exception("create of %s for %s failed unexpectedly", itype.name, worker.name)
+            worker.creating = False
+            self.workers.pop(worker.name, None)
+            await self._remove_node(worker.name)
+            self.on_change()
+            return
+        worker.creating = False
+        worker.instance = inst
+        log.info("created instance %s (%s) for WorkerNode %s", inst.id, itype.name, worker.name)
+        self._ensure_probe(worker)
+        self.on_change()
+
+    async def destroy(self, worker: Worker, reason: str) -> None:
+        """Shut the instance down (idempotent); the WorkerNode goes once it is unlisted."""
+        now = self.clock()
+        if worker.destroy_requested_at is None:
+            worker.destroy_requested_at = now
+            worker.destroy_reason = reason
+            worker.state = "ShuttingDown"
+            log.info("shutting down WorkerNode %s: %s", worker.name, reason)
+        if worker.instance is None:
+            if not worker.creating:
+                await self._forget(worker, "destroyed before its instance existed")
+            return
+        try:
+            await self.cloud.destroy(worker.instance)
+            worker.destroy_error = None
+        except CloudError as exc:
+            worker.destroy_error = str(exc)
+            log.warning("destroy of %s failed (will retry): %s", worker.instance.id, exc)
+            return
+        if worker.probe_task is not None:
+            worker.probe_task.cancel()
+            worker.probe_task = None
+        await self.prober.disconnect(worker.name)
+
+    async def _retag(self, worker: Worker) -> None:
+        if worker.instance is None:
+            return
+        tags = {
+            **{k: v for k, v in worker.instance.tags.items() if self.tags.owns(k)},
+            self.tags.idle_behavior: worker.idle_behavior,
+        }
+        tags.pop(self.tags.dispatcher, None)
+        with contextlib.suppress(CloudError):
+            await self.cloud.set_tags(worker.instance, tags)
+
+    # --- probes -------------------------------------------------------------------------
+
+    def target(self, worker: Worker) -> SshTarget | None:
+        inst = worker.instance
+        if inst is None:
+            return None
+        host = inst.address(self.cloud.config.use_public_ip)
+        if host is None:
+            return None
+        port = self.cloud.config.ssh_port
+        trust: KnownHostKeys | InstanceSecretTrust
+        if worker.host_key:
+            trust = KnownHostKeys.for_key(host, port, worker.host_key)
+        else:
+            trust = InstanceSecretTrust(instance_secret(self.master, worker.name))
+        return SshTarget(
+            node=worker.name,
+            host=host,
+            client_key=self.client_key,
+            trust=trust,
+            port=port,
+            user=self.settings.ssh_user,
+        )
+
+    def _ensure_probe(self, worker: Worker) -> None:
+        if self._closing or worker.destroy_requested_at is not None:
+            return
+        if worker.probe_task is None or worker.probe_task.done():
+            worker.probe_task = asyncio.ensure_future(self._probe_loop(worker))
+
+    def ensure_probes(self) -> None:
+        for worker in self.workers.values():
+            if worker.instance is not None:
+                self._ensure_probe(worker)
+
+    async def _probe_loop(self, worker: Worker) -> None:
+        while not self._closing and worker.destroy_requested_at is None:
+            await self.probe_once(worker)
+            interval = (
+                self.settings.probe_interval if worker.ready else self.settings.boot_probe_interval
+            )
+            worker.probe_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(worker.probe_now.wait(), timeout=interval)
+
+    async def probe_once(self, worker: Worker) -> ProbeReport | None:
+        target = self.target(worker)
+        if target is None:
+            return None
+        now = self.clock()
+        worker.last_attempt = now
+        worker.attempts_total += 1
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            report = await self.prober.probe(target)
+        except SshError as exc:
+            PROBE_SECONDS.labels("error").observe(loop.time() - t0)
+            worker.attempts_since_success += 1
+            worker.probe_result = exc.probe_result
+            worker.probe_message = str(exc)[:300]
+            log.debug("probe of %s failed: %s", worker.name, exc)
+            self.on_change()
+            return None
+        PROBE_SECONDS.labels("ready" if report.ready.ready else "booting").observe(loop.time() - t0)
+        worker.probe_result = "Ready" if report.ready.ready else "Booting"
+        worker.probe_message = None if report.ready.ready else report.ready.detail[:300]
+        if report.learned_host_key is not None:
+            self._learned(worker, report.learned_host_key)
+        if report.ready.ready:
+            worker.last_success = report.finished_at
+            worker.attempts_since_success = 0
+            if not worker.ready:
+                worker.ready = True
+                worker.ready_since = report.finished_at
+                log.info("WorkerNode %s is ready", worker.name)
+            if report.runners is not None:
+                worker.runners = {r.uuid: r.pid for r in report.runners.runners}
+                worker.runners_at = report.runners.observed_at
+            await self._maybe_tag_probe(worker, report.finished_at)
+        else:
+            worker.attempts_since_success += 1
+        self.on_change()
+        return report
+
+    def _learned(self, worker: Worker, learned: LearnedHostKey) -> None:
+        worker.host_key = learned.public_key
+        log.info(
+            "learned SSH host key of %s (%s %s) after it proved its instance secret",
+            worker.name,
+            learned.algorithm,
+            learned.fingerprint,
+        )
+
+    async def _maybe_tag_probe(self, worker: Worker, now: datetime) -> None:
+        interval = timedelta(seconds=self.settings.probe_tag_interval)
+        if worker.instance is None or (
+            worker.last_tag_at is not None and now - worker.last_tag_at < interval
+        ):
+            return
+        tags = {
+            **{k: v for k, v in worker.instance.tags.items() if self.tags.owns(k)},
+            self.tags.last_probe: _iso(now) or "",
+            self.tags.idle_behavior: worker.idle_behavior,
+        }
+        tags.pop(self.tags.dispatcher, None)
+        worker.last_tag_at = now  # remembered in memory even if tagging fails
+        try:
+            await self.cloud.set_tags(worker.instance, tags)
+        except CloudError as exc:
+            log.info("tagging %s with its probe time failed: %s", worker.instance.id, exc)
+
+    async def close(self) -> None:
+        self._closing = True
+        tasks = [w.probe_task for w in self.workers.values() if w.probe_task is not None]
+        tasks += list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def policy_seconds(value: str) -> float:
+    return parse_duration(value).total_seconds()
+
+
+def instance_types(workers: Iterable[Worker]) -> set[str]:
+    return {w.instance_type.name for w in workers if w.instance_type is not None}
