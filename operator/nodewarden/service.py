@@ -177,6 +177,7 @@ async def _act(
     kopf.on.login(registry=registry)(_login_handler(api.configuration, namespace))
     ready = asyncio.Event()
     lost = asyncio.Event()
+    failed = asyncio.Event()
 
     def on_lost() -> None:
         lost.set()
@@ -190,8 +191,23 @@ async def _act(
     async def dispatch() -> None:
         assert dispatcher is not None
         await ready.wait()
-        await dispatcher.start()
-        await dispatcher.run()
+        try:
+            await dispatcher.start()
+            runner = asyncio.ensure_future(dispatcher.run())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait([runner, stopping], return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not runner.done():
+                await dispatcher.stop()  # stop acting as soon as shutdown begins
+                runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the dispatcher stopped with an error; stopping the operator")
+            failed.set()
+            stop.set()
 
     tasks = [asyncio.create_task(mark_ready())]
     if elector is not None:
@@ -216,7 +232,7 @@ async def _act(
                 await task
         if dispatcher is not None:
             await dispatcher.stop()
-    return 1 if lost.is_set() else 0
+    return 1 if lost.is_set() or failed.is_set() else 0
 
 
 def _kubeconfig_namespace(path: Path) -> str | None:

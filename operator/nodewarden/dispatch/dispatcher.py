@@ -118,10 +118,19 @@ class Dispatcher:
     async def start(self) -> None:
         """Rebuild state from the API server and the cloud, then probe every node once."""
         self._starts = asyncio.Semaphore(self.settings.max_concurrent_starts)
-        await self.queue.resync()
-        await self.policies.load(self.kube)
+        delay = 0.5
+        while True:
+            try:
+                await self.queue.resync()
+                await self.policies.load(self.kube)
+                if self.pool is not None:
+                    await self.pool.load_nodes()
+                break
+            except KubeError as exc:
+                log.warning("initial listing failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
         if self.pool is not None:
-            await self.pool.load_nodes()
             await self.pool.sync_cloud()
             await self._first_probe_round()
         self.recovered = True
@@ -160,6 +169,8 @@ class Dispatcher:
             await asyncio.sleep(min(0.2, self.settings.tick_interval))
 
     async def stop(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
         self.wake.set()
         for task in list(self._tasks):

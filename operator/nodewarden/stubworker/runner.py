@@ -80,6 +80,8 @@ class FakeRunner:
         self._containers: dict[str, FakeContainer] = {}
         self._next_pid = _FIRST_PID
         self.started = 0
+        self.history: list[tuple[str, int, float]] = []
+        """Every real start (uuid, pid, clock time), kept across reboots: test evidence."""
 
     def start(self, config_text: str) -> int:
         try:
@@ -119,6 +121,7 @@ class FakeRunner:
             crash_at=crash_at,
         )
         self.started += 1
+        self.history.append((uuid, pid, now))
         return pid
 
     def running(self) -> list[FakeContainer]:

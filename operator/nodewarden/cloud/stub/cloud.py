@@ -154,6 +154,7 @@ class StubCloud:
         self._worker_factory = worker_factory
         self._lock = threading.Lock()
         self._vms: dict[str, StubVM] = {}
+        self._run_ledger: list[dict[str, object]] = []
         self._ip_counter = itertools.count(1)
         self._id_counter = itertools.count(1)
         self._forced_rate_limits = 0
@@ -582,12 +583,30 @@ class StubCloud:
                 self._vms.pop(instance_id, None)
         with self._lock:
             worker = vm.worker
+            self._run_ledger.extend(_runs_of(instance_id, worker))
+            vm.worker = None
         if worker is not None:
             await worker.stop()
+
+    def runs(self) -> list[dict[str, object]]:
+        """Every runner start on every VM, destroyed ones included (test evidence of
+        "no container ran twice"): instance id, container uuid, pid, start time."""
+        with self._lock:
+            live = [r for vm in self._vms.values() for r in _runs_of(vm.id, vm.worker)]
+            return [*self._run_ledger, *live]
 
     async def _stop_workers(self, vms: list[StubVM]) -> None:
         workers = [vm.worker for vm in vms if vm.worker is not None]
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+
+
+def _runs_of(instance_id: str, worker: object) -> list[dict[str, object]]:
+    runner = getattr(worker, "runner", None)
+    history = getattr(runner, "history", None) or []
+    return [
+        {"instanceId": instance_id, "uuid": uuid, "pid": pid, "startedAt": at}
+        for uuid, pid, at in history
+    ]
 
 
 def _http_error(code: int, message: str, headers: dict[str, str] | None = None) -> Exception:

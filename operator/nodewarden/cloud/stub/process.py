@@ -189,6 +189,11 @@ class StubCloudAdmin:
         data = self._call("GET", "/admin/resolve", params={"address": address}, allow_404=True)
         return Endpoint(str(data["host"]), int(data["port"])) if data is not None else None
 
+    def runs(self) -> list[dict[str, Any]]:
+        """Every runner start on every VM, destroyed VMs included: instanceId, uuid, pid."""
+        data: dict[str, Any] = self._call("GET", "/admin/runs")
+        return list(data["runs"])
+
     def stats(self) -> dict[str, Any]:
         """API call counts, VM count, VMs with a listening SSH server, server pid and RSS."""
         result: dict[str, Any] = self._call("GET", "/admin/stats")

@@ -155,6 +155,7 @@ class StubCloudServer:
         r.add_post("/admin/vms/{id}/poweroff", self._admin_poweroff)
         r.add_get("/admin/resolve", self._admin_resolve)
         r.add_get("/admin/stats", self._admin_stats)
+        r.add_get("/admin/runs", self._admin_runs)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -375,6 +376,9 @@ class StubCloudServer:
         if endpoint is None:
             return _error(404, f"NotFound: no listening stub VM has the address {address!r}")
         return _json({"host": endpoint.host, "port": endpoint.port})
+
+    async def _admin_runs(self, request: web.Request) -> web.Response:
+        return _json({"runs": self.cloud.runs()})
 
     async def _admin_stats(self, request: web.Request) -> web.Response:
         vms = self.cloud.vms()

@@ -1,0 +1,160 @@
+"""Issue 5 acceptance: cancel, runner crash, never-ready VMs, create errors, instance quota."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterkit import ClusterHandle, wait_for
+from dispatchkit import DispatchEnv, apply_many, container
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def make_env(cluster: ClusterHandle, namespace: str, tmp_path: Path) -> Iterator[Any]:
+    envs: list[DispatchEnv] = []
+
+    def make(**kw: Any) -> DispatchEnv:
+        e = DispatchEnv.create(cluster, namespace, tmp_path, **kw)
+        envs.append(e)
+        return e
+
+    yield make
+    for e in envs:
+        e.close()
+
+
+def _status(env: DispatchEnv, name: str) -> dict[str, Any]:
+    return env.cluster.get_json(env.namespace, "cd", name).get("status") or {}
+
+
+def test_cancel_mid_run_stops_the_runner(make_env: Any) -> None:
+    env = make_env()
+    env.start_operator()
+    apply_many(env, [container("long", 1, duration=600), container("short", 2, duration=1)])
+    env.wait_phases({"long": "Running", "short": "Complete"}, timeout=90)
+    node = _status(env, "long")["node"]
+    env.cluster.kubectl(
+        "-n",
+        env.namespace,
+        "patch",
+        "cd",
+        "long",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"cancel": True}}),
+    )
+    env.wait_phases({"long": "Cancelled"}, timeout=60)
+    status = _status(env, "long")
+    assert status["reason"] == "Cancelled"
+    # the runner is really gone on the VM
+    vm = next(v for v in env.ours() if v.tags.get("nodewarden-node") == node)
+    detail = env.stub.admin.vm(vm.id)
+    assert detail is not None and not detail.running_containers
+    # and the node went back to idle (then away)
+    env.wait_no_nodes(timeout=90)
+
+
+def test_deleting_a_running_container_kills_its_runner_first(make_env: Any) -> None:
+    env = make_env()
+    env.start_operator()
+    apply_many(env, [container("doomed", 3, duration=600)])
+    env.wait_phases({"doomed": "Running"}, timeout=90)
+    obj = env.cluster.get_json(env.namespace, "cd", "doomed")
+    assert "nodewarden.io/runner-cleanup" in obj["metadata"]["finalizers"]
+    node = obj["status"]["node"]
+    env.cluster.kubectl("-n", env.namespace, "delete", "cd", "doomed", "--wait=false")
+    wait_for(
+        lambda: (
+            env.cluster.kubectl("-n", env.namespace, "get", "cd", "doomed", check=False).returncode
+            != 0
+        ),
+        timeout=60,
+        what="ContainerDispatch deleted",
+    )
+    vm = next(v for v in env.ours() if v.tags.get("nodewarden-node") == node)
+    detail = env.stub.admin.vm(vm.id)
+    assert detail is not None and not detail.running_containers
+
+
+def test_runner_crashes_requeue_then_fail_at_the_attempts_cap(make_env: Any) -> None:
+    env = make_env(faults={"runner_crash_rate": 1.0, "seed": 3})
+    env.start_operator()
+    apply_many(env, [container("crashy", 4, duration=3)])
+    env.wait_phases({"crashy": "Failed"}, timeout=120)
+    status = _status(env, "crashy")
+    assert status["reason"] == "MaxAttemptsExceeded"
+    assert status["attempts"] == 3  # maxAttempts in the test policy
+    assert "ended without finishing" in status["schedulingStatus"]
+    runs = [r for r in env.stub.admin.runs() if r["uuid"] == "zzzzz-dz642-000000000000004"]
+    assert len(runs) == 3
+
+
+def test_vm_that_never_becomes_ready_is_shut_down_and_work_moves_on(make_env: Any) -> None:
+    env = make_env(faults={"broken_rate": 1.0}, policy={"bootGrace": "8s"})
+    env.start_operator()
+    apply_many(env, [container("patient", 5, duration=1)])
+
+    def shut_down_for_boot_grace() -> bool:
+        events = env.cluster.get_json(env.namespace, "events")["items"]
+        return any("BOOT_GRACE_EXCEEDED" in (e.get("message") or "") for e in events)
+
+    wait_for(shut_down_for_boot_grace, timeout=90, interval=1, what="unready VM shut down")
+    assert _status(env, "patient").get("phase") == "Queued"
+    assert "waiting" in _status(env, "patient")["schedulingStatus"]
+    env.stub.admin.set_faults(broken_rate=0.0)
+    env.wait_phases({"patient": "Complete"}, timeout=120)
+
+
+def test_create_errors_are_retried(make_env: Any) -> None:
+    env = make_env(faults={"create_error_rate": 0.6, "seed": 11})
+    env.start_operator()
+    apply_many(env, [container(f"c{i}", 10 + i, vcpus=2, duration=1) for i in range(6)])
+    env.wait_phases({f"c{i}": "Complete" for i in range(6)}, timeout=180)
+    assert env.stub.admin.stats()["api_calls"].get("create", 0) > 0
+
+
+def test_instance_quota_of_five_with_twenty_waiting(make_env: Any) -> None:
+    env = make_env(
+        faults={"instance_quota": 5},
+        policy={
+            "dispatch": {
+                "maxAttempts": 3,
+                "maxLockFlaps": 3,
+                "lameAfter": "60s",
+                "lameMinProbes": 3,
+                "takeoverAfter": "20s",
+            }
+        },
+    )
+    op = env.start_operator()
+    apply_many(
+        env, [container(f"q{i}", 40 + i, vcpus=7, ram="20Gi", duration=2) for i in range(20)]
+    )
+
+    seen_quota_reason = False
+    max_vms = 0
+
+    def progress() -> bool:
+        nonlocal seen_quota_reason, max_vms
+        max_vms = max(max_vms, len(env.ours()))
+        for c in env.containers():
+            text = (c.get("status") or {}).get("schedulingStatus") or ""
+            if "quota" in text:
+                seen_quota_reason = True
+        return all(p == "Complete" for p in env.phases().values())
+
+    wait_for(progress, timeout=240, interval=1, what="20 containers complete under a quota of 5")
+    assert max_vms <= 5
+    assert seen_quota_reason
+    for c in env.containers():
+        status = c["status"]
+        assert status["attempts"] == 1
+        assert status.get("lockFlaps", 0) == 0, status  # never flapped Locked -> Queued
+    code, text = op.get("/metrics")
+    assert 'nodewarden_cloud_errors_total{class="quota"}' in text
