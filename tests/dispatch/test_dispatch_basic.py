@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import ClusterHandle, wait_for
+from clusterkit import ClusterHandle
 from dispatchkit import DispatchEnv, apply_many, container
 
 pytestmark = pytest.mark.cluster

@@ -156,5 +156,5 @@ def test_instance_quota_of_five_with_twenty_waiting(make_env: Any) -> None:
         status = c["status"]
         assert status["attempts"] == 1
         assert status.get("lockFlaps", 0) == 0, status  # never flapped Locked -> Queued
-    code, text = op.get("/metrics")
+    _, text = op.get("/metrics")
     assert 'nodewarden_cloud_errors_total{class="quota"}' in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -103,7 +104,7 @@ def test_sixty_mixed_containers_complete_exactly_once(env: DispatchEnv) -> None:
         by_vm.setdefault(r["instanceId"], []).append(float(r["startedAt"]))
     for starts in by_vm.values():
         starts.sort()
-        if any(b - a < 0.5 for a, b in zip(starts, starts[1:], strict=False)):
+        if any(b - a < 0.5 for a, b in itertools.pairwise(starts)):
             packed = True
     assert packed, "no VM ever ran two containers at once"
 
