@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_demo_runs_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
         pids = json.loads((state / "pids.json").read_text())["pids"]
         assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager"}
 
-        def acknowledged() -> bool:
+        def kubectl_json(*args: str) -> dict[str, Any]:
             out = subprocess.run(
                 [
                     kubectl_path(),
@@ -56,17 +57,26 @@ def test_demo_runs_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
                     "-n",
                     "nodewarden",
                     "get",
-                    "wn",
+                    *args,
                     "-o",
-                    "jsonpath={.items[*].status.conditions[?(@.type=='Valid')].status}",
+                    "json",
                 ],
                 capture_output=True,
                 text=True,
                 check=False,
             )
-            return out.stdout.split() == ["True", "True", "True"]
+            return json.loads(out.stdout) if out.returncode == 0 else {"items": []}
 
-        wait_for(acknowledged, timeout=90, interval=1, what="demo nodes acknowledged")
+        def examples_valid_and_work_done() -> bool:
+            nodes = {n["metadata"]["name"]: n for n in kubectl_json("wn")["items"]}
+            for name in ("gpu-a100-01", "ws-rtx-07", "vm-m5-large-warm"):
+                conds = (nodes.get(name, {}).get("status") or {}).get("conditions", [])
+                if not any(c["type"] == "Valid" and c["status"] == "True" for c in conds):
+                    return False
+            phases = [(c.get("status") or {}).get("phase") for c in kubectl_json("cd")["items"]]
+            return phases.count("Complete") >= 3
+
+        wait_for(examples_valid_and_work_done, timeout=150, interval=1, what="demo working")
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         assert proc.wait(timeout=60) == 130
     finally:

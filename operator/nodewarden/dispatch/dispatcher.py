@@ -199,6 +199,8 @@ class Dispatcher:
             self._next_sync = now + timedelta(seconds=self.settings.sync_interval)
             await self.pool.sync_cloud()
         if self.pool is not None:
+            if self.recovered and self.pool.declared:
+                await self.pool.adopt_declared()
             self.pool.ensure_probes()
             self._reconcile_runners(now)
         await self._cancellations(now)
@@ -715,6 +717,13 @@ class Dispatcher:
         for worker in list(self.pool.workers.values()):
             containers = by_node.get(worker.name, [])
             busy = bool(containers) or self.pending_starts.get(worker.name, 0) > 0
+            deleted_by_user = bool((worker.body or {}).get("metadata", {}).get("deletionTimestamp"))
+            if deleted_by_user and worker.destroy_requested_at is None:
+                self._record(
+                    worker, "SHUTDOWN", ["DELETED_BY_USER"], "the WorkerNode was deleted", now
+                )
+                await self.pool.destroy(worker, "the WorkerNode was deleted")
+                continue
             if worker.destroy_requested_at is not None:
                 worker.state = "ShuttingDown"
                 if worker.destroy_error is not None or (

@@ -184,6 +184,7 @@ class WorkerPool:
         self.clock = clock
         self.on_change = on_change
         self.workers: dict[str, Worker] = {}
+        self.declared: dict[str, dict[str, Any]] = {}
         self.foreign: dict[str, CloudInstance] = {}
         self.last_sync: datetime | None = None
         self.synced_once = False
@@ -215,6 +216,10 @@ class WorkerPool:
         if not name or (meta.get("namespace") or self.namespace) != self.namespace:
             return
         if not self._ours(body):
+            if not deleted and self._declared(body):
+                self.declared[name] = dict(body)
+            else:
+                self.declared.pop(name, None)
             return
         worker = self.workers.get(name)
         if deleted:
@@ -233,6 +238,50 @@ class WorkerPool:
         if previous_behavior is not None and previous_behavior != worker.idle_behavior:
             self.on_change()
             self._background(self._retag(worker))
+
+    @staticmethod
+    def _declared(body: Mapping[str, Any]) -> bool:
+        """A CloudVM WorkerNode a person declared (no dispatcher label, no instance yet)."""
+        meta = body.get("metadata", {})
+        spec = body.get("spec") or {}
+        return (
+            spec.get("nodeType") == "CloudVM"
+            and DISPATCHER_LABEL not in (meta.get("labels") or {})
+            and not meta.get("deletionTimestamp")
+            and not (body.get("status") or {}).get("instanceId")
+        )
+
+    async def adopt_declared(self) -> None:
+        """Give each declared CloudVM WorkerNode an instance: label it ours, then create."""
+        for name, body in list(self.declared.items()):
+            del self.declared[name]
+            itype = self.cloud.instance_type((body.get("spec") or {}).get("instanceType") or "")
+            if itype is None:
+                continue  # its Valid condition names the unknown instance type
+            finalizers = list(body["metadata"].get("finalizers") or [])
+            if NODE_FINALIZER not in finalizers:
+                finalizers.append(NODE_FINALIZER)
+            try:
+                patched = await self.kube.patch(
+                    WORKER_NODE,
+                    self.namespace,
+                    name,
+                    {
+                        "metadata": {
+                            "labels": {DISPATCHER_LABEL: self.dispatcher_id, **MANAGED_BY},
+                            "finalizers": finalizers,
+                            "resourceVersion": body["metadata"].get("resourceVersion"),
+                        }
+                    },
+                )
+            except KubeError as exc:
+                log.info("could not take declared WorkerNode %s: %s", name, exc)
+                continue
+            worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
+            self.workers[name] = worker
+            self.observe_node(patched)
+            log.info("creating a %s instance for declared WorkerNode %s", itype.name, name)
+            self._background(self._create_instance(worker, itype))
 
     async def load_nodes(self) -> None:
         """LIST our WorkerNodes (start-up)."""
