@@ -147,7 +147,7 @@ class DispatchEnv:
             "log_level": "INFO",
             "resync_interval": "5s",
             "management": {"token_secret_name": "nodewarden-status"},
-            "leader_election": {"lease_duration": 6, "renew_interval": 2, "retry_interval": 1},
+            "leader_election": {"lease_duration": 8, "renew_interval": 2, "retry_interval": 1},
             "cloud": base,
             "dispatch": {
                 "tick_interval": 0.5,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,15 @@ def _run(argv: list[str]) -> int:
         config.http.host = args.http_host
     if args.no_leader_election:
         config.leader_election.enabled = False
+    profile = os.environ.get("NODEWARDEN_PROFILE")
+    if profile:  # developer aid: write a cProfile of the whole run to this path
+        import cProfile
+
+        profiler = cProfile.Profile()
+        try:
+            return profiler.runcall(asyncio.run, run(config))
+        finally:
+            profiler.dump_stats(profile)
     return asyncio.run(run(config))
 
 

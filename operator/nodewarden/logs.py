@@ -19,7 +19,7 @@ _secrets: set[str] = set()
 
 _STANDARD_ATTRS = frozenset(
     logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__.keys()
-    | {"message", "asctime", "taskName"}
+    | {"message", "asctime", "taskName", "settings", "k8s_skip"}  # kopf's bulky extras
 )
 
 

@@ -106,3 +106,16 @@ PROBE_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+
+KUBE_REQUESTS = Counter(
+    "nodewarden_kube_requests_total",
+    "Kubernetes API requests made by nodewarden's own code (not kopf's watches), by verb.",
+    ["verb"],
+    registry=REGISTRY,
+)
+
+LOOP_LAG = Gauge(
+    "nodewarden_event_loop_lag_seconds",
+    "How late the operator's event loop ran a 1-second timer, last sample.",
+    registry=REGISTRY,
+)

@@ -26,10 +26,11 @@ from nodewarden.dispatch import Dispatcher, build_dispatcher
 from nodewarden.endpoints import Health, build_app, start
 from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
+from nodewarden.handlers.validation import resync_loop
 from nodewarden.kube.client import Kube, KubeError, api_client_from
 from nodewarden.kube.lease import LeaderElector
 from nodewarden.logs import setup_logging
-from nodewarden.metrics import LEADER
+from nodewarden.metrics import LEADER, LOOP_LAG
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,10 @@ async def run(config: OperatorConfig) -> int:
     exit_code = 0
     try:
         if config.leader_election.enabled:
+            # its own client (connection pool), so a burst of status writes never delays it
+            lease_api = await api_client_from(config.kubeconfig)
             elector = LeaderElector(
-                api,
+                lease_api,
                 namespace,
                 config.lease_name,
                 identity,
@@ -141,6 +144,7 @@ async def run(config: OperatorConfig) -> int:
         LEADER.labels(config.dispatcher_id).set(0)
         if elector is not None:
             await elector.release()
+            await elector.api.close()
         await runner.cleanup()
         await kube.close()
         log.info("nodewarden stopped", extra={"exit_code": exit_code})
@@ -209,7 +213,21 @@ async def _act(
             failed.set()
             stop.set()
 
-    tasks = [asyncio.create_task(mark_ready())]
+    async def watch_loop_lag() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(1.0)
+            lag = loop.time() - before - 1.0
+            LOOP_LAG.set(lag)
+            if lag > 1.0:
+                log.warning("event loop blocked for %.1fs", lag)
+
+    tasks = [
+        asyncio.create_task(mark_ready()),
+        asyncio.create_task(watch_loop_lag()),
+        asyncio.create_task(resync_loop(ctx, namespace)),
+    ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.keep(on_lost)))
     if dispatcher is not None:

@@ -86,6 +86,7 @@ class Dispatcher:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     recovered: bool = False
     inflight: set[str] = field(default_factory=set)
+    wait_writes: set[str] = field(default_factory=set)
     pending_starts: dict[str, int] = field(default_factory=dict)
     last_plan: Plan | None = None
     rounds: int = 0
@@ -290,10 +291,6 @@ class Dispatcher:
             status["lockFlaps"] = c.status.lock_flaps + 1
         if await self._write(c, status):
             log.info("container %s requeued: %s", c.uuid, why)
-        latest = self.queue.get(c.name)
-        if latest is not None and FINALIZER in latest.finalizers:
-            with contextlib.suppress(KubeError):
-                await self.queue.set_finalizer(latest, False)
 
     # --- 2. runners vs containers ---------------------------------------------------------
 
@@ -302,24 +299,30 @@ class Dispatcher:
         if not self.recovered:
             return
         by_uuid = self.queue.by_uuid()
+        running_on: dict[str, list[Container]] = {}
+        for c in by_uuid.values():
+            if c.phase == "Running" and c.status.node:
+                running_on.setdefault(c.status.node, []).append(c)
         for worker in list(self.pool.workers.values()):
             if worker.runners is None or worker.runners_at is None:
                 continue
             for uuid, pid in list(worker.runners.items()):
-                c = by_uuid.get(uuid)
+                listed = by_uuid.get(uuid)
                 if uuid in self.inflight:
                     continue
-                if c is None or c.terminal or (c.status.node and c.status.node != worker.name):
-                    if not c or not c.cancel_requested:
+                if (
+                    listed is None
+                    or listed.terminal
+                    or (listed.status.node and listed.status.node != worker.name)
+                ):
+                    if not listed or not listed.cancel_requested:
                         self._spawn_guarded(uuid, self._kill_unwanted(worker, uuid))
                     continue
-                if c.cancel_requested:
+                if listed.cancel_requested:
                     continue  # handled by _cancellations
-                if c.phase in (None, "Queued", "Locked"):
-                    self._spawn_guarded(uuid, self._adopt_runner(c, worker, pid))
-            for c in by_uuid.values():
-                if c.phase != "Running" or c.status.node != worker.name:
-                    continue
+                if listed.phase in (None, "Queued", "Locked"):
+                    self._spawn_guarded(uuid, self._adopt_runner(listed, worker, pid))
+            for c in running_on.get(worker.name, ()):
                 if c.uuid in worker.runners or c.uuid in self.inflight or c.cancel_requested:
                     continue
                 started = c.status.started_at
@@ -591,20 +594,28 @@ class Dispatcher:
     # --- 5. execute -----------------------------------------------------------------------
 
     async def _execute(self, result: Plan, now: datetime) -> None:
+        """Carry out a plan. Nothing here blocks the round: writes and starts run as
+        background tasks (one at a time per container), creates register their worker at
+        once so the next plan counts them."""
         by_uuid = self.queue.by_uuid()
-        writes: list[Any] = []
         for uuid, why in result.unsatisfiable.items():
             c = by_uuid.get(uuid)
-            if c is not None and self.cloud is not None:
-                writes.append(self._finish(c, "Failed", "NoInstanceTypeFits", why))
-            elif c is not None:
-                writes.append(self._wait(c, f"waiting: {why}"))
+            if c is None or uuid in self.inflight:
+                continue
+            if self.cloud is not None:
+                self._spawn_guarded(uuid, self._finish(c, "Failed", "NoInstanceTypeFits", why))
+            else:
+                self._spawn_guarded(uuid, self._wait(c, f"waiting: {why}"))
         if not self.recovered:
-            await asyncio.gather(*writes)
             return
+        if self.pool is not None and self.cloud is not None:
+            for create in result.creates:
+                itype = self.cloud.instance_type(create.instance_type)
+                if itype is not None:
+                    self.pool.create(itype)
         for uuid, why in result.unlocks.items():
             c = by_uuid.get(uuid)
-            if c is not None:
+            if c is not None and uuid not in self.inflight:
                 self._spawn_guarded(
                     uuid, self._requeue_or_fail(c, why, c.status.attempts, "Unlocked", flap=True)
                 )
@@ -613,30 +624,66 @@ class Dispatcher:
             if c is None or start.uuid in self.inflight:
                 continue
             self._spawn_guarded(start.uuid, self._start(c, start.node, start.relock))
-        if self.pool is not None:
-            for create in result.creates:
-                itype = self.cloud.instance_type(create.instance_type) if self.cloud else None
-                if itype is not None:
-                    writes.append(self.pool.create(itype))
         for uuid, why in result.waits.items():
             c = by_uuid.get(uuid)
-            if c is not None:
-                writes.append(self._wait(c, why))
-        if writes:
-            await asyncio.gather(*writes)
+            if (
+                c is None
+                or uuid in self.inflight
+                or uuid in self.wait_writes
+                or not self._wait_changes(c, why)
+            ):
+                continue
+            self.wait_writes.add(uuid)
+            self._spawn(self._wait_guarded(uuid, c, why))
+
+    async def _wait_guarded(self, uuid: str, c: Container, why: str) -> None:
+        try:
+            await self._wait(c, why)
+        except Exception:
+            log.exception("scheduling status write for %s failed", uuid)
+        finally:
+            self.wait_writes.discard(uuid)
+
+    def _wait_changes(self, c: Container, why: str) -> bool:
+        return not (
+            c.status.scheduling_status == why
+            and c.status.observed_generation == c.generation
+            and c.phase is not None
+        )
 
     async def _wait(self, c: Container, why: str) -> None:
+        """Scheduling-status chatter (and the acknowledgement of a new container) goes in the
+        background lane; a new container also gets our finalizer here, off the start path."""
+        c = self.queue.get(c.name) or c
+        if c.terminal or c.cancel_requested or c.uuid in self.inflight:
+            return
         if (
             c.phase in (None, "Queued")
             and c.status.scheduling_status == why
             and c.status.observed_generation == c.generation
         ):
             return
+        # Preconditioned: a start may lock the container meanwhile; its write must win.
         if c.phase not in (None, "Queued"):
             if c.status.scheduling_status != why:
-                await self._write(c, {"schedulingStatus": why})
+                await self._write(c, {"schedulingStatus": why}, background=True, precondition=True)
             return
-        await self._write(c, {"phase": "Queued", "schedulingStatus": why, "reason": "Waiting"})
+        ok = await self._write(
+            c,
+            {"phase": "Queued", "schedulingStatus": why, "reason": "Waiting"},
+            background=True,
+            precondition=True,
+        )
+        if not ok:
+            return
+        latest = self.queue.get(c.name)
+        if (
+            latest is not None
+            and not latest.cancel_requested
+            and FINALIZER not in latest.finalizers
+        ):
+            with contextlib.suppress(KubeError):
+                await self.queue.set_finalizer(latest, True, background=True)
 
     async def _start(self, c: Container, node: str, relock: bool) -> None:
         assert self.pool is not None and self.prober is not None and self._starts is not None
@@ -670,8 +717,10 @@ class Dispatcher:
                 latest = self.queue.get(c.name)
                 if latest is None or latest.cancel_requested:
                     return
-                with contextlib.suppress(KubeError):
-                    await self.queue.set_finalizer(latest, True)
+                if FINALIZER not in latest.finalizers:
+                    with contextlib.suppress(KubeError):
+                        await self.queue.set_finalizer(latest, True)
+                    latest = self.queue.get(c.name) or latest
                 attempts = latest.status.attempts + 1
                 config = {"uuid": c.spec.uuid, **c.spec.to_wire()}
                 try:

@@ -30,6 +30,7 @@ from nodewarden.api.containerdispatch import (
 )
 from nodewarden.api.kinds import CONTAINER_DISPATCH
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
+from nodewarden.metrics import KUBE_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,9 @@ class ContainerQueue:
     namespace: str
     dispatcher_id: str
     writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    background_writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
+    """A lane for acknowledgements and scheduling-status chatter, so a burst of them (a
+    thousand new containers) never delays the writes that start or finish containers."""
     by_name: dict[str, Container] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     api_writes: int = 0
@@ -175,13 +179,15 @@ class ContainerQueue:
         status: Mapping[str, Any],
         *,
         precondition: bool = False,
+        background: bool = False,
     ) -> bool:
         """Merge-patch the status; True on success, False if the object changed or vanished."""
         patch: dict[str, Any] = {"status": dict(status)}
         if precondition:
             patch["metadata"] = {"resourceVersion": c.resource_version}
-        async with self.writes:
+        async with self.background_writes if background else self.writes:
             self.api_writes += 1
+            KUBE_REQUESTS.labels("patch_status").inc()
             try:
                 obj = await self.kube.custom.patch_namespaced_custom_object_status(
                     GROUP,
@@ -202,8 +208,9 @@ class ContainerQueue:
         self.observe(obj)
         return True
 
-    async def set_finalizer(self, c: Container, present: bool) -> bool:
+    async def set_finalizer(self, c: Container, present: bool, background: bool = False) -> bool:
         """Add or remove our finalizer (metadata patch; list replaced as a whole)."""
+        c = self.by_name.get(c.name, c)
         finalizers = c.finalizers
         if present == (FINALIZER in finalizers):
             return True
@@ -211,7 +218,7 @@ class ContainerQueue:
             finalizers.append(FINALIZER)
         else:
             finalizers = [f for f in finalizers if f != FINALIZER]
-        async with self.writes:
+        async with self.background_writes if background else self.writes:
             self.api_writes += 1
             try:
                 obj = await self.kube.patch(

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from nodewarden.api.base import Condition, set_condition
 from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudError
@@ -322,6 +323,7 @@ class WorkerPool:
         generation = (worker.body or {}).get("metadata", {}).get("generation")
         out: dict[str, Any] = {
             "observedGeneration": generation,
+            "conditions": self._conditions(worker, generation),
             "state": worker.state,
             "dispatcherId": self.dispatcher_id,
             "readiness": "Ready" if worker.ready else "NotReady",
@@ -362,6 +364,38 @@ class WorkerPool:
             }
         del now
         return out
+
+    def _conditions(self, worker: Worker, generation: int | None) -> list[dict[str, Any]]:
+        """Valid (the dispatcher validates its own nodes) and Ready conditions."""
+        current = [
+            Condition.model_validate(c)
+            for c in ((worker.body or {}).get("status") or {}).get("conditions", [])
+            if isinstance(c, dict) and "lastTransitionTime" in c
+        ]
+        now = self.clock()
+        valid = worker.instance_type is not None
+        conds = set_condition(
+            current,
+            "Valid",
+            valid,
+            "Valid" if valid else "UnknownInstanceType",
+            f"managed by dispatcher {self.dispatcher_id}"
+            if valid
+            else "spec.instanceType: not in the operator's instance-type catalogue",
+            generation,
+            now,
+        )
+        conds = set_condition(
+            conds,
+            "Ready",
+            worker.ready,
+            "ProbePassed" if worker.ready else (worker.probe_result or "Booting"),
+            "the ready probe passes" if worker.ready else (worker.probe_message or "booting"),
+            generation,
+            now,
+        )
+        # keep lastTransitionTime stable across writes: compare without it
+        return [c.to_wire() for c in conds]
 
     async def write_statuses(self, containers_by_node: Mapping[str, list[str]]) -> None:
         jobs = [
@@ -536,21 +570,27 @@ class WorkerPool:
     def pending_creates(self) -> int:
         return sum(1 for w in self.workers.values() if w.creating)
 
-    async def create(self, itype: InstanceType) -> Worker | None:
-        """Create the WorkerNode, then the instance (in the background)."""
+    def create(self, itype: InstanceType) -> Worker:
+        """Register a new worker now (so the next plan counts it) and create its WorkerNode
+        and then its instance in the background."""
         name = node_name_for(self.dispatcher_id, itype.name)
+        worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
+        self.workers[name] = worker
+        self._background(self._create_node_then_instance(worker, itype))
+        return worker
+
+    async def _create_node_then_instance(self, worker: Worker, itype: InstanceType) -> None:
         try:
             body = await self.kube.create(
-                WORKER_NODE, self.namespace, self._node_body(name, itype, None)
+                WORKER_NODE, self.namespace, self._node_body(worker.name, itype, None)
             )
         except KubeError as exc:
             log.warning("could not create WorkerNode for a new %s: %s", itype.name, exc)
-            return None
-        worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
-        self.workers[name] = worker
+            self.workers.pop(worker.name, None)
+            self.on_change()
+            return
         self.observe_node(body)
-        self._background(self._create_instance(worker, itype))
-        return worker
+        await self._create_instance(worker, itype)
 
     async def _create_instance(self, worker: Worker, itype: InstanceType) -> None:
         secret = instance_secret(self.master, worker.name)
@@ -636,7 +676,10 @@ class WorkerPool:
             return None
         port = self.cloud.config.ssh_port
         trust: KnownHostKeys | InstanceSecretTrust
-        if worker.host_key:
+        # The key learned on first use in this process stays pinned in the prober, so the
+        # same trust object is kept (changing it would reopen the connection); after a
+        # restart the key recorded in status.sshHostKey is trusted instead.
+        if worker.host_key and self.prober.pinned_host_key(worker.name) is None:
             trust = KnownHostKeys.for_key(host, port, worker.host_key)
         else:
             trust = InstanceSecretTrust(instance_secret(self.master, worker.name))

@@ -3,12 +3,16 @@
 Checks come from `nodewarden.validation` (pure); this module fetches the facts they need
 (which policies, nodes and Secrets exist), writes one status patch per reconcile only when
 something changed, and posts a Warning Event when an object becomes invalid. A PowerPolicy
-appearing or disappearing re-validates the WorkerNodes that refer to it at once; a timer
-re-validates everything every `resync_interval` in case a Secret changed.
+appearing or disappearing re-validates the WorkerNodes that refer to it at once;
+`resync_loop` re-validates everything every `resync_interval` (one LIST per kind, not one
+timer per object) in case a Secret changed. WorkerNodes created by the dispatcher (label
+`nodewarden.io/dispatcher`) are validated by the dispatcher in its own status writes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -22,9 +26,10 @@ from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY,
 from nodewarden.api.powerintent import PowerIntentSpec
 from nodewarden.api.powerpolicy import PowerPolicySpec, spec_hash
 from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.dispatch.workers import DISPATCHER_LABEL
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.kube.client import KubeError
-from nodewarden.metrics import RECONCILE_SECONDS, RECONCILE_TOTAL
+from nodewarden.metrics import INVALID_OBJECTS, RECONCILE_SECONDS, RECONCILE_TOTAL
 from nodewarden.units import parse_duration
 from nodewarden.validation import (
     SecretFacts,
@@ -211,9 +216,53 @@ def _timed(kind: Kind, fn: Callable[..., Awaitable[Verdict]]) -> Callable[..., A
     return wrapper
 
 
+async def resync_loop(ctx: HandlerContext, namespace: str) -> None:
+    """Re-validate every WorkerNode, PowerPolicy and PowerIntent every `resync_interval`."""
+    interval = max(1.0, parse_duration(ctx.config.resync_interval).total_seconds())
+    node_reconcile = _timed(WORKER_NODE, reconcile_workernode)
+    policy_reconcile = _timed(POWER_POLICY, reconcile_powerpolicy)
+    intent_reconcile = _timed(POWER_INTENT, reconcile_powerintent)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            policies = await ctx.kube.list(POWER_POLICY, namespace)
+            nodes = await ctx.kube.list(WORKER_NODE, namespace)
+            intents = await ctx.kube.list(POWER_INTENT, namespace)
+        except KubeError as exc:
+            log.warning("re-validation skipped: %s", exc)
+            continue
+        policy_set = {p["metadata"]["name"] for p in policies}
+        node_set = {n["metadata"]["name"] for n in nodes}
+        invalid = {WORKER_NODE.kind: 0, POWER_POLICY.kind: 0, POWER_INTENT.kind: 0}
+        for node in nodes:
+            if DISPATCHER_LABEL in (node["metadata"].get("labels") or {}):
+                continue
+            node["metadata"].setdefault("namespace", namespace)
+            with contextlib.suppress(KubeError):
+                if not (await node_reconcile(ctx, node, policy_set)).valid:
+                    invalid[WORKER_NODE.kind] += 1
+        for policy in policies:
+            policy["metadata"].setdefault("namespace", namespace)
+            name = policy["metadata"]["name"]
+            users = sum(
+                1
+                for n in nodes
+                if ((n.get("spec") or {}).get("policyRef") or {}).get("name") == name
+            )
+            with contextlib.suppress(KubeError):
+                if not (await policy_reconcile(ctx, policy, users)).valid:
+                    invalid[POWER_POLICY.kind] += 1
+        for intent in intents:
+            intent["metadata"].setdefault("namespace", namespace)
+            with contextlib.suppress(KubeError):
+                if not (await intent_reconcile(ctx, intent, node_set)).valid:
+                    invalid[POWER_INTENT.kind] += 1
+        for kind, count in invalid.items():
+            INVALID_OBJECTS.labels(kind).set(count)
+
+
 def register(registry: kopf.OperatorRegistry, ctx: HandlerContext, containers: bool = True) -> None:
     """Register the validation handlers into `registry` (ContainerDispatch only if asked)."""
-    resync = max(1.0, parse_duration(ctx.config.resync_interval).total_seconds())
     wn = (GROUP, VERSION, WORKER_NODE.plural)
     pp = (GROUP, VERSION, POWER_POLICY.plural)
     pi = (GROUP, VERSION, POWER_INTENT.plural)
@@ -241,10 +290,11 @@ def register(registry: kopf.OperatorRegistry, ctx: HandlerContext, containers: b
         return {n for n, _ in index.get(namespace, [])}
 
     # --- WorkerNode ---------------------------------------------------------------------
-    @kopf.on.resume(*wn, id="workernode_valid", registry=registry)
-    @kopf.on.create(*wn, id="workernode_valid", registry=registry)
-    @kopf.on.update(*wn, id="workernode_valid", registry=registry)
-    @kopf.timer(*wn, id="resync", interval=resync, initial_delay=resync, registry=registry)
+    unmanaged = {DISPATCHER_LABEL: kopf.ABSENT}
+
+    @kopf.on.resume(*wn, id="workernode_valid", labels=unmanaged, registry=registry)
+    @kopf.on.create(*wn, id="workernode_valid", labels=unmanaged, registry=registry)
+    @kopf.on.update(*wn, id="workernode_valid", labels=unmanaged, registry=registry)
     async def workernode_valid(body: kopf.Body, **kw: Any) -> None:
         namespace = body.metadata.namespace or ""
         await node_reconcile(ctx, body, policy_names(kw["nw_policies"], namespace))
@@ -253,7 +303,6 @@ def register(registry: kopf.OperatorRegistry, ctx: HandlerContext, containers: b
     @kopf.on.resume(*pp, id="powerpolicy_valid", registry=registry)
     @kopf.on.create(*pp, id="powerpolicy_valid", registry=registry)
     @kopf.on.update(*pp, id="powerpolicy_valid", registry=registry)
-    @kopf.timer(*pp, id="resync", interval=resync, initial_delay=resync, registry=registry)
     async def powerpolicy_valid(body: kopf.Body, **kw: Any) -> None:
         nw_nodes = kw["nw_nodes"]
         namespace = body.metadata.namespace or ""
@@ -283,7 +332,6 @@ def register(registry: kopf.OperatorRegistry, ctx: HandlerContext, containers: b
     # --- PowerIntent --------------------------------------------------------------------
     @kopf.on.resume(*pi, id="powerintent_valid", registry=registry)
     @kopf.on.create(*pi, id="powerintent_valid", registry=registry)
-    @kopf.timer(*pi, id="resync", interval=resync, initial_delay=resync, registry=registry)
     async def powerintent_valid(body: kopf.Body, **kw: Any) -> None:
         namespace = body.metadata.namespace or ""
         await intent_reconcile(ctx, body, node_names(kw["nw_nodes"], namespace))

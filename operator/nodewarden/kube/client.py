@@ -21,6 +21,7 @@ from pydantic import SecretStr
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import Kind
 from nodewarden.logs import register_secret
+from nodewarden.metrics import KUBE_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class Kube:
     # --- nodewarden objects -----------------------------------------------------------
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        KUBE_REQUESTS.labels("get").inc()
         try:
             obj: dict[str, Any] = await self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, kind.plural, name
@@ -95,6 +97,7 @@ class Kube:
     async def list(
         self, kind: Kind, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
+        KUBE_REQUESTS.labels("list").inc()
         try:
             if namespace is None:
                 result = await self.custom.list_cluster_custom_object(
@@ -111,6 +114,7 @@ class Kube:
 
     async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind.kind, **body}
+        KUBE_REQUESTS.labels("create").inc()
         try:
             obj: dict[str, Any] = await self.custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, kind.plural, body, field_manager=self.field_manager
@@ -122,6 +126,7 @@ class Kube:
     async def patch(
         self, kind: Kind, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
+        KUBE_REQUESTS.labels("patch").inc()
         try:
             obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object(
                 GROUP,
@@ -141,6 +146,7 @@ class Kube:
         self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any]:
         """Merge-patch the status subresource (one patch per reconcile)."""
+        KUBE_REQUESTS.labels("patch_status").inc()
         try:
             obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -157,6 +163,7 @@ class Kube:
             raise _wrap(exc, f"patch status of {kind.kind} {namespace}/{name}") from exc
 
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        KUBE_REQUESTS.labels("delete").inc()
         try:
             await self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, kind.plural, name
@@ -171,6 +178,7 @@ class Kube:
 
     async def read_secret(self, namespace: str, name: str, key: str) -> SecretStr:
         """One value of a Secret, registered for log redaction. Errors never contain values."""
+        KUBE_REQUESTS.labels("get_secret").inc()
         try:
             secret = await self.core.read_namespaced_secret(name, namespace)
         except ApiException as exc:
@@ -186,6 +194,7 @@ class Kube:
 
     async def secret_keys(self, namespace: str, name: str) -> set[str] | None:
         """The keys of a Secret (None if it does not exist); values are not kept."""
+        KUBE_REQUESTS.labels("get_secret").inc()
         try:
             secret = await self.core.read_namespaced_secret(name, namespace)
         except ApiException as exc:
@@ -234,6 +243,7 @@ class Kube:
             event_time=now,
             count=1,
         )
+        KUBE_REQUESTS.labels("create_event").inc()
         try:
             await self.core.create_namespaced_event(namespace, body)
         except ApiException as exc:

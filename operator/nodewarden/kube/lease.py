@@ -34,6 +34,7 @@ class LeaderElector:
         renew_interval: float = 5.0,
         retry_interval: float = 2.0,
     ) -> None:
+        self.api = api
         self.leases = client.CoordinationV1Api(api)
         self.namespace = namespace
         self.name = name
@@ -108,20 +109,27 @@ class LeaderElector:
         return False
 
     async def keep(self, on_lost: Callable[[], None]) -> None:
-        """Renew until cancelled; call `on_lost` if the lease cannot be kept."""
+        """Renew until cancelled; call `on_lost` if the lease cannot be kept.
+
+        A renewal attempt may take until the renew deadline (2/3 of the lease duration
+        after the last successful renewal): a busy API server answering slowly is not a
+        reason to give up leadership, but we stop acting before the lease can expire.
+        """
+        deadline_after = timedelta(seconds=self.lease_duration * 2 / 3)
         while True:
             await asyncio.sleep(self.renew_interval)
             ok = False
+            last = self._last_renew or _now()
+            budget = (last + deadline_after - _now()).total_seconds()
             try:
-                ok = await asyncio.wait_for(
-                    self.try_acquire_or_renew(), timeout=self.renew_interval
-                )
+                ok = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(0.5, budget))
             except TimeoutError:
+                log.warning("lease renewal timed out after %.1fs", max(0.5, budget))
                 ok = False
             if ok:
                 continue
             last = self._last_renew or _now()
-            if _now() - last > timedelta(seconds=self.lease_duration * 2 / 3):
+            if _now() - last > deadline_after:
                 self.is_leader = False
                 log.error("lost leadership of lease %s; stopping", self.name)
                 on_lost()

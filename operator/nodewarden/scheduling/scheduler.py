@@ -26,7 +26,8 @@ Rules (after the Arvados cloud dispatcher):
 4. A container that no instance type and no side node can ever fit is unsatisfiable (the
    dispatcher fails it with the reason). One that fits but cannot be placed now waits
    with a human-readable reason ("waiting for a new m5.large to boot", "waiting: cloud
-   instance quota reached").
+   instance quota reached"). Reasons deliberately do not name the node, so a container
+   waiting through create -> boot is written once, not once per step.
 5. Idle nodes not needed by the plan are reported as surplus, except the `min_warm_nodes`
    cheapest ones, which are reported as kept warm.
 """
@@ -348,7 +349,7 @@ def plan(
             coming = first_fit(by_type_coming.setdefault(type_name, []), need, shape)
             if coming is not None:
                 coming.take(need)
-                result.waits[c.uuid] = f"waiting for new {type_name} {coming.view.name} to boot"
+                result.waits[c.uuid] = f"waiting for a new {type_name} to boot"
                 result.wait_nodes[c.uuid] = coming.view.name
                 result.chosen_types[c.uuid] = type_name
                 placed = coming
@@ -408,7 +409,7 @@ def plan(
         per_type[chosen.name] = per_type.get(chosen.name, 0) + 1
         if new_nodes_left is not None:
             new_nodes_left -= 1
-        result.waits[c.uuid] = f"waiting for a new {chosen.name} to be created"
+        result.waits[c.uuid] = f"waiting for a new {chosen.name} to boot"
         result.chosen_types[c.uuid] = chosen.name
 
     # containers that packed into a planned new node: record them on its Create
@@ -419,7 +420,7 @@ def plan(
                 extra.setdefault(node, []).append(uuid)
                 del result.wait_nodes[uuid]
                 result.waits[uuid] = (
-                    f"waiting for a new {pending_creates[node].instance_type} to be created"
+                    f"waiting for a new {pending_creates[node].instance_type} to boot"
                 )
         if extra:
             result.creates = [
