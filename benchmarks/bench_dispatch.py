@@ -30,7 +30,6 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "e2e")]
 from clusterkit import ClusterHandle  # noqa: E402
 from dispatchkit import DispatchEnv, container  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
-
 from nodewarden.api.kinds import CONTAINER_DISPATCH  # noqa: E402
 from nodewarden.kube.client import Kube, api_client_from  # noqa: E402
 
@@ -66,7 +65,10 @@ async def create_all(kubeconfig: Path, namespace: str, n: int) -> float:
 
 
 def requests_made(metrics: str) -> float:
-    return sum(float(v) for v in re.findall(r"^nodewarden_kube_requests_total\{[^}]*\} (\S+)$", metrics, re.M))
+    return sum(
+        float(v)
+        for v in re.findall(r"^nodewarden_kube_requests_total\{[^}]*\} (\S+)$", metrics, re.M)
+    )
 
 
 def main() -> int:
@@ -104,7 +106,9 @@ def main() -> int:
     env.config_path.write_text(cfg)
     try:
         created = asyncio.run(create_all(kubeconfig, namespace, args.containers))
-        print(f"created {args.containers} ContainerDispatches in {created:.1f}s (operator not running)")
+        print(
+            f"created {args.containers} ContainerDispatches in {created:.1f}s (operator not running)"
+        )
         t0 = time.monotonic()
         op = env.start_operator(name="bench")
         pid = op.proc.pid
