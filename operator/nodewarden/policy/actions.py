@@ -1,0 +1,131 @@
+"""Actions: the small typed instructions a step returns for the shell to carry out.
+
+The core never performs I/O; it returns these in order and the shell executes them,
+feeding the outcomes back as events (`nodewarden.policy.events`):
+
+    OpenTransition         create/update the PowerIntent for a new transition
+    CloseTransition        mark the transition's PowerIntent Succeeded / Aborted / Blocked
+    CloseAdmission         stop binding work to the node; answer with AdmissionClosed
+    OpenAdmission          allow binding work (only after observed On + passing ready probe)
+    RereadDemand           re-read the queue for this node now (not from a cache);
+                           answer with DemandReread
+    RequestPower           send the power request; answer with RequestAccepted /
+                           RequestRejected / RequestErrored for the same transition+attempt
+    CancelPendingShutdown  withdraw a shutdown that is not yet irreversible (cancel a
+                           scheduled `shutdown`, drop queued retries)
+    PollObservedPower      read the trusted power state; answer with PowerObserved
+    RunReadyProbe          run the ready probe; answer with ReadyProbeResult
+    RefreshFacts           refresh the named readings (stale or missing evidence)
+    ScheduleRecheck        send Evaluate / DeadlineReached at `at`
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, Field
+
+from nodewarden.api.powerpolicy import ResetAction
+from nodewarden.policy.base import CoreModel
+from nodewarden.policy.facts import FactName
+from nodewarden.policy.reasons import ReasonCode
+from nodewarden.policy.state import TransitionKind
+
+TransitionOutcome = Literal["Succeeded", "Aborted", "Blocked"]
+
+
+class OpenTransition(CoreModel):
+    type: Literal["OpenTransition"] = "OpenTransition"
+    transition_id: str
+    kind: TransitionKind
+    origin: Literal["Policy", "Manual"]
+    intent: str | None = None
+    deadline: AwareDatetime
+
+
+class CloseTransition(CoreModel):
+    type: Literal["CloseTransition"] = "CloseTransition"
+    transition_id: str
+    kind: TransitionKind
+    outcome: TransitionOutcome
+    reasons: tuple[ReasonCode, ...] = ()
+
+
+class CloseAdmission(CoreModel):
+    type: Literal["CloseAdmission"] = "CloseAdmission"
+    transition_id: str | None = None
+
+
+class OpenAdmission(CoreModel):
+    type: Literal["OpenAdmission"] = "OpenAdmission"
+    transition_id: str | None = None
+
+
+class RereadDemand(CoreModel):
+    type: Literal["RereadDemand"] = "RereadDemand"
+    transition_id: str | None = None
+
+
+class RequestPower(CoreModel):
+    type: Literal["RequestPower"] = "RequestPower"
+    transition_id: str
+    action: ResetAction
+    attempt: int = Field(ge=1)
+    override_intent: str | None = Field(
+        default=None, description="The manual intent whose override permits this (ForceOff)."
+    )
+
+
+class CancelPendingShutdown(CoreModel):
+    type: Literal["CancelPendingShutdown"] = "CancelPendingShutdown"
+    transition_id: str
+
+
+class PollObservedPower(CoreModel):
+    type: Literal["PollObservedPower"] = "PollObservedPower"
+
+
+class RunReadyProbe(CoreModel):
+    type: Literal["RunReadyProbe"] = "RunReadyProbe"
+
+
+class RefreshFacts(CoreModel):
+    type: Literal["RefreshFacts"] = "RefreshFacts"
+    facts: tuple[FactName, ...]
+
+
+class ScheduleRecheck(CoreModel):
+    type: Literal["ScheduleRecheck"] = "ScheduleRecheck"
+    at: AwareDatetime
+    reason: str = ""
+
+
+Action = Annotated[
+    OpenTransition
+    | CloseTransition
+    | CloseAdmission
+    | OpenAdmission
+    | RereadDemand
+    | RequestPower
+    | CancelPendingShutdown
+    | PollObservedPower
+    | RunReadyProbe
+    | RefreshFacts
+    | ScheduleRecheck,
+    Field(discriminator="type"),
+]
+
+
+def describe(action: Action) -> str:
+    """One short human-readable line for an action (records, explain output)."""
+    if isinstance(action, RequestPower):
+        return f"RequestPower({action.action}, attempt {action.attempt})"
+    if isinstance(action, ScheduleRecheck):
+        return f"ScheduleRecheck({action.at.isoformat()})"
+    if isinstance(action, RefreshFacts):
+        return f"RefreshFacts({','.join(action.facts)})"
+    if isinstance(action, CloseTransition):
+        return f"CloseTransition({action.kind}, {action.outcome})"
+    if isinstance(action, OpenTransition):
+        return f"OpenTransition({action.kind})"
+    return action.type

@@ -1,0 +1,215 @@
+"""NodeFacts: the evidence about one node that power decisions are made from, with provenance.
+
+Each piece of evidence is a *reading*: a value plus `source` (which adapter or object
+supplied it, e.g. "redfish:https://bmc-7/redfish/v1/Systems/1#PowerState") and
+`observed_at` (when the source observed it, timezone-aware). A missing reading is
+`None` and is never read as "all fine": decisive readings that are missing or older
+than the policy's telemetryMaxAge make the gates DEFER.
+
+The shell (kopf handlers, adapters) keeps the latest reading of each kind per node and
+passes the whole `NodeFacts` to every call. Events that carry observations (power,
+ready probe, demand, manual intent) are merged into the facts by `apply_event` in
+`nodewarden.policy.events` before a step decides, so there is one source of truth.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, Field, model_validator
+
+from nodewarden.api.powerintent import PowerAction
+from nodewarden.api.powerpolicy import ResetAction
+from nodewarden.api.workernode import ControlMethod, IdleBehavior, NodeType, ObservedPower
+from nodewarden.policy.base import CoreModel
+
+InhibitorMode = Literal["block", "delay", "block-weak"]
+DesiredPowerSetting = Literal["On", "Off", "Auto"]
+FactName = Literal[
+    "demand", "work", "power", "ready", "inhibitors", "capability", "uptime", "desired", "fleet"
+]
+
+
+class Reading(CoreModel):
+    """Provenance shared by every reading."""
+
+    source: str = Field(min_length=1, max_length=512, description="Who supplied the value.")
+    observed_at: AwareDatetime = Field(description="When the source observed it.")
+
+
+class DemandReading(Reading):
+    """Qualified queued demand for this node: queued containers that fit it."""
+
+    queued: int = Field(ge=0, description="Number of queued containers that fit this node.")
+    containers: tuple[str, ...] = Field(
+        default=(), max_length=64, description="Some of their UUIDs, for the record."
+    )
+
+
+class WorkReading(Reading):
+    """Work running on the node (from the node probe's runner list)."""
+
+    active_jobs: int = Field(ge=0, description="Containers/jobs running on the node.")
+    idle_since: AwareDatetime | None = Field(
+        default=None, description="Since when no job has run (None while busy or unknown)."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkReading:
+        if self.active_jobs > 0 and self.idle_since is not None:
+            raise ValueError("idleSince must be unset while activeJobs > 0")
+        if self.idle_since is not None and self.idle_since > self.observed_at:
+            raise ValueError("idleSince must not be after observedAt")
+        return self
+
+
+class PowerReading(Reading):
+    """Observed power from a trusted source (Redfish PowerState, cloud instance state).
+
+    Adapters must not synthesise a PowerReading from indirect hints (an SSH timeout is
+    not proof of Off); when they cannot tell, they report "Unknown".
+    """
+
+    power: ObservedPower
+
+
+class ReadyReading(Reading):
+    """Result of the runtime ready probe (the services the workload needs)."""
+
+    passed: bool
+    detail: str = Field(default="", max_length=1024)
+
+
+class Inhibitor(CoreModel):
+    """One systemd-logind inhibitor lock (ListInhibitors row)."""
+
+    what: str = Field(min_length=1, max_length=256, description="e.g. 'shutdown:sleep'.")
+    who: str = Field(default="", max_length=256)
+    why: str = Field(default="", max_length=1024)
+    mode: InhibitorMode
+    uid: int | None = None
+    pid: int | None = None
+
+    @property
+    def blocks_shutdown(self) -> bool:
+        """A block (or block-weak) lock whose `what` includes shutdown forbids power-off."""
+        return self.mode != "delay" and "shutdown" in self.what.split(":")
+
+
+class InhibitorReading(Reading):
+    """The inhibitor locks held on the node."""
+
+    inhibitors: tuple[Inhibitor, ...] = Field(default=(), max_length=256)
+
+    @property
+    def blocking(self) -> tuple[Inhibitor, ...]:
+        """The locks that forbid power-off (block/block-weak mode on 'shutdown')."""
+        if not self.inhibitors:
+            return ()
+        return tuple([i for i in self.inhibitors if i.blocks_shutdown])
+
+
+class CapabilityReading(Reading):
+    """How the node's power is controlled and which actions its controller allows.
+
+    `allowable` is what discovery found (Redfish ResetType@Redfish.AllowableValues or
+    ActionInfo; 'WakeOnLan' if ethtool shows Wake-on g; 'SshPoweroff' if SSH works).
+    None means discovery failed or was not done: treated as unavailable.
+    """
+
+    control_method: ControlMethod
+    allowable: tuple[ResetAction, ...] | None = None
+
+
+class UptimeReading(Reading):
+    """When the node last came up (boot time from the node or the cloud's launch time)."""
+
+    on_since: AwareDatetime
+
+    @model_validator(mode="after")
+    def _not_after_observation(self) -> UptimeReading:
+        if self.on_since > self.observed_at:
+            raise ValueError("onSince must not be after observedAt")
+        return self
+
+
+class DesiredReading(Reading):
+    """What the WorkerNode spec asks for (desired power is never merged with observed)."""
+
+    power: DesiredPowerSetting = "Auto"
+    idle_behavior: IdleBehavior = "run"
+
+
+class OverrideRequest(CoreModel):
+    """The audited override a manual PowerIntent carries (spec.override)."""
+
+    inhibitors: bool = False
+    force_off: bool = False
+    justification: str = Field(min_length=10, max_length=2048)
+
+
+class ManualIntent(Reading):
+    """A PowerIntent made by a person for this node (source Manual)."""
+
+    name: str = Field(min_length=1, max_length=253)
+    action: PowerAction
+    requested_by: str = Field(default="", max_length=256)
+    reason: str = Field(default="", max_length=2048)
+    override: OverrideRequest | None = None
+
+
+class FleetReading(Reading):
+    """Fleet-wide counts the disruption budget and min-warm rule need."""
+
+    transitions_in_progress: int = Field(
+        ge=0, description="Nodes under this policy draining, shutting down or waking now."
+    )
+    warm_idle_nodes: int = Field(
+        ge=0, description="Nodes under this policy that are on, ready, open and idle (incl. this)."
+    )
+
+
+class NodeFacts(CoreModel):
+    """Everything known about one node at one moment; each reading carries provenance."""
+
+    node: str = Field(min_length=1, max_length=253)
+    node_type: NodeType = "SideNode"
+    demand: DemandReading | None = None
+    work: WorkReading | None = None
+    power: PowerReading | None = None
+    ready: ReadyReading | None = None
+    inhibitors: InhibitorReading | None = None
+    capability: CapabilityReading | None = None
+    uptime: UptimeReading | None = None
+    desired: DesiredReading | None = None
+    intent: ManualIntent | None = None
+    fleet: FleetReading | None = None
+
+    def newest(self) -> datetime | None:
+        """The latest observed_at of all readings (None if there are none)."""
+        times = [r.observed_at for r in self.readings().values()]
+        return max(times) if times else None
+
+    def readings(self) -> dict[str, Reading]:
+        """The readings present, by field name."""
+        out: dict[str, Reading] = {}
+        for name in _READING_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+_READING_FIELDS = (
+    "demand",
+    "work",
+    "power",
+    "ready",
+    "inhibitors",
+    "capability",
+    "uptime",
+    "desired",
+    "intent",
+    "fleet",
+)

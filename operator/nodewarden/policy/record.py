@@ -1,0 +1,506 @@
+"""The Safety Record: the evidence behind one power decision, with provenance.
+
+`SafetyRecord` (a frozen pydantic model) carries every field SPEC.md lists: node,
+power intent and transition ids; desired / observed power and readiness; control
+method and allowable actions; queued demand; active jobs; drain and admission state;
+telemetry freshness (timestamp, age, max age); idle / min-on / min-off / cooldown
+values and measurements; inhibitors; request time, deadline, retry count, back-off;
+request result; state confirmation; ready probe result; race flag; manual override;
+final decision and reason codes; the policy version; and provenance: every reading
+carries `source` and `observedAt`, and `proof` separates the evidence that proves the
+*request* (what the controller accepted) from the evidence that proves the *actual
+state* (what a trusted source observed).
+
+    record.to_status()  -> dict   JSON (camelCase) for PowerIntent status.safetyRecord
+    record.summary()    -> str    one line for Events and WorkerNode
+                                  status.lastSafetyRecord.summary
+    event_summary(record) -> EventSummary   reason / type / decision / codes for an Event
+
+`build_record(...)` is called by the state machine at every step;
+`record_for_evaluation(...)` makes a record from a bare gate evaluation (explain,
+periodic checks). The format is documented field by field in docs/safety-record.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime
+
+from nodewarden.api.workernode import NodeType, ObservedPower, Readiness
+from nodewarden.policy.base import CoreModel, trusted
+from nodewarden.policy.facts import (
+    CapabilityReading,
+    DemandReading,
+    DesiredReading,
+    InhibitorReading,
+    NodeFacts,
+    PowerReading,
+    ReadyReading,
+    WorkReading,
+)
+from nodewarden.policy.gates import (
+    Evaluation,
+    Evidence,
+    GateResult,
+    TimingMeasure,
+    timing_measures,
+)
+from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.state import (
+    AdmissionState,
+    NodePowerState,
+    PowerRequest,
+    PowerState,
+    RequestStatus,
+    Transition,
+    TransitionKind,
+)
+from nodewarden.policy.view import PolicyVersion, PolicyView
+
+SCHEMA: Literal["nodewarden.io/v1alpha1/SafetyRecord"] = "nodewarden.io/v1alpha1/SafetyRecord"
+_DECISIVE = ("demand", "work", "power", "inhibitors")
+
+
+class TelemetryFreshness(CoreModel):
+    """Freshness of the decisive readings: the oldest one, its age, the limit."""
+
+    oldest_observed_at: AwareDatetime | None = None
+    oldest_age_seconds: float | None = None
+    max_age_seconds: float
+    stale: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+
+
+class DrainEvidence(CoreModel):
+    """Admission and drain progress."""
+
+    admission: AdmissionState
+    admission_since: AwareDatetime | None = None
+    drain_complete: bool
+
+
+class ControlEvidence(CoreModel):
+    """Control method, what the node allows (discovered), what the policy allows."""
+
+    method: str | None = None
+    allowable: tuple[str, ...] | None = None
+    policy_allowed: tuple[str, ...]
+    chosen_action: str | None = None
+    source: str | None = None
+    observed_at: AwareDatetime | None = None
+
+
+class RequestEvidence(CoreModel):
+    """The latest power request: when, what, its result, deadline, retries and back-off."""
+
+    action: str
+    attempt: int
+    requested_at: AwareDatetime
+    result: RequestStatus
+    result_at: AwareDatetime | None = None
+    result_source: str | None = None
+    detail: str
+    deadline: AwareDatetime | None = None
+    retries_used: int
+    retry_budget: int
+    next_attempt_at: AwareDatetime | None = None
+    backoff_seconds: float | None = None
+
+
+class StateConfirmation(CoreModel):
+    """Whether a trusted observation confirms the requested power state."""
+
+    requested: Literal["On", "Off"] | None = None
+    observed: ObservedPower | None = None
+    source: str | None = None
+    observed_at: AwareDatetime | None = None
+    confirmed: bool
+
+
+class OverrideEvidence(CoreModel):
+    """The manual intent's override, whether the policy permits it, and what it passed."""
+
+    intent: str
+    requested_by: str
+    justification: str
+    inhibitors: bool
+    force_off: bool
+    permitted_by_policy: bool
+    applied: tuple[str, ...]
+
+
+class Proof(CoreModel):
+    """Evidence that proves the request vs evidence that proves the actual state."""
+
+    request: tuple[Evidence, ...]
+    actual_state: tuple[Evidence, ...]
+
+
+class SafetyRecord(CoreModel):
+    """Evidence for one power decision. See docs/safety-record.md."""
+
+    schema_version: Literal["nodewarden.io/v1alpha1/SafetyRecord"] = SCHEMA
+    node: str
+    node_type: NodeType
+    power_intent: str | None = None
+    transition_id: str | None = None
+    transition_kind: TransitionKind | None = None
+    decided_at: AwareDatetime
+    event: str
+    state_before: PowerState
+    state_after: PowerState
+    decision: Decision
+    reasons: tuple[ReasonCode, ...]
+    desired: DesiredReading | None = None
+    observed: PowerReading | None = None
+    readiness: Readiness
+    ready_probe: ReadyReading | None = None
+    control: ControlEvidence
+    demand: DemandReading | None = None
+    demand_reread: bool
+    active_jobs: WorkReading | None = None
+    drain: DrainEvidence
+    telemetry: TelemetryFreshness
+    timing: tuple[TimingMeasure, ...]
+    inhibitors: InhibitorReading | None = None
+    request: RequestEvidence | None = None
+    confirmation: StateConfirmation
+    race: bool
+    manual_override: OverrideEvidence | None = None
+    policy: PolicyVersion
+    gates: tuple[GateResult, ...]
+    proof: Proof
+    actions: tuple[str, ...]
+    recheck_at: AwareDatetime | None = None
+    deadline: AwareDatetime | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        """JSON-ready dict (camelCase, no nulls) for PowerIntent status.safetyRecord."""
+        data: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return data
+
+    def summary(self) -> str:
+        """One line: decision, reasons, state change, request proof, actual-state proof."""
+        parts = [
+            f"{self.node} {self.decision.value} [{','.join(r.value for r in self.reasons)}]",
+            f"{self.state_before.value}->{self.state_after.value}",
+        ]
+        req = self.request
+        if req is not None:
+            parts.append(f"request: {req.action} #{req.attempt} {req.result.value}")
+        else:
+            parts.append("request: none")
+        actual = ", ".join(
+            f"{e.name} {e.value} ({e.source}, {_age(self.decided_at, e.at)})"
+            for e in self.proof.actual_state
+        )
+        parts.append(f"actual: {actual or 'no observation'}")
+        parts.append(f"admission {self.drain.admission.value}")
+        if self.race:
+            parts.append("RACE")
+        if self.manual_override is not None and self.manual_override.applied:
+            parts.append(
+                f"override {'+'.join(self.manual_override.applied)} by {self.manual_override.requested_by or '?'}"
+            )
+        parts.append(f"policy {self.policy.label()}")
+        return " | ".join(parts)
+
+
+def _age(now: datetime, at: datetime | None) -> str:
+    if at is None:
+        return "age ?"
+    seconds = (now - at).total_seconds()
+    return f"{seconds:g}s old"
+
+
+@dataclass(frozen=True, slots=True)
+class EventSummary:
+    """What to put in a Kubernetes Event for a record."""
+
+    reason: str
+    type: Literal["Normal", "Warning"]
+    decision: Decision
+    reasons: tuple[ReasonCode, ...]
+    message: str
+
+
+_EVENT_REASON = {
+    Decision.SHUTDOWN: "PowerShutdown",
+    Decision.START: "PowerStart",
+    Decision.DRAIN: "PowerDrain",
+    Decision.DEFER: "PowerDeferred",
+    Decision.BLOCK: "PowerBlocked",
+    Decision.NONE: "PowerNoAction",
+}
+
+
+def event_summary(record: SafetyRecord) -> EventSummary:
+    """Stable CamelCase Event reason per decision; Warning for BLOCK and races."""
+    warning = record.decision is Decision.BLOCK or record.race
+    message = record.summary()
+    if len(message) > 1024:
+        message = message[:1021] + "..."
+    return EventSummary(
+        reason=_EVENT_REASON[record.decision],
+        type="Warning" if warning else "Normal",
+        decision=record.decision,
+        reasons=record.reasons,
+        message=message,
+    )
+
+
+def _freshness(
+    facts: NodeFacts, now: datetime, policy: PolicyView, evaluation: Evaluation | None
+) -> TelemetryFreshness:
+    max_age = policy.telemetry_max_age.total_seconds()
+    if evaluation is not None:
+        oldest = evaluation.oldest_observed_at
+        stale: tuple[str, ...] = evaluation.stale
+        missing: tuple[str, ...] = evaluation.missing
+    else:
+        oldest = None
+        stale_l: list[str] = []
+        missing_l: list[str] = []
+        for name in _DECISIVE:
+            reading = getattr(facts, name)
+            if reading is None:
+                missing_l.append(name)
+                continue
+            at = reading.observed_at
+            if oldest is None or at < oldest:
+                oldest = at
+            if (now - at).total_seconds() > max_age:
+                stale_l.append(name)
+        stale, missing = tuple(stale_l), tuple(missing_l)
+    return trusted(
+        TelemetryFreshness,
+        oldest_observed_at=oldest,
+        oldest_age_seconds=None if oldest is None else (now - oldest).total_seconds(),
+        max_age_seconds=max_age,
+        stale=stale,
+        missing=missing,
+    )
+
+
+def _request_evidence(transition: Transition | None, policy: PolicyView) -> RequestEvidence | None:
+    if transition is None or transition.request is None:
+        return None
+    req: PowerRequest = transition.request
+    backoff = None
+    if transition.next_attempt_at is not None and req.result_at is not None:
+        backoff = (transition.next_attempt_at - req.result_at).total_seconds()
+    return trusted(
+        RequestEvidence,
+        action=req.action,
+        attempt=req.attempt,
+        requested_at=req.requested_at,
+        result=req.status,
+        result_at=req.result_at,
+        result_source=req.source,
+        detail=req.detail,
+        deadline=transition.deadline,
+        retries_used=transition.retries_used,
+        retry_budget=policy.retry_budget,
+        next_attempt_at=transition.next_attempt_at,
+        backoff_seconds=backoff,
+    )
+
+
+def _policy_allowed(policy: PolicyView) -> tuple[str, ...]:
+    cached: tuple[str, ...] | None = policy.memo.get("allowed_sorted")
+    if cached is None:
+        cached = policy.memo["allowed_sorted"] = tuple(sorted(policy.allowed_actions))
+    return cached
+
+
+def _readiness(facts: NodeFacts) -> Readiness:
+    ready = facts.ready
+    if ready is None:
+        return "Unknown"
+    if not ready.passed:
+        return "NotReady"
+    power = facts.power
+    return "Ready" if power is not None and power.power == "On" else "Unknown"
+
+
+def _override(
+    facts: NodeFacts, policy: PolicyView, applied: tuple[str, ...]
+) -> OverrideEvidence | None:
+    intent = facts.intent
+    if intent is None or intent.override is None:
+        return None
+    ov = intent.override
+    requester_ok = (
+        not policy.override_requesters or intent.requested_by in policy.override_requesters
+    )
+    permitted = requester_ok and (
+        (not ov.inhibitors or policy.override_permitted)
+        and (not ov.force_off or policy.permit_force_off)
+    )
+    return trusted(
+        OverrideEvidence,
+        intent=intent.name,
+        requested_by=intent.requested_by,
+        justification=ov.justification,
+        inhibitors=ov.inhibitors,
+        force_off=ov.force_off,
+        permitted_by_policy=permitted,
+        applied=applied,
+    )
+
+
+def build_record(
+    *,
+    before: NodePowerState,
+    after: NodePowerState,
+    facts: NodeFacts,
+    event: str,
+    now: datetime,
+    policy: PolicyView,
+    evaluation: Evaluation | None,
+    decision: Decision,
+    reasons: tuple[ReasonCode, ...],
+    actions: tuple[str, ...],
+    overrides_applied: tuple[str, ...] = (),
+    recheck_at: datetime | None = None,
+) -> SafetyRecord:
+    """The Safety Record of one step (or one evaluation when before is after).
+
+    `recheck_at` defaults to the recheck time of `after`."""
+    transition = after.transition or before.transition
+    cap: CapabilityReading | None = facts.capability
+    power = facts.power
+    ready = facts.ready
+    demand = facts.demand
+    work = facts.work
+    admission_since = after.admission_since
+    demand_reread = (
+        demand is not None
+        and after.admission is AdmissionState.CLOSED
+        and admission_since is not None
+        and demand.observed_at >= admission_since
+    )
+    drain_complete = (
+        work is not None
+        and after.admission is AdmissionState.CLOSED
+        and admission_since is not None
+        and work.observed_at >= admission_since
+        and work.active_jobs == 0
+    )
+    requested: Literal["On", "Off"] | None = None
+    if transition is not None and transition.kind is TransitionKind.SHUTDOWN:
+        requested = "Off"
+    elif transition is not None and transition.kind is TransitionKind.WAKE:
+        requested = "On"
+    confirmed = False
+    if requested is not None and power is not None and transition is not None:
+        since = transition.first_requested_at
+        confirmed = power.power == requested and since is not None and power.observed_at >= since
+    request_ev = _request_evidence(transition, policy)
+    proof_request: tuple[Evidence, ...] = ()
+    if request_ev is not None:
+        proof_request = (
+            Evidence("requested", request_ev.action, "nodewarden", request_ev.requested_at),
+            Evidence(
+                "result",
+                request_ev.result.value,
+                request_ev.result_source or "-",
+                request_ev.result_at,
+            ),
+        )
+    actual: list[Evidence] = []
+    if power is not None:
+        actual.append(Evidence("power", power.power, power.source, power.observed_at))
+    if ready is not None:
+        actual.append(
+            Evidence("ready", "Pass" if ready.passed else "Fail", ready.source, ready.observed_at)
+        )
+    chosen = evaluation.action if evaluation is not None else None
+    if transition is not None and transition.request is not None:
+        chosen = transition.request.action
+    return trusted(
+        SafetyRecord,
+        schema_version=SCHEMA,
+        node=facts.node,
+        node_type=facts.node_type,
+        power_intent=(transition.intent or transition.id) if transition is not None else None,
+        transition_id=transition.id if transition is not None else None,
+        transition_kind=transition.kind if transition is not None else None,
+        decided_at=now,
+        event=event,
+        state_before=before.state,
+        state_after=after.state,
+        decision=decision,
+        reasons=reasons,
+        desired=facts.desired,
+        observed=power,
+        readiness=_readiness(facts),
+        ready_probe=ready,
+        control=trusted(
+            ControlEvidence,
+            method=cap.control_method if cap is not None else None,
+            allowable=cap.allowable if cap is not None else None,
+            policy_allowed=_policy_allowed(policy),
+            chosen_action=chosen,
+            source=cap.source if cap is not None else None,
+            observed_at=cap.observed_at if cap is not None else None,
+        ),
+        demand=demand,
+        demand_reread=demand_reread,
+        active_jobs=work,
+        drain=trusted(
+            DrainEvidence,
+            admission=after.admission,
+            admission_since=admission_since,
+            drain_complete=drain_complete,
+        ),
+        telemetry=_freshness(facts, now, policy, evaluation),
+        timing=evaluation.timing
+        if evaluation is not None
+        else timing_measures(facts, now, policy, after),
+        inhibitors=facts.inhibitors,
+        request=request_ev,
+        confirmation=trusted(
+            StateConfirmation,
+            requested=requested,
+            observed=power.power if power is not None else None,
+            source=power.source if power is not None else None,
+            observed_at=power.observed_at if power is not None else None,
+            confirmed=confirmed,
+        ),
+        race=after.race,
+        manual_override=_override(facts, policy, overrides_applied),
+        policy=policy.version,
+        gates=evaluation.gates if evaluation is not None else (),
+        proof=trusted(Proof, request=proof_request, actual_state=tuple(actual)),
+        actions=actions,
+        recheck_at=recheck_at if recheck_at is not None else after.recheck_at,
+        deadline=after.deadline,
+    )
+
+
+def record_for_evaluation(
+    evaluation: Evaluation,
+    facts: NodeFacts,
+    now: datetime,
+    policy: PolicyView,
+    state: NodePowerState,
+) -> SafetyRecord:
+    """A record of a bare evaluation (no transition made): state before == after."""
+    return build_record(
+        before=state,
+        after=state,
+        facts=facts,
+        event=f"evaluate-{evaluation.kind}",
+        now=now,
+        policy=policy,
+        evaluation=evaluation,
+        decision=evaluation.decision,
+        reasons=evaluation.reasons,
+        actions=(),
+        overrides_applied=evaluation.overrides_applied,
+        recheck_at=evaluation.recheck_at,
+    )
