@@ -67,3 +67,60 @@ def test_declared_cloud_node_gets_an_instance_and_deleting_it_destroys_the_insta
     assert [vm.id for vm in env.ours()] == [status["instanceId"]]
     env.cluster.kubectl("-n", env.namespace, "delete", "wn", "warm-medium", "--wait=false")
     env.wait_no_nodes(timeout=60)
+
+
+def test_broken_runner_report_drains_the_node(env: DispatchEnv) -> None:
+    env.start_operator()
+    apply_many(env, [container("long", 21, duration=600)])
+    env.wait_phases({"long": "Running"}, timeout=90)
+    node = env.cluster.get_json(env.namespace, "cd", "long")["status"]["node"]
+    vm = next(v for v in env.ours() if v.tags.get("nodewarden-node") == node)
+    env.stub.admin.set_worker_faults(vm.id, runner_broken=True)
+
+    def draining() -> dict[str, Any] | None:
+        status = env.cluster.get_json(env.namespace, "wn", node).get("status") or {}
+        return status if status.get("state") == "Draining" else None
+
+    status = wait_for(draining, timeout=30, interval=0.5, what="node draining")
+    assert status["admission"] == "Closed"
+    assert "RUNNER_REPORTED_BROKEN" in status["lastSafetyRecord"]["reasons"]
+    # new work goes elsewhere, never to the broken node
+    apply_many(env, [container("next", 22, duration=1)])
+    env.wait_phases({"next": "Complete"}, timeout=90)
+    assert env.cluster.get_json(env.namespace, "cd", "next")["status"]["node"] != node
+    # once its container is gone the broken node is shut down
+    env.cluster.kubectl(
+        "-n", env.namespace, "patch", "cd", "long", "--type=merge", "-p", '{"spec":{"cancel":true}}'
+    )
+    env.wait_no_nodes(timeout=90)
+
+
+def test_idle_behavior_is_written_to_the_instance_tag(env: DispatchEnv) -> None:
+    env.start_operator()
+    env.apply(
+        {
+            "apiVersion": "nodewarden.io/v1alpha1",
+            "kind": "WorkerNode",
+            "metadata": {"name": "tagged"},
+            "spec": {"nodeType": "CloudVM", "instanceType": "small", "idleBehavior": "hold"},
+        }
+    )
+
+    def tag() -> str | None:
+        vms = [v for v in env.ours() if v.tags.get("nodewarden-node") == "tagged"]
+        return vms[0].tags.get("nodewarden-idle-behavior") if vms else None
+
+    assert wait_for(tag, timeout=60, interval=0.5, what="instance created") == "hold"
+    env.cluster.kubectl(
+        "-n",
+        env.namespace,
+        "patch",
+        "wn",
+        "tagged",
+        "--type=merge",
+        "-p",
+        '{"spec":{"idleBehavior":"drain"}}',
+    )
+    wait_for(lambda: tag() in ("drain", None), timeout=30, interval=0.5, what="tag updated")
+    # drain: no new work and, being idle, shut down
+    env.wait_no_nodes(timeout=60)

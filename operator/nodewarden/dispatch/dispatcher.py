@@ -809,6 +809,13 @@ class Dispatcher:
             if worker.broken and not worker.draining:
                 worker.draining = True
                 worker.drain_reason = "runner reported the node broken"
+                self._record(
+                    worker,
+                    "DRAIN",
+                    ["RUNNER_REPORTED_BROKEN"],
+                    "the runner reports the node broken: no new work, shut down once idle",
+                    now,
+                )
             drain_mode = worker.draining or worker.idle_behavior == "drain"
             if worker.idle_behavior == "hold":
                 scheduler_state = "maint"

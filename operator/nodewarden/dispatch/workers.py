@@ -747,6 +747,9 @@ class WorkerPool:
             if report.runners is not None:
                 worker.runners = {r.uuid: r.pid for r in report.runners.runners}
                 worker.runners_at = report.runners.observed_at
+                if report.runners.broken and not worker.broken:
+                    log.warning("the runner on %s reports the node broken; draining", worker.name)
+                    worker.broken = True
             await self._maybe_tag_probe(worker, report.finished_at)
         else:
             worker.attempts_since_success += 1

@@ -53,6 +53,8 @@ class RunnersFact:
     runners: tuple[RunnerProcess, ...]
     observed_at: datetime
     source: str
+    broken: bool = False
+    """The runner reported the node unusable (a ``broken`` line in ``--list``)."""
 
     @property
     def uuids(self) -> frozenset[str]:

@@ -31,16 +31,22 @@ def _excerpt(text: str, limit: int = 80) -> str:
 
 
 def parse_runner_list(text: str) -> tuple[RunnerProcess, ...]:
-    """``<pid> <uuid>`` per line; blank lines ignored; anything else is an error."""
+    """``<pid> <uuid>`` per line; blank lines and the ``broken`` marker ignored here
+    (see `runner_list_says_broken`); anything else is an error."""
     runners: list[RunnerProcess] = []
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
-        if not fields:
+        if not fields or fields == ["broken"]:
             continue
         if len(fields) != 2 or not fields[0].isdigit() or not CONTAINER_UUID.match(fields[1]):
             raise OutputError(f"runner list line {number} is not '<pid> <uuid>': {line[:80]!r}")
         runners.append(RunnerProcess(pid=int(fields[0]), uuid=fields[1]))
     return tuple(runners)
+
+
+def runner_list_says_broken(text: str) -> bool:
+    """Whether ``RUNNER --list`` reported the node broken (a line ``broken``)."""
+    return any(line.strip() == "broken" for line in text.splitlines())
 
 
 def parse_runner_pid(text: str) -> int:

@@ -73,6 +73,7 @@ from nodewarden.ssh.parsing import (
     parse_runner_status,
     parse_systemd_inhibit_list,
     parse_telemetry,
+    runner_list_says_broken,
 )
 from nodewarden.ssh.protocol import CONTAINER_UUID, INTERFACE_NAME, signal_name
 from nodewarden.ssh.settings import ProbeSettings
@@ -417,6 +418,7 @@ class SshProber:
             runners=runners,
             observed_at=out.started_at,
             source=self._source(target, command),
+            broken=runner_list_says_broken(out.stdout),
         )
 
     async def _inhibitors(self, target: SshTarget) -> InhibitorsFact:

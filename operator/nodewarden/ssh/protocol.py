@@ -25,6 +25,9 @@ Runner (default program ``nodewarden-runner``; Arvados calls its equivalent crun
         status means the runner could not start (stderr says why).
     ``RUNNER --list``
         One line per running container: ``<pid> <uuid>``. Empty output = none. Exit 0.
+        A line consisting of the word ``broken`` means the runner has found the node
+        unusable (e.g. its container engine is down): nodewarden drains the node (no new
+        work) and shuts it down once its containers are gone.
     ``RUNNER --kill SIGNAL UUID``
         Sends SIGNAL (a name such as TERM/KILL/INT, or its number) to the runner of UUID.
         Exit 0 whether or not it was still running (idempotent); exit 2 on bad usage.

@@ -38,6 +38,8 @@ class StubFaults:
     wrong_host_key: bool = False
     """Present a different host key than `StubWorker.host_public_key` (a reinstalled node or MITM)."""
     broken_ready: bool = False
+    runner_broken: bool = False
+    """``--list`` prints a ``broken`` line: the runner says the node is unusable."""
     """The ready command never succeeds (a node that boots but never becomes usable)."""
     runner_crash_rate: float = 0.0
     """Probability that a started runner dies before its container finishes (state 'lost')."""

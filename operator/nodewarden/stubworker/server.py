@@ -363,6 +363,8 @@ class StubWorker:
             return 0, f"{pid}\n", ""
         if args == ["--list"]:
             lines = "".join(f"{c.pid} {c.uuid}\n" for c in runner.running())
+            if self.faults.runner_broken:
+                lines += "broken\n"
             return 0, lines, ""
         if len(args) == 3 and args[0] == "--kill":
             try:
