@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# For people who have Docker: a kind cluster with nodewarden installed by its Helm chart.
+# NOT run by CI (the development machines have no Docker engine); the local control plane
+# in e2e/localcluster.py is what the tests use.
+#
+#   e2e/kind/up.sh            # cluster "nodewarden", image built from the Dockerfile
+#   e2e/kind/down.sh
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+name="${KIND_CLUSTER:-nodewarden}"
+image="nodewarden:dev"
+command -v kind >/dev/null || { echo "kind not found: go install sigs.k8s.io/kind@latest" >&2; exit 1; }
+command -v docker >/dev/null || { echo "docker not found" >&2; exit 1; }
+helm="$("$repo/e2e/controlplane/build.sh")/helm"
+kind get clusters | grep -qx "$name" || kind create cluster --name "$name" --wait 120s
+docker build -t "$image" "$repo"
+kind load docker-image "$image" --name "$name"
+"$helm" upgrade --install nodewarden "$repo/helm/nodewarden" \
+  --kube-context "kind-$name" --namespace nodewarden --create-namespace \
+  --set image.repository=nodewarden --set image.tag=dev --set image.pullPolicy=Never \
+  --set replicas=2
+kubectl --context "kind-$name" -n nodewarden apply -f "$repo/examples/01-powerpolicy-default.yaml"
+kubectl --context "kind-$name" -n nodewarden rollout status deploy/nodewarden --timeout=120s
+echo "kubectl --context kind-$name -n nodewarden get wn,pp,cd,pi"
