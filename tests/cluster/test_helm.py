@@ -68,6 +68,50 @@ def test_rendered_config_is_a_valid_operator_config(tmp_path: Path) -> None:
     assert deploy["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
 
 
+def test_cloud_and_dispatch_values_reach_the_operator_config(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "cloud": {
+                    "driver": "ec2",
+                    "driver_params": {"region": "eu-west-1"},
+                    "credentials": {
+                        "key_ref": {"name": "c", "key": "k"},
+                        "secret_ref": {"name": "c", "key": "s"},
+                    },
+                    "image": "ami-0123",
+                    "instance_types": [
+                        {
+                            "name": "m5.large",
+                            "provider_type": "m5.large",
+                            "vcpus": 2,
+                            "ram": "8Gi",
+                            "price": 0.096,
+                        }
+                    ],
+                },
+                "dispatch": {
+                    "ssh_private_key_secret": {"name": "ssh", "key": "id"},
+                    "probe_interval": 5,
+                },
+            }
+        )
+    )
+    out = helm("template", "t", str(CHART), "--namespace", "nw", "-f", str(values)).stdout
+    cm = next(
+        d
+        for d in yaml.safe_load_all(out)
+        if d and d["kind"] == "ConfigMap" and "config.yaml" in d["data"]
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    config = load_config(path)
+    assert config.cloud is not None and config.cloud.instance_types[0].ram == 8 * 2**30
+    assert config.dispatch.probe_interval == 5
+    assert config.dispatch.ssh_private_key_secret is not None
+
+
 def test_optional_monitoring_objects_render() -> None:
     docs = _rendered("alerts.enabled=true", "metrics.serviceMonitor.enabled=true")
     kinds = {d["kind"] for d in docs}
