@@ -169,15 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        # Ctrl-C in a terminal already signalled the operator (same process group); a
+        # signal sent to this process alone is passed on. Stop everything promptly.
         if operator is not None and operator.poll() is None:
             operator.send_signal(signal.SIGTERM)
             try:
-                operator.wait(timeout=20)
+                operator.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 operator.kill()
                 operator.wait()
         if stub is not None:
-            stub.stop()
+            stub.stop(timeout=10)
         if not args.keep:
             cluster.down()
             print(">> demo stopped; the local control plane is down", file=sys.stderr)

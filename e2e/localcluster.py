@@ -479,31 +479,35 @@ class LocalCluster:
     def alive(self) -> bool:
         return any(self._ours(name, pid) for name, pid in self.pids.items())
 
-    def down(self, remove_state: bool = True, timeout: float = 15.0) -> None:
-        # controller-manager first, etcd last
-        order = ["kube-controller-manager", "kube-apiserver", "etcd"]
-        for name in sorted(self.pids, key=lambda n: order.index(n) if n in order else -1):
-            pid = self.pids[name]
-            proc = self._procs.get(name)
-            if proc is not None:  # our own child: signal and reap it (no zombies)
-                if proc.poll() is None:
-                    proc.terminate()
+    def down(self, remove_state: bool = True, timeout: float = 10.0) -> None:
+        """Stop our processes: the API server and controller manager together, then etcd
+        (TERM, then KILL after `timeout` seconds each round)."""
+        rounds = [["kube-controller-manager", "kube-apiserver"], ["etcd"]]
+        for names in rounds:
+            targets = [(n, self.pids[n]) for n in names if n in self.pids]
+            for name, pid in targets:
+                proc = self._procs.get(name)
+                if proc is not None:
+                    if proc.poll() is None:
+                        proc.terminate()
+                elif self._ours(name, pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for name, pid in targets:
+                proc = self._procs.get(name)
+                if proc is not None:
                     try:
-                        proc.wait(timeout=timeout)
+                        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                     except subprocess.TimeoutExpired:
                         proc.kill()
                         proc.wait()
-                continue
-            if not self._ours(name, pid):
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self._ours(name, pid):
-                time.sleep(0.1)
-            if self._ours(name, pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                    continue
+                while time.monotonic() < deadline and self._ours(name, pid):
+                    time.sleep(0.1)
+                if self._ours(name, pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
         self._procs = {}
         self.pids = {}
         if remove_state:
