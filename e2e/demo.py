@@ -187,5 +187,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # treat TERM like Ctrl-C
+    # Ctrl-C and TERM both mean "stop and clean up". Installed explicitly: a process
+    # started in the background by a non-interactive shell inherits SIGINT as ignored,
+    # and Python then would not turn it into KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     raise SystemExit(main())
