@@ -134,7 +134,7 @@ def test_instance_quota_of_five_with_twenty_waiting(make_env: Any) -> None:
     )
     op = env.start_operator()
     apply_many(
-        env, [container(f"q{i}", 40 + i, vcpus=7, ram="20Gi", duration=2) for i in range(20)]
+        env, [container(f"q{i}", 40 + i, vcpus=7, ram="20Gi", duration=6) for i in range(20)]
     )
 
     seen_quota_reason = False

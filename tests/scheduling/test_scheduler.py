@@ -288,3 +288,15 @@ def test_same_input_same_plan() -> None:
 def test_empty_inputs(n: int) -> None:
     p = run([], [nv("n1", "small")] * n)
     assert p.starts == [] and p.creates == []
+
+
+def test_quota_block_message_wins_over_per_type_reasons() -> None:
+    blocked = {t.name: "quota error" for t in CATALOGUE.types}
+    p = run(
+        [cv("a", vcpus=4)],
+        [],
+        cloud=CloudState(
+            creates_blocked="cloud instance quota reached; creates paused", blocked_types=blocked
+        ),
+    )
+    assert p.waits["a"] == "waiting: cloud instance quota reached; creates paused"

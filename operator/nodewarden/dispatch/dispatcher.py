@@ -608,6 +608,14 @@ class Dispatcher:
                 self._spawn_guarded(uuid, self._wait(c, f"waiting: {why}"))
         if not self.recovered:
             return
+        if result.creates or result.waits:
+            log.debug(
+                "plan: %d starts, %d creates, %d waiting (%s)",
+                len(result.starts),
+                len(result.creates),
+                len(result.waits),
+                "; ".join(sorted(set(result.waits.values())))[:300],
+            )
         if self.pool is not None and self.cloud is not None:
             for create in result.creates:
                 itype = self.cloud.instance_type(create.instance_type)

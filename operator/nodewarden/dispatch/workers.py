@@ -193,6 +193,8 @@ class WorkerPool:
         self.api_writes = 0
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._gone: dict[str, datetime] = {}
+        """WorkerNodes this pool removed (name -> when), so late events cannot revive them."""
         self.tags = cloud.tag_keys
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -227,6 +229,8 @@ class WorkerPool:
             if worker is not None:
                 worker.body = None
             return
+        if worker is None and name in self._gone:
+            return  # a late watch event of a WorkerNode we already removed: no resurrection
         if worker is None:
             spec = body.get("spec") or {}
             itype = self.cloud.instance_type(spec.get("instanceType") or "")
@@ -458,6 +462,7 @@ class WorkerPool:
             created_at=inst.created_at or self.clock(),
             instance=inst,
         )
+        self._gone.pop(name, None)
         self.workers[name] = worker
         body = await self.kube.get(WORKER_NODE, self.namespace, name)
         if body is not None and not self._ours(body):
@@ -533,7 +538,15 @@ class WorkerPool:
         await self._remove_node(worker.name)
         self.on_change()
 
+    def _bury(self, name: str) -> None:
+        now = self.clock()
+        self._gone[name] = now
+        if len(self._gone) > 10000:  # names are random; keep the memory bounded
+            for old in sorted(self._gone, key=self._gone.__getitem__)[:5000]:
+                del self._gone[old]
+
     async def _remove_node(self, name: str) -> None:
+        self._bury(name)
         body = await self.kube.get(WORKER_NODE, self.namespace, name)
         if body is None:
             return

@@ -357,15 +357,15 @@ def plan(
         if placed is not None:
             continue
         # d. a new node
+        if blocked_all:
+            result.waits[c.uuid] = f"waiting: {blocked_all}"
+            continue
         chosen = choice.instance_type
         if chosen is None:
             reasons = "; ".join(sorted({blocked_types.get(n, "") for n in candidates} - {""}))
             result.waits[c.uuid] = (
                 f"waiting: every fitting instance type is unavailable ({reasons})"
             )
-            continue
-        if blocked_all:
-            result.waits[c.uuid] = f"waiting: {blocked_all}"
             continue
         if limits.max_nodes is not None and node_count >= limits.max_nodes:
             result.waits[c.uuid] = f"waiting: max nodes ({limits.max_nodes}) reached"
