@@ -300,3 +300,15 @@ def test_quota_block_message_wins_over_per_type_reasons() -> None:
         ),
     )
     assert p.waits["a"] == "waiting: cloud instance quota reached; creates paused"
+
+
+def test_lock_flap_backoff() -> None:
+    from nodewarden.scheduling.scheduler import lock_retry_at
+
+    locked = T0 - timedelta(seconds=10)
+    assert lock_retry_at(2, 3, locked, T0) is None  # below the policy's limit
+    assert lock_retry_at(3, 3, locked, T0) == locked + timedelta(seconds=30)
+    assert lock_retry_at(4, 3, locked, T0) == locked + timedelta(seconds=60)
+    assert lock_retry_at(3, 3, T0 - timedelta(seconds=31), T0) is None  # back-off over
+    assert lock_retry_at(30, 3, locked, T0) == locked + timedelta(seconds=600)  # capped
+    assert lock_retry_at(5, 3, None, T0) is None

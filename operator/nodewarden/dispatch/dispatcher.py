@@ -58,6 +58,7 @@ from nodewarden.scheduling.scheduler import (
     NodeView,
     Phase,
     Plan,
+    lock_retry_at,
     plan,
 )
 from nodewarden.ssh.errors import SshError
@@ -87,6 +88,7 @@ class Dispatcher:
     recovered: bool = False
     inflight: set[str] = field(default_factory=set)
     wait_writes: set[str] = field(default_factory=set)
+    held_back: dict[str, str] = field(default_factory=dict)
     pending_starts: dict[str, int] = field(default_factory=dict)
     last_plan: Plan | None = None
     rounds: int = 0
@@ -499,9 +501,19 @@ class Dispatcher:
 
     def _plan(self, now: datetime) -> Plan:
         containers: list[ContainerView] = []
+        max_flaps = self.policies.default.spec.dispatch.max_lock_flaps
+        self.held_back = {}
         for c in self.queue:
             if c.spec is None or c.terminal or c.cancel_requested or c.uuid in self.inflight:
                 continue
+            if c.phase in (None, "Queued"):
+                retry = lock_retry_at(c.status.lock_flaps, max_flaps, c.status.locked_at, now)
+                if retry is not None:
+                    self.held_back[c.uuid] = (
+                        f"waiting: unlocked {c.status.lock_flaps} times (policy maxLockFlaps "
+                        f"{max_flaps}); next try after {_iso(retry)}"
+                    )
+                    continue
             if c.status.locked_by not in (None, self.dispatcher_id) and c.phase in (
                 "Locked",
                 "Running",
@@ -632,7 +644,7 @@ class Dispatcher:
             if c is None or start.uuid in self.inflight:
                 continue
             self._spawn_guarded(start.uuid, self._start(c, start.node, start.relock))
-        for uuid, why in result.waits.items():
+        for uuid, why in [*result.waits.items(), *self.held_back.items()]:
             c = by_uuid.get(uuid)
             if (
                 c is None

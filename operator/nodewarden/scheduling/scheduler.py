@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from nodewarden.api.containerdispatch import ContainerResources
@@ -438,3 +438,19 @@ def plan(
     result.kept_warm = [s.view.name for s in warm]
     result.surplus_idle = [s.view.name for s in idle[len(warm) :]]
     return result
+
+
+def lock_retry_at(
+    lock_flaps: int, max_lock_flaps: int, last_locked: datetime | None, now: datetime
+) -> datetime | None:
+    """When a container that was unlocked too often may be locked again (None = now).
+
+    After `max_lock_flaps` Locked -> Queued round trips a container is left unlocked for
+    30 s, doubling with every further flap (capped at 10 min), so a node that keeps
+    vanishing or a lock that keeps conflicting cannot make the queue flap.
+    """
+    if lock_flaps < max_lock_flaps or last_locked is None:
+        return None
+    backoff = min(600.0, 30.0 * 2 ** (lock_flaps - max_lock_flaps))
+    retry = last_locked + timedelta(seconds=backoff)
+    return retry if retry > now else None
