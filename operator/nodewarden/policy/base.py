@@ -8,7 +8,7 @@ Kubernetes objects use.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -32,26 +32,35 @@ class CoreModel(BaseModel):
 
 def require_aware(now: datetime, what: str = "now") -> datetime:
     """Return `now` unchanged; raise ValueError if it is naive (no timezone)."""
-    if now.tzinfo is None or now.utcoffset() is None:
+    if now.tzinfo is not UTC and now.utcoffset() is None:  # UTC, the usual case, first
         raise ValueError(f"{what} must be timezone-aware (UTC), got naive {now.isoformat()}")
     return now
 
 
 _M = TypeVar("_M", bound=BaseModel)
 _FIELD_NAMES: dict[type[BaseModel], frozenset[str]] = {}
-_set_attr = object.__setattr__
+# The four instance slots every pydantic model has, set through their descriptors (what
+# `object.__setattr__` does, minus the attribute lookup on each call).
+_new_instance = object.__new__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
-def trusted(cls: type[_M], **values: Any) -> _M:
+def trusted(cls: type[_M], values: dict[str, Any]) -> _M:
     """Build the frozen model `cls` from values that are already valid, without
     re-validating them.
 
     Only for the hot path where every value was produced by validated core models
     (the Safety Record assembled from a gate evaluation): it skips pydantic's
-    validation, which would re-check every nested reading. Every field must be given
-    (checked by count; the call sites pass literal keywords, and tests round-trip the
-    results through `model_validate` to prove they are valid). The fields-set is a
-    shared frozenset: the models built this way are frozen, so nothing adds to it.
+    validation, which would re-check every nested reading. `values` (a dict display at
+    the call site, field name -> value, in declaration order) becomes the model's
+    `__dict__`, so the result is the object pydantic would build: every field counts as
+    set, no extras, no private attributes. Every field must be given (checked by count;
+    the call sites list them literally, and tests compare the results with fully
+    validated models). The fields-set is a shared frozenset: the models built this way
+    are frozen, so nothing adds to it.
     """
     names = _FIELD_NAMES.get(cls)
     if names is None:
@@ -60,9 +69,9 @@ def trusted(cls: type[_M], **values: Any) -> _M:
         missing = sorted(names - values.keys())
         extra = sorted(values.keys() - names)
         raise TypeError(f"{cls.__name__}: missing fields {missing}, unknown fields {extra}")
-    obj = cls.__new__(cls)
-    _set_attr(obj, "__dict__", values)
-    _set_attr(obj, "__pydantic_fields_set__", names)
-    _set_attr(obj, "__pydantic_extra__", None)
-    _set_attr(obj, "__pydantic_private__", None)
+    obj = _new_instance(cls)
+    _set_dict(obj, values)
+    _set_fields_set(obj, names)
+    _set_extra(obj, None)
+    _set_private(obj, None)
     return obj

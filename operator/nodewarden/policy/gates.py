@@ -45,11 +45,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from nodewarden.api.powerpolicy import ResetAction
+from nodewarden.api.workernode import NodeType
 from nodewarden.policy.base import CLOCK_SKEW_TOLERANCE, require_aware
-from nodewarden.policy.facts import FactName, ManualIntent, NodeFacts, Reading
+from nodewarden.policy.facts import (
+    CapabilityReading,
+    DesiredReading,
+    FactName,
+    FleetReading,
+    ManualIntent,
+    NodeFacts,
+    PowerReading,
+    Reading,
+    UptimeReading,
+    WorkReading,
+)
 from nodewarden.policy.nodemanager import (
     BillingWindowState,
     billing_window_from,
@@ -90,8 +102,9 @@ class Evidence:
     """One piece of evidence in a gate: what, its value, who supplied it and when.
 
     Gate results are plain (non-frozen) slotted dataclasses because frozen dataclass
-    construction costs 4x more and a fleet evaluation builds ~40 per node; they are
-    created fresh for every evaluation and must be treated as read-only.
+    construction costs 4x more and a fleet evaluation builds ~25 per node; they are
+    created fresh for every evaluation (except the few that depend on no input or only
+    on the policy, which are built once and shared) and must be treated as read-only.
     """
 
     name: str
@@ -156,6 +169,41 @@ class Evaluation:
         return None
 
 
+def _evaluation(
+    *,
+    kind: Literal["shutdown", "wake"],
+    decision: Decision,
+    reasons: tuple[ReasonCode, ...],
+    gates: tuple[GateResult, ...],
+    action: ResetAction | None,
+    recheck_at: datetime | None,
+    overrides_applied: tuple[str, ...],
+    timing: tuple[TimingMeasure, ...],
+    stale: tuple[FactName, ...],
+    missing: tuple[FactName, ...],
+    oldest_observed_at: datetime | None,
+    refresh: tuple[FactName, ...],
+    forced: bool,
+) -> Evaluation:
+    """`Evaluation(...)`, named at the call sites and positional here: keyword arguments
+    to a class are packed into a dict for `__init__`, which doubles the cost."""
+    return Evaluation(
+        kind,
+        decision,
+        reasons,
+        gates,
+        action,
+        recheck_at,
+        overrides_applied,
+        timing,
+        stale,
+        missing,
+        oldest_observed_at,
+        refresh,
+        forced,
+    )
+
+
 SHUTDOWN_ACTIONS: dict[str, tuple[ResetAction, ...]] = {
     "Redfish": ("GracefulShutdown",),
     "WakeOnLan": ("SshPoweroff",),
@@ -171,6 +219,30 @@ WAKE_ACTIONS: dict[str, tuple[ResetAction, ...]] = {
 SHUTDOWN_REQUEST_ACTIONS: frozenset[str] = frozenset(
     {"GracefulShutdown", "SshPoweroff", "ForceOff"}
 )
+
+# -- hot-path names ---------------------------------------------------------------------
+# Enum members bound to module names. On Python 3.11 reading a member off its class
+# (`Verdict.PASS`) goes through EnumType.__getattr__ and costs ~80 ns, and a fleet
+# evaluation reads dozens per node; these are the same objects (`_PASS is Verdict.PASS`).
+_PASS, _FAIL, _WAIVED, _SKIPPED = Verdict.PASS, Verdict.FAIL, Verdict.WAIVED, Verdict.SKIPPED
+_G_POLICY, _G_DESIRED, _G_DEMAND, _G_WORK, _G_TELEMETRY = (
+    GateName.POLICY,
+    GateName.DESIRED,
+    GateName.DEMAND,
+    GateName.WORK,
+    GateName.TELEMETRY,
+)
+_G_POWER, _G_TIMING, _G_INHIBITORS, _G_CAPABILITY, _G_FLEET = (
+    GateName.POWER,
+    GateName.TIMING,
+    GateName.INHIBITORS,
+    GateName.CAPABILITY,
+    GateName.FLEET,
+)
+_CLOSED = AdmissionState.CLOSED
+_SHUTDOWN_KIND, _WAKE_KIND = TransitionKind.SHUTDOWN, TransitionKind.WAKE
+_SHUTDOWN, _START, _DEFER = Decision.SHUTDOWN, Decision.START, Decision.DEFER
+_ADMISSION_TEXT: dict[AdmissionState, str] = {a: a.value for a in AdmissionState}
 
 _ZERO = timedelta(0)
 _NO_EVIDENCE: tuple[Evidence, ...] = ()
@@ -190,13 +262,20 @@ def _result(
     waived: bool = False,
 ) -> GateResult:
     if reasons and not waived:
-        return GateResult(gate, Verdict.FAIL, tuple(reasons), evidence, recheck_at)
-    return GateResult(
-        gate, Verdict.WAIVED if waived else Verdict.PASS, tuple(reasons), evidence, None
-    )
+        return GateResult(gate, _FAIL, tuple(reasons), evidence, recheck_at)
+    return GateResult(gate, _WAIVED if waived else _PASS, tuple(reasons), evidence, None)
 
 
 # -- gates shared by both directions ----------------------------------------------------
+#
+# Gate results that depend on nothing but the policy, or on no input at all (the policy
+# gate, the desired gate when neither spec.power nor an intent is supplied, the fleet
+# gate without a fleet reading), are built once and shared by every evaluation, like the
+# constant evidence they hold. Gate results are read-only (see Evidence).
+#
+# The gate helpers take the readings they judge rather than the whole NodeFacts, and
+# each reading's fields are read once into locals: attribute reads on pydantic models
+# cost ~4x those on plain objects, and a fleet evaluation makes ~100 per node.
 
 
 def _policy_gate(policy: PolicyView) -> GateResult:
@@ -219,26 +298,26 @@ def _compute_policy_gate(policy: PolicyView) -> GateResult:
         )
     if policy.paused:
         reasons.append(R.POLICY_PAUSED)
-    return _result(GateName.POLICY, reasons, evidence)
-
-
-@dataclass(slots=True)
-class _Desire:
-    gate: GateResult
-    forced: bool
+    return _result(_G_POLICY, reasons, evidence)
 
 
 _DEFAULT_DESIRED_EVIDENCE = (
     Evidence("spec.power/idleBehavior", "Auto/run", "default (not supplied)"),
 )
+_DEFAULT_DESIRED_PASS = GateResult(_G_DESIRED, _PASS, (), _DEFAULT_DESIRED_EVIDENCE)
 
 
-def _desired_gate(facts: NodeFacts, shutdown: bool) -> _Desire:
-    """Is the transition wanted? A pinned spec.power wins over everything (a node pinned
-    On is never switched off, one pinned Off never woken, manual intents included);
-    then a manual intent; then spec.power / idleBehavior; then the policy."""
-    intent = facts.intent
-    desired = facts.desired
+def _desired_gate(
+    desired: DesiredReading | None, intent: ManualIntent | None, shutdown: bool
+) -> tuple[GateResult, bool]:
+    """Is the transition wanted, and is it forced (manual, or pinned by spec.power)?
+
+    A pinned spec.power wins over everything (a node pinned On is never switched off,
+    one pinned Off never woken, manual intents included); then a manual intent; then
+    spec.power / idleBehavior; then the policy."""
+    if desired is None and intent is None:
+        # Auto/run and no intent: wanted if the other gates agree, never forced.
+        return _DEFAULT_DESIRED_PASS, False
     power = desired.power if desired is not None else "Auto"
     behavior = desired.idle_behavior if desired is not None else "run"
     evidence: tuple[Evidence, ...] = (
@@ -254,41 +333,37 @@ def _desired_gate(facts: NodeFacts, shutdown: bool) -> _Desire:
         else _DEFAULT_DESIRED_EVIDENCE
     )
     if shutdown and power == "On":
-        return _Desire(_result(GateName.DESIRED, [R.DESIRED_ON], evidence), False)
+        return _result(_G_DESIRED, [R.DESIRED_ON], evidence), False
     if not shutdown and power == "Off":
-        return _Desire(_result(GateName.DESIRED, [R.DESIRED_OFF], evidence), False)
+        return _result(_G_DESIRED, [R.DESIRED_OFF], evidence), False
     if intent is not None:
         evidence = (*evidence, _ev("intent", f"{intent.action} ({intent.name})", intent))
         action = intent.action
         if action == "Restart":
-            return _Desire(_result(GateName.DESIRED, [R.INTENT_NOT_SUPPORTED], evidence), False)
+            return _result(_G_DESIRED, [R.INTENT_NOT_SUPPORTED], evidence), False
         if action == "Drain":
-            return _Desire(_result(GateName.DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False)
+            return _result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
         if (action == "Shutdown") == shutdown:
-            return _Desire(GateResult(GateName.DESIRED, Verdict.PASS, (), evidence), True)
+            return GateResult(_G_DESIRED, _PASS, (), evidence), True
         code = R.DESIRED_ON if shutdown else R.DESIRED_OFF
-        return _Desire(_result(GateName.DESIRED, [code], evidence), False)
+        return _result(_G_DESIRED, [code], evidence), False
     if shutdown:
         if power == "Off":
-            return _Desire(GateResult(GateName.DESIRED, Verdict.PASS, (), evidence), True)
+            return GateResult(_G_DESIRED, _PASS, (), evidence), True
         if behavior == "hold":
-            return _Desire(_result(GateName.DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False)
-        return _Desire(
-            GateResult(GateName.DESIRED, Verdict.PASS, (), evidence), behavior == "drain"
-        )
+            return _result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
+        return GateResult(_G_DESIRED, _PASS, (), evidence), behavior == "drain"
     if power == "On":
-        return _Desire(GateResult(GateName.DESIRED, Verdict.PASS, (), evidence), True)
+        return GateResult(_G_DESIRED, _PASS, (), evidence), True
     if behavior != "run":
-        return _Desire(_result(GateName.DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False)
-    return _Desire(GateResult(GateName.DESIRED, Verdict.PASS, (), evidence), False)
+        return _result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
+    return GateResult(_G_DESIRED, _PASS, (), evidence), False
 
 
-@dataclass(slots=True)
-class _Freshness:
-    gate: GateResult
-    stale: tuple[FactName, ...]
-    missing: tuple[FactName, ...]
-    oldest: datetime | None
+_Freshness: TypeAlias = tuple[
+    GateResult, tuple[FactName, ...], tuple[FactName, ...], datetime | None
+]
+"""The telemetry gate, the stale and the missing readings' names, the oldest reading's time."""
 
 
 def _telemetry_gate(
@@ -322,13 +397,12 @@ def _telemetry_gate(
             aged = True
             evidence.append(Evidence(name, "stale", reading.source, at))
     if not evidence:
+        fresh_evidence: tuple[Evidence, ...] = ()
         if oldest_reading is not None:
-            evidence.append(
-                Evidence(f"oldest: {oldest_name}", "fresh", oldest_reading.source, oldest)
+            fresh_evidence = (
+                Evidence(f"oldest: {oldest_name}", "fresh", oldest_reading.source, oldest),
             )
-        return _Freshness(
-            GateResult(GateName.TELEMETRY, Verdict.PASS, (), tuple(evidence)), (), (), oldest
-        )
+        return GateResult(_G_TELEMETRY, _PASS, (), fresh_evidence), (), (), oldest
     reasons: list[ReasonCode] = []
     if aged:
         reasons.append(R.TELEMETRY_STALE)
@@ -336,13 +410,28 @@ def _telemetry_gate(
         reasons.append(R.TELEMETRY_MISSING)
     if future:
         reasons.append(R.TELEMETRY_FROM_FUTURE)
-    gate = GateResult(GateName.TELEMETRY, Verdict.FAIL, tuple(reasons), tuple(evidence))
-    return _Freshness(gate, tuple(stale), tuple(missing), oldest)
+    gate = GateResult(_G_TELEMETRY, _FAIL, tuple(reasons), tuple(evidence))
+    return gate, tuple(stale), tuple(missing), oldest
 
 
-def _cooldown(state: NodePowerState | None, now: datetime, policy: PolicyView) -> TimingMeasure:
-    last = state.last_transition_at if state is not None else None
-    required = policy.cooldown.total_seconds()
+def _power_gate(
+    power: PowerReading | None, wanted: Literal["On", "Off"], already: ReasonCode
+) -> GateResult:
+    """Observed power is `wanted` (from a trusted source); `already` if it is the other one."""
+    if power is None:
+        return _result(_G_POWER, [R.TELEMETRY_MISSING], (Evidence("power", "missing", "-", None),))
+    value = power.power
+    evidence = (Evidence("power", value, power.source, power.observed_at),)
+    if value == wanted:
+        return GateResult(_G_POWER, _PASS, (), evidence)
+    if value == "On" or value == "Off":
+        return GateResult(_G_POWER, _FAIL, (already,), evidence)
+    return GateResult(_G_POWER, _FAIL, (R.POWER_STATE_UNKNOWN,), evidence)
+
+
+def _cooldown(last: datetime | None, now: datetime, policy: PolicyView) -> TimingMeasure:
+    """Time since the last transition finished (`last`, from the state) vs the cooldown."""
+    required = policy.seconds.cooldown
     if last is None:
         return TimingMeasure("cooldown", required, None, None, True)
     measured = now - last
@@ -352,103 +441,134 @@ def _cooldown(state: NodePowerState | None, now: datetime, policy: PolicyView) -
 
 
 def _capability_gate(
-    facts: NodeFacts, policy: PolicyView, table: dict[str, tuple[ResetAction, ...]]
+    cap: CapabilityReading | None, policy: PolicyView, table: dict[str, tuple[ResetAction, ...]]
 ) -> tuple[GateResult, ResetAction | None]:
-    cap = facts.capability
     evidence: tuple[Evidence, ...]
     if cap is None:
         evidence = (Evidence("controlMethod", "unknown", "-", None),)
-        return _result(GateName.CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
-    candidates = table.get(cap.control_method, ())
+        return _result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+    method = cap.control_method
     allowable = cap.allowable
+    source, seen = cap.source, cap.observed_at
     evidence = (
-        _ev("controlMethod", cap.control_method, cap),
-        _ev("allowable", "unknown" if allowable is None else ",".join(allowable) or "none", cap),
+        Evidence("controlMethod", method, source, seen),
+        Evidence(
+            "allowable",
+            "unknown" if allowable is None else ",".join(allowable) or "none",
+            source,
+            seen,
+        ),
     )
+    candidates = table.get(method, ())
     if not candidates or allowable is None:
-        return _result(GateName.CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
-    supported = [a for a in candidates if a in allowable]
+        return _result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+    # The first candidate (in table order) the node allows and the policy permits.
+    supported = False
+    for candidate in candidates:
+        if candidate in allowable:
+            supported = True
+            if candidate in policy.allowed_actions:
+                return GateResult(_G_CAPABILITY, _PASS, (), evidence), candidate
     if not supported:
-        return _result(GateName.CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
-    permitted = [a for a in supported if a in policy.allowed_actions]
-    if not permitted:
-        evidence = (
-            *evidence,
-            Evidence(
-                "policy.allowedActions",
-                ",".join(sorted(policy.allowed_actions)),
-                "PowerPolicy/" + policy.version.name,
-                None,
-            ),
-        )
-        return _result(GateName.CAPABILITY, [R.ACTION_NOT_ALLOWED], evidence), None
-    return GateResult(GateName.CAPABILITY, Verdict.PASS, (), evidence), permitted[0]
+        return _result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+    evidence = (
+        *evidence,
+        Evidence(
+            "policy.allowedActions",
+            ",".join(sorted(policy.allowed_actions)),
+            "PowerPolicy/" + policy.version.name,
+            None,
+        ),
+    )
+    return _result(_G_CAPABILITY, [R.ACTION_NOT_ALLOWED], evidence), None
+
+
+_FLEET_NOT_SUPPLIED = GateResult(
+    _G_FLEET, _SKIPPED, (), (Evidence("fleet", "not supplied", "-", None),)
+)
 
 
 def _fleet_gate(
-    facts: NodeFacts,
-    policy: PolicyView,
-    state: NodePowerState | None,
-    kind: TransitionKind,
-    check_warm: bool,
+    fleet: FleetReading | None, policy: PolicyView, own_transition: bool, check_warm: bool
 ) -> GateResult:
-    fleet = facts.fleet
+    """Disruption budget (a transition of this kind already in progress on the node is
+    counted in it) and, if `check_warm`, the minimum of warm idle nodes."""
     if fleet is None:
-        return GateResult(
-            GateName.FLEET, Verdict.SKIPPED, (), (Evidence("fleet", "not supplied", "-", None),)
-        )
+        return _FLEET_NOT_SUPPLIED
     reasons: list[ReasonCode] = []
-    own = state is not None and state.transition is not None and state.transition.kind is kind
     evidence = (
         _ev("transitionsInProgress", fleet.transitions_in_progress, fleet),
         _ev("maxConcurrentTransitions", policy.max_concurrent_transitions, None),
         _ev("warmIdleNodes", fleet.warm_idle_nodes, fleet),
     )
-    if not own and fleet.transitions_in_progress >= policy.max_concurrent_transitions:
+    if not own_transition and fleet.transitions_in_progress >= policy.max_concurrent_transitions:
         reasons.append(R.DISRUPTION_BUDGET_EXHAUSTED)
     if check_warm and fleet.warm_idle_nodes < policy.min_warm_nodes:
         reasons.append(R.MIN_WARM_NODES)
-    return _result(GateName.FLEET, reasons, evidence)
+    return _result(_G_FLEET, reasons, evidence)
 
 
-_CLASS_OF: dict[ReasonCode, DecisionClass] = {code: decision_class(code) for code in ReasonCode}
 _BY_STRENGTH: tuple[tuple[DecisionClass, Decision], ...] = (
     (DecisionClass.NONE, Decision.NONE),
     (DecisionClass.BLOCK, Decision.BLOCK),
     (DecisionClass.DEFER, Decision.DEFER),
     (DecisionClass.DRAIN, Decision.DRAIN),
 )
+_NOT_DECISIVE = len(_BY_STRENGTH)
+"""Rank of codes whose class decides nothing (PROGRESS)."""
+
+
+def _ranks(classes: dict[ReasonCode, DecisionClass]) -> dict[ReasonCode, int]:
+    """Each code's strength: its class's position in _BY_STRENGTH (0 = strongest)."""
+    position = {cls: i for i, (cls, _) in enumerate(_BY_STRENGTH)}
+    return {code: position.get(cls, _NOT_DECISIVE) for code, cls in classes.items()}
+
+
+_CLASS_OF: dict[ReasonCode, DecisionClass] = {code: decision_class(code) for code in ReasonCode}
+_RANK: dict[ReasonCode, int] = _ranks(_CLASS_OF)
+_FORCED_SHUTDOWN_RANK: dict[ReasonCode, int] = _ranks(
+    {**_CLASS_OF, R.DEMAND_PRESENT: DecisionClass.DEFER}
+)
+"""A manual or pinned shutdown waits for queued demand (DEFER) instead of dropping it."""
+_GATES_PASSED = (R.GATES_PASSED,)
+_GATES_PASSED_WITH_OVERRIDE = (R.GATES_PASSED, R.OVERRIDE_APPLIED)
 
 
 def _decide(
     gates: tuple[GateResult, ...],
     success: Decision,
-    overrides: dict[ReasonCode, DecisionClass],
+    rank: dict[ReasonCode, int],
     applied: tuple[str, ...],
 ) -> tuple[Decision, tuple[ReasonCode, ...]]:
-    """Pick the decision from the failing gates' codes (strongest class first) and order
-    the codes with the decisive class first, the others after, each in gate order."""
+    """Pick the decision from the failing gates' codes (strongest class first, `rank`
+    says each code's class strength) and order the codes with the decisive class first,
+    the others after, each in gate order."""
     failing: list[ReasonCode] = []
     for g in gates:
-        if g.verdict is Verdict.FAIL:
+        if g.verdict is _FAIL:
             for code in g.reasons:
                 if code not in failing:
                     failing.append(code)
     if not failing:
-        codes = (R.GATES_PASSED, R.OVERRIDE_APPLIED) if applied else (R.GATES_PASSED,)
-        return success, codes
-    classes = [overrides.get(c) or _CLASS_OF[c] for c in failing]
-    for cls, decision in _BY_STRENGTH:
-        if cls in classes:
-            first = [c for c, k in zip(failing, classes, strict=True) if k is cls]
-            rest = [c for c, k in zip(failing, classes, strict=True) if k is not cls]
-            return decision, (*first, *rest)
-    return Decision.DEFER, tuple(failing)
+        return success, _GATES_PASSED_WITH_OVERRIDE if applied else _GATES_PASSED
+    strongest = min([rank[c] for c in failing])
+    if strongest == _NOT_DECISIVE:
+        return _DEFER, tuple(failing)
+    first: list[ReasonCode] = []
+    rest: list[ReasonCode] = []
+    for code in failing:
+        (first if rank[code] == strongest else rest).append(code)
+    return _BY_STRENGTH[strongest][1], (*first, *rest)
 
 
-def _latest(*times: datetime | None) -> datetime | None:
-    known = [t for t in times if t is not None]
-    return max(known) if known else None
+def _latest_recheck(gates: tuple[GateResult, ...]) -> datetime | None:
+    """The latest recheck time any gate asks for (None if none does)."""
+    latest: datetime | None = None
+    for g in gates:
+        at = g.recheck
+        if at is not None and (latest is None or at > latest):
+            latest = at
+    return latest
 
 
 # -- shutdown ---------------------------------------------------------------------------
@@ -484,111 +604,110 @@ def evaluate_shutdown(
 ) -> Evaluation:
     """Evaluate every shutdown gate for `facts` at `now` (see module docstring)."""
     require_aware(now)
-    max_age = policy.telemetry_max_age
+    intent = facts.intent
     policy_gate = _policy_gate(policy)
-    desire = _desired_gate(facts, shutdown=True)
-    forced = desire.forced
-    admission = state.admission if state is not None else AdmissionState.CLOSED
+    desired_gate, forced = _desired_gate(facts.desired, intent, shutdown=True)
+    if state is not None:
+        admission, admission_since, transition = (
+            state.admission,
+            state.admission_since,
+            state.transition,
+        )
+    else:
+        admission, admission_since, transition = _CLOSED, None, None
+    draining = transition is not None and transition.kind is _SHUTDOWN_KIND
     floor: datetime | None = None
-    if admission is AdmissionState.CLOSED:
-        floor = state.admission_since if state is not None else None
-        transition = state.transition if state is not None else None
-        if transition is not None and transition.kind is TransitionKind.SHUTDOWN:
-            floor = _latest(floor, transition.started_at) if floor is not None else None
+    if admission is _CLOSED:
+        # Demand and work must have been read after admission closed (and after the
+        # shutdown transition began, if one is in progress).
+        floor = admission_since
+        if floor is not None and draining:
+            assert transition is not None
+            floor = max(floor, transition.started_at)
     refresh: list[FactName] = []
 
     # demand
     demand = facts.demand
-    d_reasons: list[ReasonCode] = []
     if demand is None:
-        d_reasons.append(R.TELEMETRY_MISSING)
-        d_evidence: tuple[Evidence, ...] = (Evidence("queued", "missing", "-", None),)
+        demand_gate = GateResult(
+            _G_DEMAND, _FAIL, (R.TELEMETRY_MISSING,), (Evidence("queued", "missing", "-", None),)
+        )
     else:
-        d_evidence = (_ev("queued", demand.queued, demand),)
-        if demand.queued > 0:
-            d_reasons.append(R.DEMAND_PRESENT)
-        if admission is AdmissionState.CLOSED and (floor is None or demand.observed_at < floor):
-            d_reasons.append(R.DEMAND_NOT_REREAD)
+        queued = demand.queued
+        demand_seen = demand.observed_at
+        d_reasons: tuple[ReasonCode, ...] = (R.DEMAND_PRESENT,) if queued > 0 else ()
+        if admission is _CLOSED and (floor is None or demand_seen < floor):
+            d_reasons = (*d_reasons, R.DEMAND_NOT_REREAD)
             refresh.append("demand")
-    demand_gate = _result(GateName.DEMAND, d_reasons, d_evidence)
+        demand_gate = GateResult(
+            _G_DEMAND,
+            _FAIL if d_reasons else _PASS,
+            d_reasons,
+            (Evidence("queued", queued, demand.source, demand_seen),),
+        )
 
     # work / drain
     work = facts.work
-    w_reasons: list[ReasonCode] = []
-    admission_ev = Evidence(
-        "admission", admission.value, "nodewarden", state.admission_since if state else None
-    )
+    admission_ev = Evidence("admission", _ADMISSION_TEXT[admission], "nodewarden", admission_since)
     if work is None:
-        w_reasons.append(R.TELEMETRY_MISSING)
         w_evidence: tuple[Evidence, ...] = (
             Evidence("activeJobs", "missing", "-", None),
             admission_ev,
         )
+        work_gate = GateResult(_G_WORK, _FAIL, (R.TELEMETRY_MISSING,), w_evidence)
     else:
-        w_evidence = (_ev("activeJobs", work.active_jobs, work), admission_ev)
-        if admission is not AdmissionState.CLOSED:
-            if work.active_jobs > 0 and not forced:
-                w_reasons.append(R.ACTIVE_WORK)
-            else:
-                w_reasons.append(R.ADMISSION_OPEN)
-        elif work.active_jobs > 0 or floor is None or work.observed_at < floor:
-            w_reasons.append(R.DRAIN_INCOMPLETE)
+        active = work.active_jobs
+        work_seen = work.observed_at
+        w_evidence = (Evidence("activeJobs", active, work.source, work_seen), admission_ev)
+        if admission is not _CLOSED:
+            code = R.ACTIVE_WORK if active > 0 and not forced else R.ADMISSION_OPEN
+            work_gate = GateResult(_G_WORK, _FAIL, (code,), w_evidence)
+        elif active > 0 or floor is None or work_seen < floor:
+            work_gate = GateResult(_G_WORK, _FAIL, (R.DRAIN_INCOMPLETE,), w_evidence)
             refresh.append("work")
-    work_gate = _result(GateName.WORK, w_reasons, w_evidence)
+        else:
+            work_gate = GateResult(_G_WORK, _PASS, (), w_evidence)
 
     # telemetry freshness
-    fresh = _telemetry_gate(
-        (
-            ("demand", demand),
-            ("work", work),
-            ("power", facts.power),
-            ("inhibitors", facts.inhibitors),
-        ),
+    power = facts.power
+    inhibitors = facts.inhibitors
+    telemetry_gate, stale, missing, oldest = _telemetry_gate(
+        (("demand", demand), ("work", work), ("power", power), ("inhibitors", inhibitors)),
         now,
-        max_age,
+        policy.telemetry_max_age,
     )
-    for name in fresh.stale + fresh.missing:
+    for name in stale + missing:
         if name not in refresh:
             refresh.append(name)
 
     # observed power
-    power = facts.power
-    if power is None:
-        power_gate = _result(
-            GateName.POWER, [R.TELEMETRY_MISSING], (Evidence("power", "missing", "-", None),)
-        )
-    else:
-        p_ev = (_ev("power", power.power, power),)
-        if power.power == "On":
-            power_gate = GateResult(GateName.POWER, Verdict.PASS, (), p_ev)
-        elif power.power == "Off":
-            power_gate = _result(GateName.POWER, [R.ALREADY_OFF], p_ev)
-        else:
-            power_gate = _result(GateName.POWER, [R.POWER_STATE_UNKNOWN], p_ev)
+    power_gate = _power_gate(power, "On", R.ALREADY_OFF)
 
     # timing
-    timing_gate, timing = _shutdown_timing(facts, now, policy, state, forced)
+    timing_gate, timing = _shutdown_timing(
+        work, facts.uptime, facts.node_type, now, policy, state, draining, forced
+    )
 
     # inhibitors
-    inhibitors = facts.inhibitors
     applied: tuple[str, ...] = ()
     if inhibitors is None:
         inhibitor_gate = _result(
-            GateName.INHIBITORS,
+            _G_INHIBITORS,
             [R.TELEMETRY_MISSING],
             (Evidence("inhibitors", "missing", "-", None),),
         )
     else:
-        blocking = inhibitors.blocking
+        held = inhibitors.inhibitors
+        blocking = inhibitors.blocking if held else ()
         if not blocking:
             inhibitor_gate = GateResult(
-                GateName.INHIBITORS,
-                Verdict.PASS,
+                _G_INHIBITORS,
+                _PASS,
                 (),
                 (
                     Evidence(
                         "blocking",
-                        f"0 of {len(inhibitors.inhibitors)} held",
+                        f"0 of {len(held)} held",
                         inhibitors.source,
                         inhibitors.observed_at,
                     ),
@@ -599,7 +718,6 @@ def evaluate_shutdown(
                 _ev("inhibitor", f"{i.what} by {i.who or '?'} ({i.mode}): {i.why}", inhibitors)
                 for i in blocking
             )
-            intent = facts.intent
             wants_override = (
                 intent is not None
                 and intent.action == "Shutdown"
@@ -613,61 +731,56 @@ def evaluate_shutdown(
                     _ev("override", f"{intent.name} by {intent.requested_by or '?'}", intent),
                 )
                 inhibitor_gate = _result(
-                    GateName.INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_APPLIED], i_ev, waived=True
+                    _G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_APPLIED], i_ev, waived=True
                 )
                 applied = ("inhibitors",)
             elif wants_override:
                 inhibitor_gate = _result(
-                    GateName.INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_NOT_PERMITTED], i_ev
+                    _G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_NOT_PERMITTED], i_ev
                 )
             else:
-                inhibitor_gate = _result(GateName.INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev)
+                inhibitor_gate = _result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev)
 
-    capability_gate, action = _capability_gate(facts, policy, SHUTDOWN_ACTIONS)
-    fleet_gate = _fleet_gate(facts, policy, state, TransitionKind.SHUTDOWN, check_warm=not forced)
+    capability_gate, action = _capability_gate(facts.capability, policy, SHUTDOWN_ACTIONS)
+    fleet_gate = _fleet_gate(facts.fleet, policy, draining, check_warm=not forced)
 
     gates = (
         policy_gate,
-        desire.gate,
+        desired_gate,
         demand_gate,
         work_gate,
-        fresh.gate,
+        telemetry_gate,
         power_gate,
         timing_gate,
         inhibitor_gate,
         capability_gate,
         fleet_gate,
     )
-    overrides: dict[ReasonCode, DecisionClass] = (
-        {R.DEMAND_PRESENT: DecisionClass.DEFER} if forced else {}
+    decision, reasons = _decide(
+        gates, _SHUTDOWN, _FORCED_SHUTDOWN_RANK if forced else _RANK, applied
     )
-    decision, reasons = _decide(gates, Decision.SHUTDOWN, overrides, applied)
-    recheck = None
-    if decision is Decision.DEFER:
-        recheck = _latest(*(g.recheck for g in gates))
-    return Evaluation(
+    return _evaluation(
         kind="shutdown",
         decision=decision,
         reasons=reasons,
         gates=gates,
         action=action,
-        recheck_at=recheck,
+        recheck_at=_latest_recheck(gates) if decision is _DEFER else None,
         overrides_applied=applied,
         timing=timing,
-        stale=fresh.stale,
-        missing=fresh.missing,
-        oldest_observed_at=fresh.oldest,
+        stale=stale,
+        missing=missing,
+        oldest_observed_at=oldest,
         refresh=tuple(refresh),
         forced=forced,
     )
 
 
 def _on_since(
-    facts: NodeFacts, state: NodePowerState | None
+    uptime: UptimeReading | None, state: NodePowerState | None
 ) -> tuple[datetime | None, str, datetime | None]:
     """When the node came on (the later of the node's boot time and nodewarden's record),
     who says so, and when that was observed."""
-    uptime = facts.uptime
     from_facts = uptime.on_since if uptime is not None else None
     from_state = state.on_since if state is not None else None
     if from_facts is not None and (from_state is None or from_facts >= from_state):
@@ -679,83 +792,67 @@ def _on_since(
 
 
 def _shutdown_timing(
-    facts: NodeFacts,
+    work: WorkReading | None,
+    uptime: UptimeReading | None,
+    node_type: NodeType,
     now: datetime,
     policy: PolicyView,
     state: NodePowerState | None,
+    draining: bool,
     forced: bool,
 ) -> tuple[GateResult, tuple[TimingMeasure, ...]]:
+    """Idle threshold, min-on, cooldown and (cloud VMs) the billing window. `draining`:
+    a shutdown transition is in progress; `forced`: a manual or pinned shutdown."""
     reasons: list[ReasonCode] = []
     rechecks: list[datetime] = []
-    measures: list[TimingMeasure] = []
     evidence: list[Evidence] = []
+    seconds = policy.seconds
     # idle threshold
-    threshold = policy.idle_threshold
-    work = facts.work
-    draining = (
-        state is not None
-        and state.transition is not None
-        and state.transition.kind is TransitionKind.SHUTDOWN
-    )
     if draining and not forced:
         # Checked when the drain began; from then on the work gate (drain complete) rules.
-        measures.append(
-            TimingMeasure("idleThreshold", threshold.total_seconds(), None, None, None, True)
-        )
+        idle = TimingMeasure("idleThreshold", seconds.idle_threshold, None, None, None, True)
         evidence.append(Evidence("idleThreshold", "checked at drain start", "nodewarden", None))
     elif forced:
-        measures.append(
-            TimingMeasure("idleThreshold", threshold.total_seconds(), None, None, None, True)
-        )
+        idle = TimingMeasure("idleThreshold", seconds.idle_threshold, None, None, None, True)
         evidence.append(Evidence("idleThreshold", "waived", "intent/spec", None))
     elif work is None:
-        measures.append(TimingMeasure("idleThreshold", threshold.total_seconds(), None, None, None))
+        idle = TimingMeasure("idleThreshold", seconds.idle_threshold, None, None, None)
         reasons.append(R.TELEMETRY_MISSING)
         evidence.append(Evidence("idleForSeconds", "missing", "-", None))
     elif work.active_jobs > 0:
-        measures.append(TimingMeasure("idleThreshold", threshold.total_seconds(), 0.0, None, False))
+        idle = TimingMeasure("idleThreshold", seconds.idle_threshold, 0.0, None, False)
         reasons.append(R.IDLE_WINDOW_NOT_MET)
-        evidence.append(_ev("idleForSeconds", "busy", work))
-    elif work.idle_since is None:
-        measures.append(TimingMeasure("idleThreshold", threshold.total_seconds(), None, None, None))
+        evidence.append(Evidence("idleForSeconds", "busy", work.source, work.observed_at))
+    elif (idle_since := work.idle_since) is None:
+        idle = TimingMeasure("idleThreshold", seconds.idle_threshold, None, None, None)
         reasons.append(R.TELEMETRY_MISSING)
-        evidence.append(_ev("idleSince", "missing", work))
+        evidence.append(Evidence("idleSince", "missing", work.source, work.observed_at))
     else:
-        idle_for = now - work.idle_since
-        met = idle_for >= threshold
-        measures.append(
-            TimingMeasure(
-                "idleThreshold",
-                threshold.total_seconds(),
-                idle_for.total_seconds(),
-                work.idle_since,
-                met,
-            )
-        )
-        evidence.append(_ev("idleForSeconds", idle_for.total_seconds(), work))
+        idle_for = now - idle_since
+        idle_seconds = idle_for.total_seconds()
+        met = idle_for >= policy.idle_threshold
+        idle = TimingMeasure("idleThreshold", seconds.idle_threshold, idle_seconds, idle_since, met)
+        evidence.append(Evidence("idleForSeconds", idle_seconds, work.source, work.observed_at))
         if not met:
             reasons.append(R.IDLE_WINDOW_NOT_MET)
-            rechecks.append(work.idle_since + threshold)
+            rechecks.append(idle_since + policy.idle_threshold)
     # min-on
-    on_since, on_source, on_seen = _on_since(facts, state)
-    min_on = policy.min_on
+    on_since, on_source, on_seen = _on_since(uptime, state)
     if on_since is None:
-        measures.append(TimingMeasure("minOn", min_on.total_seconds(), None, None, None))
+        min_on = TimingMeasure("minOn", seconds.min_on, None, None, None)
         reasons.append(R.TELEMETRY_MISSING)
         evidence.append(Evidence("upForSeconds", "missing", "-", None))
     else:
         up = now - on_since
-        met = up >= min_on
-        measures.append(
-            TimingMeasure("minOn", min_on.total_seconds(), up.total_seconds(), on_since, met)
-        )
-        evidence.append(Evidence("upForSeconds", up.total_seconds(), on_source, on_seen))
+        up_seconds = up.total_seconds()
+        met = up >= policy.min_on
+        min_on = TimingMeasure("minOn", seconds.min_on, up_seconds, on_since, met)
+        evidence.append(Evidence("upForSeconds", up_seconds, on_source, on_seen))
         if not met:
             reasons.append(R.MIN_ON_NOT_MET)
-            rechecks.append(on_since + min_on)
+            rechecks.append(on_since + policy.min_on)
     # cooldown
-    cool = _cooldown(state, now, policy)
-    measures.append(cool)
+    cool = _cooldown(state.last_transition_at if state is not None else None, now, policy)
     evidence.append(
         Evidence(
             "sinceLastTransitionSeconds",
@@ -768,8 +865,9 @@ def _shutdown_timing(
         reasons.append(R.COOLDOWN)
         assert cool.since is not None
         rechecks.append(cool.since + policy.cooldown)
+    measures: tuple[TimingMeasure, ...] = (idle, min_on, cool)
     # billing window (cloud VMs, automatic shutdowns only)
-    if facts.node_type == "CloudVM" and not forced and policy.valid and on_since is not None:
+    if node_type == "CloudVM" and not forced and policy.valid and on_since is not None:
         state_bw = billing_window_from(
             booted_at=on_since,
             period=policy.billing_period,
@@ -778,14 +876,15 @@ def _shutdown_timing(
             now=now,
         )
         is_open = state_bw is BillingWindowState.OPEN
-        measures.append(
+        measures = (
+            *measures,
             TimingMeasure(
                 "billingWindow",
-                policy.billing_period.total_seconds(),
+                seconds.billing_period,
                 (now - on_since).total_seconds(),
                 on_since,
                 is_open,
-            )
+            ),
         )
         evidence.append(Evidence("billingWindow", state_bw.value, on_source, on_seen))
         if not is_open:
@@ -800,7 +899,7 @@ def _shutdown_timing(
                 )
             )
     recheck = max(rechecks) if rechecks else None
-    return _result(GateName.TIMING, reasons, tuple(evidence), recheck), tuple(measures)
+    return _result(_G_TIMING, reasons, tuple(evidence), recheck), measures
 
 
 # -- wake -------------------------------------------------------------------------------
@@ -812,78 +911,64 @@ def evaluate_wake(
     """Evaluate every wake gate for `facts` at `now` (see module docstring)."""
     require_aware(now)
     policy_gate = _policy_gate(policy)
-    desire = _desired_gate(facts, shutdown=False)
-    forced = desire.forced
-    refresh: list[FactName] = []
+    desired_gate, forced = _desired_gate(facts.desired, facts.intent, shutdown=False)
 
     demand = facts.demand
     if forced:
         demand_gate = GateResult(
-            GateName.DEMAND,
-            Verdict.WAIVED,
+            _G_DEMAND,
+            _WAIVED,
             (),
             (_ev("queued", demand.queued if demand else "not needed", demand),),
         )
     elif demand is None:
         demand_gate = _result(
-            GateName.DEMAND, [R.TELEMETRY_MISSING], (Evidence("queued", "missing", "-", None),)
+            _G_DEMAND, [R.TELEMETRY_MISSING], (Evidence("queued", "missing", "-", None),)
         )
-    elif demand.queued == 0:
-        demand_gate = _result(GateName.DEMAND, [R.NO_DEMAND], (_ev("queued", 0, demand),))
     else:
-        demand_gate = GateResult(
-            GateName.DEMAND, Verdict.PASS, (), (_ev("queued", demand.queued, demand),)
-        )
-
-    named: tuple[tuple[FactName, Reading | None], ...] = (
-        (("power", facts.power),) if forced else (("demand", demand), ("power", facts.power))
-    )
-    fresh = _telemetry_gate(named, now, policy.telemetry_max_age)
-    refresh.extend(fresh.stale + fresh.missing)
+        queued = demand.queued
+        d_evidence = (Evidence("queued", queued, demand.source, demand.observed_at),)
+        if queued == 0:
+            demand_gate = GateResult(_G_DEMAND, _FAIL, (R.NO_DEMAND,), d_evidence)
+        else:
+            demand_gate = GateResult(_G_DEMAND, _PASS, (), d_evidence)
 
     power = facts.power
-    if power is None:
-        power_gate = _result(
-            GateName.POWER, [R.TELEMETRY_MISSING], (Evidence("power", "missing", "-", None),)
-        )
-    else:
-        p_ev = (_ev("power", power.power, power),)
-        if power.power == "Off":
-            power_gate = GateResult(GateName.POWER, Verdict.PASS, (), p_ev)
-        elif power.power == "On":
-            power_gate = _result(GateName.POWER, [R.ALREADY_ON], p_ev)
-        else:
-            power_gate = _result(GateName.POWER, [R.POWER_STATE_UNKNOWN], p_ev)
+    named: tuple[tuple[FactName, Reading | None], ...] = (
+        (("power", power),) if forced else (("demand", demand), ("power", power))
+    )
+    telemetry_gate, stale, missing, oldest = _telemetry_gate(named, now, policy.telemetry_max_age)
 
+    power_gate = _power_gate(power, "Off", R.ALREADY_ON)
     timing_gate, timing = _wake_timing(now, policy, state)
-
-    capability_gate, action = _capability_gate(facts, policy, WAKE_ACTIONS)
-    fleet_gate = _fleet_gate(facts, policy, state, TransitionKind.WAKE, check_warm=False)
+    capability_gate, action = _capability_gate(facts.capability, policy, WAKE_ACTIONS)
+    transition = state.transition if state is not None else None
+    waking = transition is not None and transition.kind is _WAKE_KIND
+    fleet_gate = _fleet_gate(facts.fleet, policy, waking, check_warm=False)
     gates = (
         policy_gate,
-        desire.gate,
+        desired_gate,
         demand_gate,
-        fresh.gate,
+        telemetry_gate,
         power_gate,
         timing_gate,
         capability_gate,
         fleet_gate,
     )
-    decision, codes = _decide(gates, Decision.START, {}, ())
-    recheck = _latest(*(g.recheck for g in gates)) if decision is Decision.DEFER else None
-    return Evaluation(
+    decision, codes = _decide(gates, _START, _RANK, ())
+    return _evaluation(
         kind="wake",
         decision=decision,
         reasons=codes,
         gates=gates,
         action=action,
-        recheck_at=recheck,
+        recheck_at=_latest_recheck(gates) if decision is _DEFER else None,
         overrides_applied=(),
         timing=timing,
-        stale=fresh.stale,
-        missing=fresh.missing,
-        oldest_observed_at=fresh.oldest,
-        refresh=tuple(refresh),
+        stale=stale,
+        missing=missing,
+        oldest_observed_at=oldest,
+        refresh=stale + missing,
         forced=forced,
     )
 
@@ -891,26 +976,29 @@ def evaluate_wake(
 def _wake_timing(
     now: datetime, policy: PolicyView, state: NodePowerState | None
 ) -> tuple[GateResult, tuple[TimingMeasure, ...]]:
+    """Min-off and cooldown, both measured from the state."""
     reasons: list[ReasonCode] = []
     rechecks: list[datetime] = []
     evidence: list[Evidence] = []
     min_off = policy.min_off
-    off_since = state.off_since if state is not None else None
+    if state is not None:
+        off_since, last_transition_at = state.off_since, state.last_transition_at
+    else:
+        off_since = last_transition_at = None
     if off_since is None:
-        off_measure = TimingMeasure("minOff", min_off.total_seconds(), None, None, None)
+        off_measure = TimingMeasure("minOff", policy.seconds.min_off, None, None, None)
         reasons.append(R.TELEMETRY_MISSING)
         evidence.append(Evidence("offForSeconds", "missing", "-", None))
     else:
         off_for = now - off_since
+        off_seconds = off_for.total_seconds()
         met = off_for >= min_off
-        off_measure = TimingMeasure(
-            "minOff", min_off.total_seconds(), off_for.total_seconds(), off_since, met
-        )
-        evidence.append(Evidence("offForSeconds", off_for.total_seconds(), "nodewarden", off_since))
+        off_measure = TimingMeasure("minOff", policy.seconds.min_off, off_seconds, off_since, met)
+        evidence.append(Evidence("offForSeconds", off_seconds, "nodewarden", off_since))
         if not met:
             reasons.append(R.MIN_OFF_NOT_MET)
             rechecks.append(off_since + min_off)
-    cool = _cooldown(state, now, policy)
+    cool = _cooldown(last_transition_at, now, policy)
     evidence.append(
         Evidence(
             "sinceLastTransitionSeconds",
@@ -923,8 +1011,7 @@ def _wake_timing(
         reasons.append(R.COOLDOWN)
         assert cool.since is not None
         rechecks.append(cool.since + policy.cooldown)
-    gate = _result(GateName.TIMING, reasons, tuple(evidence), max(rechecks) if rechecks else None)
-
+    gate = _result(_G_TIMING, reasons, tuple(evidence), max(rechecks) if rechecks else None)
     return gate, (off_measure, cool)
 
 
@@ -936,4 +1023,8 @@ def timing_measures(
     threshold, min-on and cooldown."""
     if state.state in (PowerState.OFF, PowerState.WAKING):
         return _wake_timing(now, policy, state)[1]
-    return _shutdown_timing(facts, now, policy, state, forced=False)[1]
+    transition = state.transition
+    draining = transition is not None and transition.kind is _SHUTDOWN_KIND
+    return _shutdown_timing(
+        facts.work, facts.uptime, facts.node_type, now, policy, state, draining, forced=False
+    )[1]

@@ -52,7 +52,7 @@ from nodewarden.policy.actions import (
     describe,
 )
 from nodewarden.policy.backoff import backoff_delay
-from nodewarden.policy.base import require_aware
+from nodewarden.policy.base import require_aware, trusted
 from nodewarden.policy.events import (
     AdmissionClosed,
     DeadlineReached,
@@ -131,8 +131,11 @@ class _Ctx:
         return t
 
     def current(self) -> NodePowerState:
-        """The state as updated so far (unvalidated view for gate evaluation)."""
-        return self.state.model_copy(update=self.upd) if self.upd else self.state
+        """The state as updated so far (unvalidated view for gate evaluation; the state
+        the step returns is validated in `_finish`)."""
+        if not self.upd:
+            return self.state
+        return trusted(NodePowerState, {**self.state.__dict__, **self.upd})
 
     def set(self, **values: Any) -> None:
         self.upd.update(values)
@@ -1012,9 +1015,8 @@ def _finish(c: _Ctx) -> NodePowerState:
         last_decision=c.decision,
         last_reasons=tuple(c.reasons),
     )
-    data = dict(c.state)
-    data.update(c.upd)
-    return NodePowerState(**data)
+    # Fully validated: the model's invariants (deadlines, admission) are checked here.
+    return NodePowerState(**{**c.state.__dict__, **c.upd})
 
 
 def replay(

@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime
 
-from nodewarden.api.workernode import NodeType, ObservedPower, Readiness
+from nodewarden.api.powerpolicy import ResetAction
+from nodewarden.api.workernode import ControlMethod, NodeType, ObservedPower, Readiness
 from nodewarden.policy.base import CoreModel, trusted
 from nodewarden.policy.facts import (
     CapabilityReading,
@@ -255,7 +256,7 @@ def event_summary(record: SafetyRecord) -> EventSummary:
 def _freshness(
     facts: NodeFacts, now: datetime, policy: PolicyView, evaluation: Evaluation | None
 ) -> TelemetryFreshness:
-    max_age = policy.telemetry_max_age.total_seconds()
+    max_age = policy.seconds.telemetry_max_age
     if evaluation is not None:
         oldest = evaluation.oldest_observed_at
         stale: tuple[str, ...] = evaluation.stale
@@ -277,35 +278,39 @@ def _freshness(
         stale, missing = tuple(stale_l), tuple(missing_l)
     return trusted(
         TelemetryFreshness,
-        oldest_observed_at=oldest,
-        oldest_age_seconds=None if oldest is None else (now - oldest).total_seconds(),
-        max_age_seconds=max_age,
-        stale=stale,
-        missing=missing,
+        {
+            "oldest_observed_at": oldest,
+            "oldest_age_seconds": None if oldest is None else (now - oldest).total_seconds(),
+            "max_age_seconds": max_age,
+            "stale": stale,
+            "missing": missing,
+        },
     )
 
 
-def _request_evidence(transition: Transition | None, policy: PolicyView) -> RequestEvidence | None:
-    if transition is None or transition.request is None:
-        return None
-    req: PowerRequest = transition.request
+def _request_evidence(
+    transition: Transition, req: PowerRequest, policy: PolicyView
+) -> RequestEvidence:
+    """The transition's latest request (`req`) with its deadline, retries and back-off."""
     backoff = None
     if transition.next_attempt_at is not None and req.result_at is not None:
         backoff = (transition.next_attempt_at - req.result_at).total_seconds()
     return trusted(
         RequestEvidence,
-        action=req.action,
-        attempt=req.attempt,
-        requested_at=req.requested_at,
-        result=req.status,
-        result_at=req.result_at,
-        result_source=req.source,
-        detail=req.detail,
-        deadline=transition.deadline,
-        retries_used=transition.retries_used,
-        retry_budget=policy.retry_budget,
-        next_attempt_at=transition.next_attempt_at,
-        backoff_seconds=backoff,
+        {
+            "action": req.action,
+            "attempt": req.attempt,
+            "requested_at": req.requested_at,
+            "result": req.status,
+            "result_at": req.result_at,
+            "result_source": req.source,
+            "detail": req.detail,
+            "deadline": transition.deadline,
+            "retries_used": transition.retries_used,
+            "retry_budget": policy.retry_budget,
+            "next_attempt_at": transition.next_attempt_at,
+            "backoff_seconds": backoff,
+        },
     )
 
 
@@ -316,14 +321,13 @@ def _policy_allowed(policy: PolicyView) -> tuple[str, ...]:
     return cached
 
 
-def _readiness(facts: NodeFacts) -> Readiness:
-    ready = facts.ready
-    if ready is None:
+def _readiness(ready_passed: bool | None, observed: ObservedPower | None) -> Readiness:
+    """Ready only with a passing ready probe and observed power On (None: no reading)."""
+    if ready_passed is None:
         return "Unknown"
-    if not ready.passed:
+    if not ready_passed:
         return "NotReady"
-    power = facts.power
-    return "Ready" if power is not None and power.power == "On" else "Unknown"
+    return "Ready" if observed == "On" else "Unknown"
 
 
 def _override(
@@ -342,14 +346,23 @@ def _override(
     )
     return trusted(
         OverrideEvidence,
-        intent=intent.name,
-        requested_by=intent.requested_by,
-        justification=ov.justification,
-        inhibitors=ov.inhibitors,
-        force_off=ov.force_off,
-        permitted_by_policy=permitted,
-        applied=applied,
+        {
+            "intent": intent.name,
+            "requested_by": intent.requested_by,
+            "justification": ov.justification,
+            "inhibitors": ov.inhibitors,
+            "force_off": ov.force_off,
+            "permitted_by_policy": permitted,
+            "applied": applied,
+        },
     )
+
+
+_CLOSED = AdmissionState.CLOSED  # bound once: Enum class attribute reads are slow on 3.11
+_REQUESTED_POWER: dict[TransitionKind, Literal["On", "Off"]] = {
+    TransitionKind.SHUTDOWN: "Off",
+    TransitionKind.WAKE: "On",
+}
 
 
 def build_record(
@@ -370,116 +383,157 @@ def build_record(
     """The Safety Record of one step (or one evaluation when before is after).
 
     `recheck_at` defaults to the recheck time of `after`."""
-    transition = after.transition or before.transition
+    # Each model field is read once into a local (pydantic attribute reads are slow).
+    after_transition = after.transition
+    transition = after_transition or before.transition
     cap: CapabilityReading | None = facts.capability
     power = facts.power
     ready = facts.ready
     demand = facts.demand
     work = facts.work
+    admission = after.admission
     admission_since = after.admission_since
+    closed_since = admission_since if admission is _CLOSED else None
     demand_reread = (
-        demand is not None
-        and after.admission is AdmissionState.CLOSED
-        and admission_since is not None
-        and demand.observed_at >= admission_since
+        demand is not None and closed_since is not None and demand.observed_at >= closed_since
     )
     drain_complete = (
         work is not None
-        and after.admission is AdmissionState.CLOSED
-        and admission_since is not None
-        and work.observed_at >= admission_since
+        and closed_since is not None
+        and work.observed_at >= closed_since
         and work.active_jobs == 0
     )
-    requested: Literal["On", "Off"] | None = None
-    if transition is not None and transition.kind is TransitionKind.SHUTDOWN:
-        requested = "Off"
-    elif transition is not None and transition.kind is TransitionKind.WAKE:
-        requested = "On"
-    confirmed = False
-    if requested is not None and power is not None and transition is not None:
-        since = transition.first_requested_at
-        confirmed = power.power == requested and since is not None and power.observed_at >= since
-    request_ev = _request_evidence(transition, policy)
-    proof_request: tuple[Evidence, ...] = ()
-    if request_ev is not None:
-        proof_request = (
-            Evidence("requested", request_ev.action, "nodewarden", request_ev.requested_at),
-            Evidence(
-                "result",
-                request_ev.result.value,
-                request_ev.result_source or "-",
-                request_ev.result_at,
-            ),
-        )
-    actual: list[Evidence] = []
+
+    # what trusted sources observed (the actual state)
+    observed: ObservedPower | None = None
+    power_source: str | None = None
+    power_seen: datetime | None = None
+    actual: tuple[Evidence, ...] = ()
     if power is not None:
-        actual.append(Evidence("power", power.power, power.source, power.observed_at))
+        observed, power_source, power_seen = power.power, power.source, power.observed_at
+        actual = (Evidence("power", observed, power_source, power_seen),)
+    ready_passed: bool | None = None
     if ready is not None:
-        actual.append(
-            Evidence("ready", "Pass" if ready.passed else "Fail", ready.source, ready.observed_at)
+        ready_passed = ready.passed
+        actual = (
+            *actual,
+            Evidence("ready", "Pass" if ready_passed else "Fail", ready.source, ready.observed_at),
         )
+
+    # the transition in progress: what it asked for, whether power confirms it
+    power_intent: str | None = None
+    transition_id: str | None = None
+    transition_kind: TransitionKind | None = None
+    requested: Literal["On", "Off"] | None = None
+    confirmed = False
+    request_ev: RequestEvidence | None = None
+    proof_request: tuple[Evidence, ...] = ()
     chosen = evaluation.action if evaluation is not None else None
-    if transition is not None and transition.request is not None:
-        chosen = transition.request.action
+    if transition is not None:
+        power_intent = transition.intent or transition.id
+        transition_id = transition.id
+        transition_kind = transition.kind
+        requested = _REQUESTED_POWER.get(transition_kind)
+        if requested is not None and power_seen is not None:
+            since = transition.first_requested_at
+            confirmed = observed == requested and since is not None and power_seen >= since
+        request = transition.request
+        if request is not None:
+            request_ev = _request_evidence(transition, request, policy)
+            proof_request = (
+                Evidence("requested", request_ev.action, "nodewarden", request_ev.requested_at),
+                Evidence(
+                    "result",
+                    request_ev.result.value,
+                    request_ev.result_source or "-",
+                    request_ev.result_at,
+                ),
+            )
+            chosen = request.action
+
+    # how the node's power is controlled (discovered capability)
+    method: ControlMethod | None = None
+    allowable: tuple[ResetAction, ...] | None = None
+    cap_source: str | None = None
+    cap_seen: datetime | None = None
+    if cap is not None:
+        method, allowable, cap_source, cap_seen = (
+            cap.control_method,
+            cap.allowable,
+            cap.source,
+            cap.observed_at,
+        )
+
     return trusted(
         SafetyRecord,
-        schema_version=SCHEMA,
-        node=facts.node,
-        node_type=facts.node_type,
-        power_intent=(transition.intent or transition.id) if transition is not None else None,
-        transition_id=transition.id if transition is not None else None,
-        transition_kind=transition.kind if transition is not None else None,
-        decided_at=now,
-        event=event,
-        state_before=before.state,
-        state_after=after.state,
-        decision=decision,
-        reasons=reasons,
-        desired=facts.desired,
-        observed=power,
-        readiness=_readiness(facts),
-        ready_probe=ready,
-        control=trusted(
-            ControlEvidence,
-            method=cap.control_method if cap is not None else None,
-            allowable=cap.allowable if cap is not None else None,
-            policy_allowed=_policy_allowed(policy),
-            chosen_action=chosen,
-            source=cap.source if cap is not None else None,
-            observed_at=cap.observed_at if cap is not None else None,
-        ),
-        demand=demand,
-        demand_reread=demand_reread,
-        active_jobs=work,
-        drain=trusted(
-            DrainEvidence,
-            admission=after.admission,
-            admission_since=admission_since,
-            drain_complete=drain_complete,
-        ),
-        telemetry=_freshness(facts, now, policy, evaluation),
-        timing=evaluation.timing
-        if evaluation is not None
-        else timing_measures(facts, now, policy, after),
-        inhibitors=facts.inhibitors,
-        request=request_ev,
-        confirmation=trusted(
-            StateConfirmation,
-            requested=requested,
-            observed=power.power if power is not None else None,
-            source=power.source if power is not None else None,
-            observed_at=power.observed_at if power is not None else None,
-            confirmed=confirmed,
-        ),
-        race=after.race,
-        manual_override=_override(facts, policy, overrides_applied),
-        policy=policy.version,
-        gates=evaluation.gates if evaluation is not None else (),
-        proof=trusted(Proof, request=proof_request, actual_state=tuple(actual)),
-        actions=actions,
-        recheck_at=recheck_at if recheck_at is not None else after.recheck_at,
-        deadline=after.deadline,
+        {
+            "schema_version": SCHEMA,
+            "node": facts.node,
+            "node_type": facts.node_type,
+            "power_intent": power_intent,
+            "transition_id": transition_id,
+            "transition_kind": transition_kind,
+            "decided_at": now,
+            "event": event,
+            "state_before": before.state,
+            "state_after": after.state,
+            "decision": decision,
+            "reasons": reasons,
+            "desired": facts.desired,
+            "observed": power,
+            "readiness": _readiness(ready_passed, observed),
+            "ready_probe": ready,
+            "control": trusted(
+                ControlEvidence,
+                {
+                    "method": method,
+                    "allowable": allowable,
+                    "policy_allowed": _policy_allowed(policy),
+                    "chosen_action": chosen,
+                    "source": cap_source,
+                    "observed_at": cap_seen,
+                },
+            ),
+            "demand": demand,
+            "demand_reread": demand_reread,
+            "active_jobs": work,
+            "drain": trusted(
+                DrainEvidence,
+                {
+                    "admission": admission,
+                    "admission_since": admission_since,
+                    "drain_complete": drain_complete,
+                },
+            ),
+            "telemetry": _freshness(facts, now, policy, evaluation),
+            "timing": evaluation.timing
+            if evaluation is not None
+            else timing_measures(facts, now, policy, after),
+            "inhibitors": facts.inhibitors,
+            "request": request_ev,
+            "confirmation": trusted(
+                StateConfirmation,
+                {
+                    "requested": requested,
+                    "observed": observed,
+                    "source": power_source,
+                    "observed_at": power_seen,
+                    "confirmed": confirmed,
+                },
+            ),
+            "race": after.race,
+            "manual_override": _override(facts, policy, overrides_applied),
+            "policy": policy.version,
+            "gates": evaluation.gates if evaluation is not None else (),
+            "proof": trusted(Proof, {"request": proof_request, "actual_state": actual}),
+            "actions": actions,
+            "recheck_at": recheck_at if recheck_at is not None else after.recheck_at,
+            "deadline": after_transition.deadline if after_transition is not None else None,
+        },
     )
+
+
+_EVALUATION_EVENT = {"shutdown": "evaluate-shutdown", "wake": "evaluate-wake"}
 
 
 def record_for_evaluation(
@@ -494,7 +548,7 @@ def record_for_evaluation(
         before=state,
         after=state,
         facts=facts,
-        event=f"evaluate-{evaluation.kind}",
+        event=_EVALUATION_EVENT[evaluation.kind],
         now=now,
         policy=policy,
         evaluation=evaluation,

@@ -7,6 +7,11 @@ hot path never parses a duration, and records the version every decision cites
 the CRD's CEL rules would reject (and a few the schema cannot express) are collected in
 `problems`; a view with problems makes every gate evaluation fail with POLICY_INVALID
 instead of raising, so a bad policy BLOCKs transitions rather than crashing the operator.
+
+Values derived from the knobs that every evaluation needs (`seconds`, the timing knobs
+as float seconds for the Safety Record) are computed once when the view is built, and
+`memo` holds the gate module's per-policy constants (e.g. the policy gate result). Both
+are rebuilt, never copied, when a view is derived with `dataclasses.replace`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,18 @@ class PolicyVersion(BaseModel):
         """Compact form for summaries: 'name@generation/hash'."""
         gen = "?" if self.generation is None else str(self.generation)
         return f"{self.name}@{gen}/{self.content_hash}"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySeconds:
+    """The timing knobs as float seconds (what the Safety Record's timing measures carry)."""
+
+    idle_threshold: float
+    min_on: float
+    min_off: float
+    cooldown: float
+    telemetry_max_age: float
+    billing_period: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +89,24 @@ class PolicyView:
     min_warm_nodes: int
     paused: bool
     problems: tuple[str, ...] = field(default=())
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
-    """Per-policy cache of values derived from the view (e.g. the policy gate result)."""
+    seconds: PolicySeconds = field(init=False, compare=False, hash=False, repr=False)
+    """The timing knobs in seconds, computed from the fields above when the view is built."""
+    memo: dict[str, Any] = field(
+        default_factory=dict, init=False, compare=False, hash=False, repr=False
+    )
+    """Per-policy cache of values derived from the view (e.g. the policy gate result);
+    starts empty in every view, including one made by `dataclasses.replace`."""
+
+    def __post_init__(self) -> None:
+        seconds = PolicySeconds(
+            idle_threshold=self.idle_threshold.total_seconds(),
+            min_on=self.min_on.total_seconds(),
+            min_off=self.min_off.total_seconds(),
+            cooldown=self.cooldown.total_seconds(),
+            telemetry_max_age=self.telemetry_max_age.total_seconds(),
+            billing_period=self.billing_period.total_seconds(),
+        )
+        object.__setattr__(self, "seconds", seconds)  # frozen: set once, here
 
     @property
     def valid(self) -> bool:
@@ -122,7 +155,7 @@ class PolicyView:
 
 
 def _with_problems(view: PolicyView, problems: tuple[str, ...]) -> PolicyView:
-    return replace(view, problems=problems, memo={})
+    return replace(view, problems=problems)
 
 
 def _problems(view: PolicyView, spec: PowerPolicySpec) -> tuple[str, ...]:
