@@ -43,8 +43,12 @@ test: $(STAMP) controlplane lint ## ruff, mypy and the whole pytest suite (start
 demo: $(STAMP) controlplane ## start a local control plane, apply the examples, run the operator (Ctrl-C cleans up)
 	$(PY) e2e/demo.py $(DEMO_ARGS)
 
-bench: $(STAMP) ## run the benchmark scripts and print their figures
+bench: $(STAMP) controlplane ## run the benchmark scripts and print their figures (several minutes)
 	$(PY) benchmarks/bench_policy.py
+	$(PY) benchmarks/bench_scheduler.py
+	$(PY) benchmarks/bench_probe.py --nodes 1000 --throttled-nodes 100
+	$(PY) benchmarks/bench_stub_cloud.py
+	$(PY) benchmarks/bench_dispatch.py
 
 clean: ## remove .venv and local state (not the control-plane cache)
 	-$(PY) e2e/localcluster.py down 2>/dev/null
