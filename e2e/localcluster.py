@@ -82,6 +82,27 @@ def kubectl_path() -> str:
     return found
 
 
+def run_kubectl(
+    kubeconfig: Path,
+    *args: str,
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run kubectl against `kubeconfig`; ClusterError with its stderr if `check` and it fails."""
+    proc = subprocess.run(
+        [kubectl_path(), f"--kubeconfig={kubeconfig}", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc
+
+
 # --- certificates -------------------------------------------------------------------------
 
 
@@ -431,17 +452,7 @@ class LocalCluster:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [kubectl_path(), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
-        return proc
+        return run_kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
     def install_crds(self) -> None:
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))

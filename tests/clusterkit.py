@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localcluster import REPO, LocalCluster, free_port, kubectl_path
+from localcluster import REPO, LocalCluster, free_port, run_kubectl
 
 
 @dataclass
@@ -29,17 +29,7 @@ class ClusterHandle:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [kubectl_path(), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
-        return proc
+        return run_kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
     def get_json(self, namespace: str, *what: str) -> Any:
         out = self.kubectl("-n", namespace, "get", *what, "-o", "json")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -31,7 +32,6 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,10 @@ import yaml
 from pydantic import SecretStr
 
 from nodewarden.cloud.config import CloudConfig, CloudCredentials
+from nodewarden.cloud.stub.cloud import StubVMView
 from nodewarden.cloud.stub.faults import StubFaults
 from nodewarden.cloud.stub.serverconfig import StubServerConfig
-from nodewarden.cloud.stub.wire import loopback_base_url
+from nodewarden.cloud.stub.wire import loopback_base_url, vm_from_json
 from nodewarden.ssh.addressing import Endpoint
 
 SERVER_MODULE = "nodewarden.cloud.stub.server"
@@ -53,46 +54,24 @@ class StubCloudProcessError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class AdminVM:
-    """A VM as the admin API lists it (current tags, not the possibly stale API view)."""
+class AdminVM(StubVMView):
+    """A VM as the admin API lists it (current tags, not the possibly stale API view):
+    the API view plus its SSH server's port (None until it listens, or after power-off)."""
 
-    id: str
-    name: str
-    size: str
-    image: str
-    tags: dict[str, str]
-    private_ip: str
-    created_at: datetime
-    state: str
-    price: float | None
-    port: int | None
-    """Loopback port of its SSH server (None until it listens, or after power-off)."""
-    broken: bool
-    hung: bool
-    host_public_key: str | None
+    host_public_key: str | None = None
     """The VM's genuine SSH host public key ('ssh-ed25519 AAAA...'), once it listens."""
     worker: dict[str, Any] | None = field(default=None, compare=False)
     """`vm()` only: the worker's faults, running containers and counters."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AdminVM:
-        price = data.get("price")
-        return cls(
-            id=str(data["id"]),
-            name=str(data["name"]),
-            size=str(data["size"]),
-            image=str(data["image"]),
-            tags={str(k): str(v) for k, v in dict(data.get("tags") or {}).items()},
-            private_ip=str(data["private_ip"]),
-            created_at=datetime.fromisoformat(str(data["created_at"])),
-            state=str(data["state"]),
-            price=float(price) if price is not None else None,
+        view = dataclasses.asdict(vm_from_json(data))
+        view.update(
             port=int(data["port"]) if data.get("port") is not None else None,
             broken=bool(data.get("broken")),
             hung=bool(data.get("hung")),
-            host_public_key=data.get("host_public_key"),
-            worker=data.get("worker"),
         )
+        return cls(**view, host_public_key=data.get("host_public_key"), worker=data.get("worker"))
 
     @property
     def endpoint(self) -> Endpoint | None:
