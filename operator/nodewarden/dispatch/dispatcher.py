@@ -46,6 +46,7 @@ from nodewarden.metrics import (
     CONTAINERS_STARTED,
     HOURLY_SPEND,
     NODES,
+    POWER_DECISIONS,
 )
 from nodewarden.policy.nodemanager import CloudWorkerFacts, NodeManagerAction, decide_for
 from nodewarden.scheduling.instancetypes import Catalogue
@@ -91,12 +92,10 @@ class Dispatcher:
     held_back: dict[str, str] = field(default_factory=dict)
     pending_starts: dict[str, int] = field(default_factory=dict)
     last_plan: Plan | None = None
-    rounds: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _starts: asyncio.Semaphore | None = None
     _next_sync: datetime | None = None
-    _status_sent: dict[str, str] = field(default_factory=dict)
 
     # --- events from kopf -----------------------------------------------------------------
 
@@ -197,7 +196,6 @@ class Dispatcher:
 
     async def step(self) -> None:
         now = self.clock()
-        self.rounds += 1
         if self.pool is not None and (self._next_sync is None or now >= self._next_sync):
             self._next_sync = now + timedelta(seconds=self.settings.sync_interval)
             await self.pool.sync_cloud()
@@ -465,9 +463,6 @@ class Dispatcher:
                 c, "Cancelled", "Cancelled", f"cancelled; runner on {worker.name} stopped"
             )
             return
-        if not listed and c.phase == "Locked" and c.last_term_at is None:
-            # locked but never started: make sure, then cancel
-            pass
         due = (
             c.last_term_at is None
             or (now - c.last_term_at).total_seconds() >= self.settings.term_interval
@@ -487,7 +482,6 @@ class Dispatcher:
         if latest is not None:
             latest.first_term_at = first
             latest.last_term_at = self.clock()
-            latest.kill_requests += 1
         worker.probe_now.set()
         if c.status.scheduling_status != "cancelling: stopping the runner":
             await self._write(c, {"schedulingStatus": "cancelling: stopping the runner"})
@@ -828,7 +822,6 @@ class Dispatcher:
                 continue
             if worker.broken and not worker.draining:
                 worker.draining = True
-                worker.drain_reason = "runner reported the node broken"
                 self._record(
                     worker,
                     "DRAIN",
@@ -898,8 +891,6 @@ class Dispatcher:
         worker.decision_reasons = reasons
         worker.decision_summary = f"{decision} [{', '.join(reasons)}]: {summary}"
         worker.decision_at = now
-        from nodewarden.metrics import POWER_DECISIONS
-
         POWER_DECISIONS.labels(decision, reasons[0] if reasons else "").inc()
         if worker.body is not None:
             self._spawn(

@@ -54,7 +54,6 @@ class Container:
     spec: ContainerDispatchSpec | None
     status: ContainerDispatchStatus
     problem: str | None = None  # spec did not parse (the schema should prevent this)
-    kill_requests: int = 0
     first_term_at: datetime | None = None
     last_term_at: datetime | None = None
 
@@ -145,7 +144,6 @@ class ContainerQueue:
             problem=problem,
         )
         if previous is not None:
-            out.kill_requests = previous.kill_requests
             out.first_term_at = previous.first_term_at
             out.last_term_at = previous.last_term_at
         return out

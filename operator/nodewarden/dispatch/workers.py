@@ -24,7 +24,7 @@ import contextlib
 import logging
 import re
 import secrets
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,7 +44,6 @@ from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshCl
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import LearnedHostKey, ProbeReport
 from nodewarden.ssh.prober import SshProber
-from nodewarden.units import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,6 @@ class Worker:
     runners_at: datetime | None = None
     idle_since: datetime | None = None
     draining: bool = False
-    drain_reason: str | None = None
     broken: bool = False
     destroy_requested_at: datetime | None = None
     destroy_reason: str | None = None
@@ -110,7 +108,6 @@ class Worker:
     written_at: datetime | None = None
     probe_task: asyncio.Task[None] | None = None
     probe_now: asyncio.Event = field(default_factory=asyncio.Event)
-    vanished_since: datetime | None = None
 
     @property
     def spec(self) -> WorkerNodeSpec | None:
@@ -186,7 +183,6 @@ class WorkerPool:
         self.on_change = on_change
         self.workers: dict[str, Worker] = {}
         self.declared: dict[str, dict[str, Any]] = {}
-        self.foreign: dict[str, CloudInstance] = {}
         self.last_sync: datetime | None = None
         self.synced_once = False
         self.writes = asyncio.Semaphore(settings.max_concurrent_writes)
@@ -422,13 +418,11 @@ class WorkerPool:
             return
         self.last_sync = now
         seen: set[str] = set()
-        self.foreign = {}
         for inst in managed:
             if inst.state is InstanceState.TERMINATED:
                 continue
             owner = inst.tags.get(self.tags.dispatcher)
             if owner != self.dispatcher_id:
-                self.foreign[inst.id] = inst
                 await self._maybe_take_over(inst, now)
                 continue
             name = inst.tags.get(self.tags.node) or f"adopted-{inst.id}".lower()
@@ -439,7 +433,6 @@ class WorkerPool:
                 if worker is None:
                     continue
             worker.instance = inst
-            worker.vanished_since = None
             if worker.instance_type is None and inst.instance_type:
                 worker.instance_type = self.cloud.instance_type(inst.instance_type)
         for worker in list(self.workers.values()):
@@ -447,8 +440,6 @@ class WorkerPool:
                 continue
             if worker.instance is None and now - worker.created_at < timedelta(seconds=60):
                 continue  # created moments ago; the instance may not be listed yet
-            if worker.vanished_since is None:
-                worker.vanished_since = now
             await self._forget(worker, "instance is gone from the cloud list")
         self.synced_once = True
         self.on_change()
@@ -818,11 +809,3 @@ def _parse_time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def policy_seconds(value: str) -> float:
-    return parse_duration(value).total_seconds()
-
-
-def instance_types(workers: Iterable[Worker]) -> set[str]:
-    return {w.instance_type.name for w in workers if w.instance_type is not None}
