@@ -1,7 +1,7 @@
 """PowerPolicy (`pp`): every knob that decides when nodes are created, drained, switched off or woken.
 
 Operators edit PowerPolicy objects through GitOps; each decision records the policy's
-name, generation and content hash (`nodewarden.api.powerpolicy.policy_version`).
+name, generation and content hash (`spec_hash` here; `nodewarden.policy.view.PolicyVersion`).
 """
 
 from __future__ import annotations
