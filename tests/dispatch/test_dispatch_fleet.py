@@ -27,42 +27,26 @@ def test_sixty_mixed_containers_complete_exactly_once(env: DispatchEnv) -> None:
     rng = random.Random(60)
     objs = []
     kinds: dict[str, str] = {}
+
+    def add_cpu(name: str, uid: int, vcpus: int, ram: str) -> None:
+        objs.append(
+            container(
+                name,
+                uid,
+                vcpus=vcpus,
+                ram=ram,
+                priority=rng.randint(1, 1000),
+                duration=rng.uniform(1, 3),
+            )
+        )
+        kinds[name] = "cpu"
+
     for i in range(40):
-        objs.append(
-            container(
-                f"small-{i}",
-                i,
-                vcpus=rng.choice([1, 2]),
-                ram=rng.choice(["1Gi", "2Gi"]),
-                priority=rng.randint(1, 1000),
-                duration=rng.uniform(1, 3),
-            )
-        )
-        kinds[f"small-{i}"] = "cpu"
+        add_cpu(f"small-{i}", i, rng.choice([1, 2]), rng.choice(["1Gi", "2Gi"]))
     for i in range(10):
-        objs.append(
-            container(
-                f"medium-{i}",
-                100 + i,
-                vcpus=3,
-                ram="8Gi",
-                priority=rng.randint(1, 1000),
-                duration=rng.uniform(1, 3),
-            )
-        )
-        kinds[f"medium-{i}"] = "cpu"
+        add_cpu(f"medium-{i}", 100 + i, 3, "8Gi")
     for i in range(6):
-        objs.append(
-            container(
-                f"large-{i}",
-                200 + i,
-                vcpus=7,
-                ram="20Gi",
-                priority=rng.randint(1, 1000),
-                duration=rng.uniform(1, 3),
-            )
-        )
-        kinds[f"large-{i}"] = "cpu"
+        add_cpu(f"large-{i}", 200 + i, 7, "20Gi")
     for i in range(3):
         objs.append(
             container(f"gpu-{i}", 300 + i, vcpus=2, ram="8Gi", gpus=1, priority=900, duration=2)

@@ -429,15 +429,31 @@ def _power_gate(
     return GateResult(_G_POWER, _FAIL, (R.POWER_STATE_UNKNOWN,), evidence)
 
 
-def _cooldown(last: datetime | None, now: datetime, policy: PolicyView) -> TimingMeasure:
-    """Time since the last transition finished (`last`, from the state) vs the cooldown."""
+def _cooldown(
+    last: datetime | None,
+    now: datetime,
+    policy: PolicyView,
+    evidence: list[Evidence],
+    reasons: list[ReasonCode],
+    rechecks: list[datetime],
+) -> TimingMeasure:
+    """Time since the last transition finished (`last`, from the state) vs the cooldown.
+
+    Appends the evidence, the COOLDOWN reason and its recheck time to the timing gate's
+    lists, and returns the measure.
+    """
     required = policy.seconds.cooldown
     if last is None:
+        evidence.append(Evidence("sinceLastTransitionSeconds", "never", "nodewarden", None))
         return TimingMeasure("cooldown", required, None, None, True)
     measured = now - last
-    return TimingMeasure(
-        "cooldown", required, measured.total_seconds(), last, measured >= policy.cooldown
-    )
+    seconds = measured.total_seconds()
+    evidence.append(Evidence("sinceLastTransitionSeconds", seconds, "nodewarden", last))
+    met = measured >= policy.cooldown
+    if not met:
+        reasons.append(R.COOLDOWN)
+        rechecks.append(last + policy.cooldown)
+    return TimingMeasure("cooldown", required, seconds, last, met)
 
 
 def _capability_gate(
@@ -852,19 +868,14 @@ def _shutdown_timing(
             reasons.append(R.MIN_ON_NOT_MET)
             rechecks.append(on_since + policy.min_on)
     # cooldown
-    cool = _cooldown(state.last_transition_at if state is not None else None, now, policy)
-    evidence.append(
-        Evidence(
-            "sinceLastTransitionSeconds",
-            "never" if cool.measured is None else cool.measured,
-            "nodewarden",
-            cool.since,
-        )
+    cool = _cooldown(
+        state.last_transition_at if state is not None else None,
+        now,
+        policy,
+        evidence,
+        reasons,
+        rechecks,
     )
-    if not cool.met:
-        reasons.append(R.COOLDOWN)
-        assert cool.since is not None
-        rechecks.append(cool.since + policy.cooldown)
     measures: tuple[TimingMeasure, ...] = (idle, min_on, cool)
     # billing window (cloud VMs, automatic shutdowns only)
     if node_type == "CloudVM" and not forced and policy.valid and on_since is not None:
@@ -998,19 +1009,7 @@ def _wake_timing(
         if not met:
             reasons.append(R.MIN_OFF_NOT_MET)
             rechecks.append(off_since + min_off)
-    cool = _cooldown(last_transition_at, now, policy)
-    evidence.append(
-        Evidence(
-            "sinceLastTransitionSeconds",
-            "never" if cool.measured is None else cool.measured,
-            "nodewarden",
-            cool.since,
-        )
-    )
-    if not cool.met:
-        reasons.append(R.COOLDOWN)
-        assert cool.since is not None
-        rechecks.append(cool.since + policy.cooldown)
+    cool = _cooldown(last_transition_at, now, policy, evidence, reasons, rechecks)
     gate = _result(_G_TIMING, reasons, tuple(evidence), max(rechecks) if rechecks else None)
     return gate, (off_measure, cool)
 
