@@ -132,9 +132,13 @@ async def run(config: OperatorConfig) -> int:
                 renew_interval=config.leader_election.renew_interval,
                 retry_interval=config.leader_election.retry_interval,
             )
-            health.role = "standby"
             LEADER.labels(config.dispatcher_id).set(0)
-            if not await elector.acquire(stop):
+
+            def standing_by() -> None:
+                health.role = "standby"
+
+            # role stays "starting" (not ready) until the first lease attempt has answered
+            if not await elector.acquire(stop, on_standby=standing_by):
                 return 0
         health.role = "leader"
         LEADER.labels(config.dispatcher_id).set(1)

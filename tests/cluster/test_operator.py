@@ -186,6 +186,9 @@ def test_metrics_and_health_endpoints(
     cluster: ClusterHandle, namespace: str, operator: OperatorProcess
 ) -> None:
     assert operator.get("/healthz")[0] == 200
+    # a lone replica is "starting" (503) until its first lease attempt, then leader; ready
+    # (200) once its handlers run
+    wait_for(lambda: _role(operator) == "leader", timeout=15, what="leader role")
     code, body = wait_for(lambda: (r := operator.get("/readyz"))[0] == 200 and r, timeout=10)
     assert json.loads(body)["role"] == "leader"
     code, text = operator.get("/metrics")

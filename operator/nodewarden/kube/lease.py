@@ -94,8 +94,14 @@ class LeaderElector:
         self._last_renew = now
         return True
 
-    async def acquire(self, stop: asyncio.Event | None = None) -> bool:
-        """Wait until we hold the lease (True) or `stop` is set (False)."""
+    async def acquire(
+        self, stop: asyncio.Event | None = None, on_standby: Callable[[], None] | None = None
+    ) -> bool:
+        """Wait until we hold the lease (True) or `stop` is set (False).
+
+        `on_standby` is called once, after the first attempt that finds the lease held by
+        another replica (not before: until then this replica does not know its role).
+        """
         announced = False
         while stop is None or not stop.is_set():
             if await self.try_acquire_or_renew():
@@ -105,6 +111,8 @@ class LeaderElector:
             if not announced:
                 log.info("standing by: another replica holds lease %s", self.name)
                 announced = True
+                if on_standby is not None:
+                    on_standby()
             await asyncio.sleep(self.retry_interval)
         return False
 
