@@ -99,8 +99,9 @@ class LeaderElector:
     ) -> bool:
         """Wait until we hold the lease (True) or `stop` is set (False).
 
-        `on_standby` is called once, after the first attempt that finds the lease held by
-        another replica (not before: until then this replica does not know its role).
+        `on_standby` is called once, after the first attempt that does not win the lease
+        (another replica holds it, or the API refused the read or write); not before:
+        until then this replica does not know its role.
         """
         announced = False
         while stop is None or not stop.is_set():
