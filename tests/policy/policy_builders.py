@@ -146,6 +146,18 @@ def idle_facts(**overrides: Any) -> NodeFacts:
     return NodeFacts(**values)
 
 
+def refreshed(facts: NodeFacts, when: datetime) -> NodeFacts:
+    """`facts` with the four decisive readings (demand, work, power, inhibitors) re-read at `when`."""
+    return facts.model_copy(
+        update={
+            "demand": demand(when=when),
+            "work": work(when=when),
+            "power": power(when=when),
+            "inhibitors": inhibitors(when=when),
+        }
+    )
+
+
 def off_facts(**overrides: Any) -> NodeFacts:
     """A switched-off Redfish node with queued demand for it."""
     values: dict[str, Any] = {

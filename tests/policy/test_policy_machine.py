@@ -27,6 +27,7 @@ from policy_builders import (
     power,
     probed,
     ready,
+    refreshed,
     run,
     work,
 )
@@ -253,14 +254,7 @@ def test_rejected_request_is_retried_after_backoff_only_if_gates_still_pass() ->
     early = step(nak.next, nak.facts, Evaluate(), at(6), DEFAULT)
     assert not requests(early) and R.BACKOFF in early.reasons
     due = (t.next_attempt_at - NOW).total_seconds() + 1
-    fresh = early.facts.model_copy(
-        update={
-            "demand": demand(when=at(due - 1)),
-            "work": work(when=at(due - 1)),
-            "power": power(when=at(due - 1)),
-            "inhibitors": inhibitors(when=at(due - 1)),
-        }
-    )
+    fresh = refreshed(early.facts, at(due - 1))
     again = step(early.next, fresh, Evaluate(), at(due), DEFAULT)
     assert [r.attempt for r in requests(again)] == [2]
     assert again.decision is Decision.SHUTDOWN
@@ -288,14 +282,7 @@ def test_shutdown_deadline_resends_then_blocks() -> None:
     deadline = ack.next.deadline
     assert deadline is not None
     t_s = (deadline - NOW).total_seconds()
-    fresh_facts = ack.facts.model_copy(
-        update={
-            "demand": demand(when=at(t_s - 1)),
-            "work": work(when=at(t_s - 1)),
-            "power": power(when=at(t_s - 1)),
-            "inhibitors": inhibitors(when=at(t_s - 1)),
-        }
-    )
+    fresh_facts = refreshed(ack.facts, at(t_s - 1))
     resent = step(ack.next, fresh_facts, DeadlineReached(), at(t_s), pol)
     assert [r.attempt for r in requests(resent)] == [2]
     assert R.DEADLINE_EXCEEDED in resent.reasons and resent.decision is Decision.SHUTDOWN

@@ -433,34 +433,40 @@ def _handle_off(c: _Ctx) -> None:
     c.set(recheck_at=evaluation.recheck_at)
 
 
-def _origin(c: _Ctx, action: str) -> tuple[str, str | None]:
-    intent = c.facts.intent
-    if intent is not None and intent.action == action:
-        return "Manual", intent.name
-    return "Policy", None
+def _open_transition(
+    c: _Ctx, kind: TransitionKind, deadline: datetime, request: PowerRequest | None = None
+) -> Transition:
+    """A new transition of `kind`, Manual when a PowerIntent asks for it; emits OpenTransition."""
+    manual = c.facts.intent
+    if manual is not None and manual.action != kind.value:  # PowerIntent says Shutdown/Wake
+        manual = None
+    t = Transition(
+        id=transition_id(c.state.node, kind, c.now, c.state.seq),
+        kind=kind,
+        origin="Policy" if manual is None else "Manual",
+        intent=None if manual is None else manual.name,
+        started_at=c.now,
+        deadline=deadline,
+        request=request,
+        first_requested_at=None if request is None else c.now,
+    )
+    c.act(
+        OpenTransition(
+            transition_id=t.id, kind=kind, origin=t.origin, intent=t.intent, deadline=deadline
+        )
+    )
+    return t
 
 
 def _begin_wake(c: _Ctx, action: ResetAction, evaluation: Evaluation) -> None:
-    tid = transition_id(c.state.node, TransitionKind.WAKE, c.now, c.state.seq)
-    origin, intent = _origin(c, "Wake")
-    deadline = c.now + c.policy.deadline_wake
-    t = Transition(
-        id=tid,
-        kind=TransitionKind.WAKE,
-        origin="Manual" if origin == "Manual" else "Policy",
-        intent=intent,
-        started_at=c.now,
-        deadline=deadline,
-        request=PowerRequest(action=action, attempt=1, requested_at=c.now),
-        first_requested_at=c.now,
+    t = _open_transition(
+        c,
+        TransitionKind.WAKE,
+        c.now + c.policy.deadline_wake,
+        PowerRequest(action=action, attempt=1, requested_at=c.now),
     )
     c.set(state=PowerState.WAKING, transition=t, race=False, blocked_reasons=())
-    c.act(
-        OpenTransition(
-            transition_id=tid, kind=t.kind, origin=t.origin, intent=intent, deadline=deadline
-        ),
-        RequestPower(transition_id=tid, action=action, attempt=1),
-    )
+    c.act(RequestPower(transition_id=t.id, action=action, attempt=1))
     c.decide(Decision.START, *evaluation.reasons)
 
 
@@ -498,27 +504,12 @@ def _handle_on(c: _Ctx) -> None:
 
 
 def _begin_shutdown(c: _Ctx, evaluation: Evaluation) -> None:
-    tid = transition_id(c.state.node, TransitionKind.SHUTDOWN, c.now, c.state.seq)
-    origin, intent = _origin(c, "Shutdown")
-    deadline = c.now + c.policy.deadline_drain
-    t = Transition(
-        id=tid,
-        kind=TransitionKind.SHUTDOWN,
-        origin="Manual" if origin == "Manual" else "Policy",
-        intent=intent,
-        started_at=c.now,
-        deadline=deadline,
-    )
+    t = _open_transition(c, TransitionKind.SHUTDOWN, c.now + c.policy.deadline_drain)
     c.set(state=PowerState.DRAINING, transition=t, race=False)
-    c.act(
-        OpenTransition(
-            transition_id=tid, kind=t.kind, origin=t.origin, intent=intent, deadline=deadline
-        )
-    )
     if c.get("admission") is AdmissionState.CLOSED:
-        c.act(RereadDemand(transition_id=tid), RefreshFacts(facts=("work", "inhibitors")))
+        c.act(RereadDemand(transition_id=t.id), RefreshFacts(facts=("work", "inhibitors")))
     else:
-        c.act(CloseAdmission(transition_id=tid))
+        c.act(CloseAdmission(transition_id=t.id))
         c.set(admission=AdmissionState.CLOSING, admission_since=c.now)
     reasons = (
         evaluation.reasons if evaluation.decision is Decision.DRAIN else (R.DEMAND_NOT_REREAD,)
