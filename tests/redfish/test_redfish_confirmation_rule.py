@@ -30,14 +30,14 @@ def step(
     *,
     target: PowerState = PowerState.ON,
     accepted: int = 0,
-    last_accepted_at: datetime | None = None,
+    last_answered_at: datetime | None = None,
     now: datetime = START,
 ) -> tuple[StepKind, str]:
     decided = decide_confirmation_step(
         target=target,
         observed=observed,
         accepted_requests=accepted,
-        last_accepted_at=last_accepted_at,
+        last_answered_at=last_answered_at,
         deadline=DEADLINE,
         settings=SETTINGS,
         now=now,
@@ -70,7 +70,7 @@ def test_step_table(
 ) -> None:
     now = START + timedelta(seconds=since_request or 0)
     last = START if since_request is not None else None
-    assert step(observed, accepted=accepted, last_accepted_at=last, now=now) == expected
+    assert step(observed, accepted=accepted, last_answered_at=last, now=now) == expected
 
 
 def test_deadline_wins_over_everything_but_the_target() -> None:
@@ -112,7 +112,7 @@ def test_rule_invariants(
 ) -> None:
     now = START + timedelta(seconds=elapsed)
     last = now - timedelta(seconds=since_request) if accepted else None
-    kind, _reason = step(observed, target=target, accepted=accepted, last_accepted_at=last, now=now)
+    kind, _reason = step(observed, target=target, accepted=accepted, last_answered_at=last, now=now)
     # Only an observation of the target confirms; acceptance never does.
     assert (kind is StepKind.CONFIRMED) == (observed == target)
     if kind in (StepKind.SEND, StepKind.RESEND):

@@ -370,6 +370,9 @@ async def test_409_on_a_resend_is_counted_and_confirmation_continues(
     assert len(result.requests) == 1
     assert peer.bmc.resets[0].outcome == "scheduled"
     assert {r.outcome for r in peer.bmc.resets[1:]} == {"conflict"}
+    # a 409 restarts the re-send clock: one attempt per 0.3 s while the change is pending
+    # (at about 0.3 s and 0.6 s), not one per 0.05 s poll
+    assert result.conflicts <= 2
 
 
 async def test_unconfirmable_reset_type_is_refused(fake_bmc: StartFakeBmc) -> None:

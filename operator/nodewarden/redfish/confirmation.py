@@ -11,7 +11,10 @@ state counts as reached only when a PowerState read shows it, before the deadlin
 - a request that shows no effect after `resend_after` is re-sent (at most
   `max_resends` times): some BMCs report Off before the host is really down and drop
   an On sent in that window;
-- a 409 on the reset is counted and the state re-read at the next poll;
+- a 409 on the reset is counted and the state re-read at the next poll; a 409 shows a
+  change is still pending, so it restarts the re-send clock like an accepted request
+  (no reset every poll while the BMC works; a re-send racing the end of the change
+  could otherwise be accepted as a second request);
 - transient errors (timeouts, connection loss, 5xx/429) on reads and resets are
   tolerated until the deadline; at the deadline ConfirmationDeadlineExceeded carries
   the evidence.
@@ -76,8 +79,8 @@ class ConfirmationSettings:
     deadline: timedelta
     poll_interval: timedelta = timedelta(seconds=2)
     resend_after: timedelta | None = timedelta(seconds=45)
-    """Re-send when the state has not moved this long after the last accepted request
-    (None: never). Keep it above the BMC's normal transition time: re-sending can
+    """Re-send when the state has not moved this long after the last answered request,
+    accepted or refused with 409 (None: never). Keep it above the BMC's normal transition time: re-sending can
     restart a BMC's pending change."""
     max_resends: int = 1
 
@@ -111,12 +114,14 @@ def decide_confirmation_step(
     target: PowerState,
     observed: PowerState | None,
     accepted_requests: int,
-    last_accepted_at: datetime | None,
+    last_answered_at: datetime | None,
     deadline: datetime,
     settings: ConfirmationSettings,
     now: datetime,
 ) -> ConfirmationStep:
-    """The next step of a confirmation, from the latest observation (None: read failed)."""
+    """The next step of a confirmation, from the latest observation (None: read failed).
+
+    `last_answered_at`: when the last reset was answered, accepted or refused with 409."""
     if observed is not None and observed == target:
         return ConfirmationStep(StepKind.CONFIRMED, "OBSERVED_TARGET_STATE")
     if now >= deadline:
@@ -133,8 +138,8 @@ def decide_confirmation_step(
     if (
         settings.resend_after is not None
         and resends_used < settings.max_resends
-        and last_accepted_at is not None
-        and now - last_accepted_at >= settings.resend_after
+        and last_answered_at is not None
+        and now - last_answered_at >= settings.resend_after
     ):
         return ConfirmationStep(StepKind.RESEND, "NO_CHANGE_AFTER_REQUEST")
     return ConfirmationStep(StepKind.WAIT, "AWAITING_CHANGE")
@@ -188,6 +193,7 @@ async def request_and_confirm(
     requests: list[ResetRequestResult] = []
     states_seen: list[PowerState] = []
     conflicts = 0
+    last_answered_at: datetime | None = None
     last_observation: PowerStateObservation | None = None
     last_error: str | None = None
     while True:
@@ -214,7 +220,7 @@ async def request_and_confirm(
             target=target,
             observed=current,
             accepted_requests=len(requests),
-            last_accepted_at=requests[-1].answered_at if requests else None,
+            last_answered_at=last_answered_at,
             deadline=deadline,
             settings=settings,
             now=now,
@@ -255,8 +261,10 @@ async def request_and_confirm(
                     reset_type, check_allowable=check_allowable and not requests
                 )
                 requests.append(result)
+                last_answered_at = result.answered_at
             except Conflict409 as exc:
                 conflicts += 1
+                last_answered_at = clock()
                 last_error = exc.detail
                 logger.info(
                     "redfish %s refused with 409; re-reading state",
