@@ -80,8 +80,8 @@ class ConfirmationSettings:
     poll_interval: timedelta = timedelta(seconds=2)
     resend_after: timedelta | None = timedelta(seconds=45)
     """Re-send when the state has not moved this long after the last answered request,
-    accepted or refused with 409 (None: never). Keep it above the BMC's normal transition time: re-sending can
-    restart a BMC's pending change."""
+    accepted or refused with 409 (None: never). Keep it above the BMC's normal
+    transition time: re-sending can restart a BMC's pending change."""
     max_resends: int = 1
 
     def __post_init__(self) -> None:
