@@ -36,7 +36,7 @@ from nodewarden.ssh import (
     SshProber,
     SshTarget,
 )
-from nodewarden.stubworker import StubWorker, StubWorkerConfig
+from nodewarden_doubles.stubworker import StubWorker, StubWorkerConfig
 
 
 def _status_kb(field: str) -> int:

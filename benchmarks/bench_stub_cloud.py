@@ -6,7 +6,7 @@ to a sample of them over SSH, then destroys them all. Prints creation time, time
 all SSH servers listen, memory (RSS) per VM, CPU time and destroy time.
 
 Default: the stub cloud in this process. `--remote`: the stub cloud as its own process
-(`python -m nodewarden.cloud.stub.server`, started with `StubCloudProcess`), reached
+(`python -m nodewarden_doubles.stubcloud.server`, started with `StubCloudProcess`), reached
 over loopback HTTP with signed requests; prints the server's RSS (from its admin API)
 and CPU time (from /proc) as well as the client's.
 
@@ -31,10 +31,10 @@ from typing import Any
 import asyncssh
 
 from nodewarden.cloud import CloudConfig, CloudFacade, CloudInstance, build_cloud
-from nodewarden.cloud.stub import RemoteStubResolver, StubCloud, StubFaults, StubServerConfig
-from nodewarden.cloud.stub.process import StubCloudProcess
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.protocol import DEFAULT_READY_COMMAND
+from nodewarden_doubles.stubcloud import RemoteStubResolver, StubCloud, StubFaults, StubServerConfig
+from nodewarden_doubles.stubcloud.process import StubCloudProcess
 
 
 def rss_mib() -> float:
@@ -63,6 +63,7 @@ async def run(args: argparse.Namespace) -> None:
         facade = build_cloud(
             CloudConfig(
                 driver="nodewarden-stub",
+                driver_plugin="nodewarden_doubles.stubcloud:plugin",
                 driver_params={"cloud": "bench"},
                 image="stub-image",
                 ops_per_second=args.ops_per_second,

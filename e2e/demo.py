@@ -28,9 +28,9 @@ from pathlib import Path
 import yaml
 
 from localcluster import REPO, ClusterError, LocalCluster
-from nodewarden.cloud.stub.process import StubCloudProcess
-from nodewarden.cloud.stub.serverconfig import StubServerConfig, StubServerCredentials
 from nodewarden.ssh.credentials import SshClientKey
+from nodewarden_doubles.stubcloud.process import StubCloudProcess
+from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig, StubServerCredentials
 
 NAMESPACE = "nodewarden"
 CONFIG = REPO / "e2e" / "demo-config.yaml"

@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 
 from clusterkit import ClusterHandle, OperatorProcess, start_operator, wait_for
-from nodewarden.cloud.stub.process import StubCloudProcess
-from nodewarden.cloud.stub.serverconfig import StubServerConfig, StubServerCredentials
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.credentials import SshClientKey
+from nodewarden_doubles.stubcloud.process import StubCloudProcess
+from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig, StubServerCredentials
 
 GI = 2**30
 

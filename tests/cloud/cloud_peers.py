@@ -18,10 +18,10 @@ from pydantic import SecretStr
 
 from nodewarden.cloud import CloudConfig, CloudCredentials, CloudFacade, CloudInstance, build_cloud
 from nodewarden.cloud.protocol import CloudMetricsHook
-from nodewarden.cloud.stub import StubCloud
-from nodewarden.cloud.stub.process import StubCloudProcess
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.addressing import Endpoint, ResolutionRefused
+from nodewarden_doubles.stubcloud import StubCloud
+from nodewarden_doubles.stubcloud.process import StubCloudProcess
 
 T = TypeVar("T")
 
@@ -175,6 +175,7 @@ def stub_facade(
     """A facade over a running stub cloud (no rate limits unless configured)."""
     settings: dict[str, Any] = {
         "driver": "nodewarden-stub",
+        "driver_plugin": "nodewarden_doubles.stubcloud:plugin",
         "driver_params": {"cloud": cloud.name},
         "image": "stub-image",
         "ops_per_second": 0,

@@ -1,6 +1,6 @@
 """Fixtures of the cloud tests: the operator's SSH key, a catalogue, stub clouds, a moto EC2.
 
-`stub_server` is a stub cloud server subprocess (`nodewarden.cloud.stub.process`) shared
+`stub_server` is a stub cloud server subprocess (`nodewarden_doubles.stubcloud.process`) shared
 by a test module, with `SERVER_CREDENTIALS` and the test catalogue; its faults and forced
 rate limits are reset after every test.
 
@@ -25,9 +25,9 @@ from cloud.cloud_peers import (
     ec2_namespace_filter,
     make_catalogue,
 )
-from nodewarden.cloud.stub import StubCloud, StubFaults, StubServerConfig
-from nodewarden.cloud.stub.process import StubCloudProcess
 from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden_doubles.stubcloud import StubCloud, StubFaults, StubServerConfig
+from nodewarden_doubles.stubcloud.process import StubCloudProcess
 
 _names = itertools.count(1)
 

@@ -37,11 +37,11 @@ from nodewarden.cloud.initscript import (
     render_init_script,
     secret_digest,
 )
-from nodewarden.cloud.stub import StubCloud
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh import protocol as ssh_protocol
 from nodewarden.ssh.addressing import ResolutionRefused
 from nodewarden.ssh.protocol import DEFAULT_POWEROFF_COMMAND
+from nodewarden_doubles.stubcloud import StubCloud
 
 
 def test_config_from_plain_data() -> None:

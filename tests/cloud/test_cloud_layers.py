@@ -20,9 +20,9 @@ from nodewarden.cloud import CloudBackoff, CloudInstance, CreateRequest, RateLim
 from nodewarden.cloud.layers import PrometheusCloudMetrics, RateLimitLayer
 from nodewarden.cloud.libcloudset import LibcloudInstanceSet
 from nodewarden.cloud.protocol import InstanceSet
-from nodewarden.cloud.stub import STUB_PROVIDER, StubCloud, register_stub_provider
 from nodewarden.cloud.tags import TagKeys
 from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden_doubles.stubcloud import STUB_PROVIDER, StubCloud, register_stub_provider
 
 
 def base_set(cloud: StubCloud, catalogue: list[InstanceType]) -> LibcloudInstanceSet:

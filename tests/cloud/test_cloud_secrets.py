@@ -35,10 +35,10 @@ from nodewarden.cloud import (
     TransientCloudError,
     build_cloud,
 )
-from nodewarden.cloud.stub import StubFaults
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.addressing import LoopbackOnlyResolver
 from nodewarden.ssh.protocol import DEFAULT_INSTANCE_SECRET_COMMAND
+from nodewarden_doubles.stubcloud import StubFaults
 
 CLOUD_KEY = "AKIASECRETKEYID77777"
 CLOUD_SECRET = "cloud-secret-9f8e7d6c5b4a39281706"

@@ -1,7 +1,7 @@
 """The cloud facade against the stub cloud: lifecycle, SSH-reachable VMs, every fault.
 
 Real peers: the stub cloud's libcloud driver (provider "nodewarden-stub") and, behind
-each VM, a real asyncssh server (`nodewarden.stubworker.StubWorker`) reached over TCP on
+each VM, a real asyncssh server (`nodewarden_doubles.stubworker.StubWorker`) reached over TCP on
 127.0.0.1 through the stub's address resolver.
 """
 
@@ -39,10 +39,10 @@ from nodewarden.cloud import (
     RateLimited,
     TransientCloudError,
 )
-from nodewarden.cloud.stub import StubFaults
 from nodewarden.scheduling.instancetypes import ChoiceOutcome, InstanceType
 from nodewarden.ssh.addressing import ResolutionRefused
 from nodewarden.ssh.protocol import DEFAULT_INSTANCE_SECRET_COMMAND, DEFAULT_READY_COMMAND
+from nodewarden_doubles.stubcloud import StubFaults
 
 
 async def test_lifecycle_and_ssh_to_the_vm(

@@ -1,6 +1,6 @@
 """The stub cloud as its own process: the facade over loopback HTTP against a real server.
 
-Real peers: a stub cloud server subprocess (`python -m nodewarden.cloud.stub.server`,
+Real peers: a stub cloud server subprocess (`python -m nodewarden_doubles.stubcloud.server`,
 started by `StubCloudProcess`), reached through the libcloud driver's remote mode
 (`cloud="http://127.0.0.1:PORT"`, libcloud's own Connection/Response machinery), and
 behind each VM a real asyncssh server reached through the remote address resolver.
@@ -49,19 +49,19 @@ from nodewarden.cloud import (
     InstanceState,
     RateLimited,
 )
-from nodewarden.cloud.stub import (
+from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden.ssh import InstanceSecretTrust, SshClientKey, SshProber, SshTarget
+from nodewarden.ssh.addressing import ResolutionRefused
+from nodewarden.ssh.protocol import DEFAULT_INSTANCE_SECRET_COMMAND, DEFAULT_READY_COMMAND
+from nodewarden_doubles.stubcloud import (
     RemoteStubResolver,
     StubFaults,
     StubNodeDriver,
     StubServerConfig,
     wire,
 )
-from nodewarden.cloud.stub.process import StubCloudProcess, StubCloudProcessError
-from nodewarden.cloud.stub.server import parse_listen
-from nodewarden.scheduling.instancetypes import InstanceType
-from nodewarden.ssh import InstanceSecretTrust, SshClientKey, SshProber, SshTarget
-from nodewarden.ssh.addressing import ResolutionRefused
-from nodewarden.ssh.protocol import DEFAULT_INSTANCE_SECRET_COMMAND, DEFAULT_READY_COMMAND
+from nodewarden_doubles.stubcloud.process import StubCloudProcess, StubCloudProcessError
+from nodewarden_doubles.stubcloud.server import parse_listen
 
 CREDS = CloudCredentials(
     key=SecretStr(SERVER_CREDENTIALS[0]), secret=SecretStr(SERVER_CREDENTIALS[1])
@@ -537,7 +537,7 @@ def test_server_exits_when_the_process_that_started_it_dies(tmp_path: Path) -> N
         f"""
         import sys, time
         from pathlib import Path
-        from nodewarden.cloud.stub.process import StubCloudProcess
+        from nodewarden_doubles.stubcloud.process import StubCloudProcess
         stub = StubCloudProcess(workdir=Path({str(tmp_path)!r})).start()
         print(stub.pid, flush=True)
         time.sleep(120)
@@ -564,7 +564,7 @@ def test_bad_config_is_refused_without_echoing_values(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("credentials: {key: 123456789012, secret: [987654321098]}\n")
     result = subprocess.run(
-        [sys.executable, "-m", "nodewarden.cloud.stub.server", "--config", str(config)],
+        [sys.executable, "-m", "nodewarden_doubles.stubcloud.server", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=30,

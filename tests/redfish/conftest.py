@@ -14,7 +14,7 @@ import pytest
 import trustme
 from redfish_peers import FAKE_PASSWORD, FakeBmcRunning, StartFakeBmc, SushyEmulator, start_sushy
 
-from nodewarden.redfish.fakebmc import FakeBmc, FakeBmcOptions
+from nodewarden_doubles.fakebmc import FakeBmc, FakeBmcOptions
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 sushy-tools is the real peer: it runs as a subprocess on 127.0.0.1 with its fake
 driver, its own state directory, a bcrypt htpasswd file and a certificate from a CA
-the test session generates. The project fake BMC (nodewarden.redfish.fakebmc) covers
+the test session generates. The project fake BMC (nodewarden_doubles.fakebmc) covers
 only what sushy-tools cannot do.
 """
 
@@ -25,7 +25,7 @@ import trustme
 from pydantic import SecretStr
 
 from nodewarden.redfish import RedfishEndpointConfig
-from nodewarden.redfish.fakebmc import FakeBmc
+from nodewarden_doubles.fakebmc import FakeBmc
 
 SUSHY_BIN = Path(sys.executable).with_name("sushy-emulator")
 SUSHY_USER = "sushy-admin"

@@ -9,7 +9,7 @@ import pytest
 from ssh_helpers import FakeMonotonic, StubFactory, fast_settings
 
 from nodewarden.ssh import ProbeThrottle, SshClientKey, SshProber
-from nodewarden.stubworker import StubFaults, StubWorker, StubWorkerConfig
+from nodewarden_doubles.stubworker import StubFaults, StubWorker, StubWorkerConfig
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodewarden.ssh import KnownHostKeys, ProbeSettings, SshClientKey, SshTarget
-from nodewarden.stubworker import StubWorker
+from nodewarden_doubles.stubworker import StubWorker
 
 StubFactory = Callable[..., Awaitable[StubWorker]]
 """The ``stub`` fixture: ``await stub(**StubWorkerConfig fields, faults=...)``."""

@@ -32,7 +32,7 @@ from nodewarden.ssh import (
     Unreachable,
 )
 from nodewarden.ssh.protocol import DEFAULT_INSTANCE_SECRET_COMMAND
-from nodewarden.stubworker import StubFaults
+from nodewarden_doubles.stubworker import StubFaults
 
 SECRET = "per-instance-9f2c41d7e0b34a8c"
 

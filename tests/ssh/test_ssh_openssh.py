@@ -36,7 +36,7 @@ from nodewarden.ssh import (
     SshTarget,
 )
 from nodewarden.ssh.facts import Inhibitor
-from nodewarden.stubworker import render
+from nodewarden_doubles.stubworker import render
 
 SSHD = "/usr/sbin/sshd"
 pytestmark = pytest.mark.skipif(not os.path.exists(SSHD), reason="OpenSSH sshd not installed")

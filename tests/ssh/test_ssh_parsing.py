@@ -20,7 +20,7 @@ from nodewarden.ssh.parsing import (
     parse_systemd_inhibit_list,
     parse_telemetry,
 )
-from nodewarden.stubworker import render
+from nodewarden_doubles.stubworker import render
 
 UUID_A = "zzzzz-dz642-aaaaaaaaaaaaaaa"
 UUID_B = "0f8fad5b-d9cb-469f-a165-70867728950e"

@@ -27,7 +27,7 @@ from nodewarden.ssh import (
     Unreachable,
     WakeOnLanUnknown,
 )
-from nodewarden.stubworker import StubFaults
+from nodewarden_doubles.stubworker import StubFaults
 
 UUID_1 = "zzzzz-dz642-000000000000001"
 UUID_2 = "zzzzz-dz642-000000000000002"

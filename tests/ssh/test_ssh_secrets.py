@@ -25,7 +25,7 @@ from nodewarden.ssh import (
     SshProber,
     SshTarget,
 )
-from nodewarden.stubworker import StubFaults
+from nodewarden_doubles.stubworker import StubFaults
 
 INSTANCE_SECRET = "instance-secret-5b1e0c9a77f34d21"
 OTHER_NODE_SECRET = "other-node-secret-0a9d8c7b6e5f4321"

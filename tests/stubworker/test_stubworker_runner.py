@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from nodewarden.stubworker import FakeRunner, RunnerRefused
+from nodewarden_doubles.stubworker import FakeRunner, RunnerRefused
 
 UUID_1 = "zzzzz-dz642-000000000000001"
 UUID_2 = "zzzzz-dz642-000000000000002"

@@ -22,7 +22,7 @@ from nodewarden.ssh.protocol import (
     DEFAULT_INSTANCE_SECRET_COMMAND,
     DEFAULT_TELEMETRY_COMMAND,
 )
-from nodewarden.stubworker import StubFaults, StubWorker, StubWorkerConfig
+from nodewarden_doubles.stubworker import StubFaults, StubWorker, StubWorkerConfig
 
 UUID_1 = "zzzzz-dz642-000000000000001"
 

@@ -14,7 +14,8 @@ Modules, one concept each:
 - `facade` -- `build_cloud()` composing the layers into a `CloudFacade`.
 - `initscript` -- user data carrying the SSH key and the per-instance secret.
 - `tags` -- the tag keys nodewarden writes.
-- `stub` -- the stub cloud (libcloud provider "nodewarden-stub") used by tests and demos.
+- `plugins` -- out-of-tree drivers named `module:attribute` in the config (the stub cloud
+  of `nodewarden_doubles` is one; nodewarden never imports it by name).
 """
 
 from nodewarden.cloud.backoff import BackoffSettings, CloudBackoff, CreatePermission
@@ -33,13 +34,12 @@ from nodewarden.cloud.errors import (
     TransientCloudError,
     classify,
 )
-from nodewarden.cloud.facade import STUB_PROVIDER, CloudFacade, build_cloud
+from nodewarden.cloud.facade import CloudFacade, build_cloud
 from nodewarden.cloud.model import CloudInstance, CreateRequest, InstanceState
 from nodewarden.cloud.protocol import CloudMetricsHook, InstanceSet
 from nodewarden.cloud.tags import TagKeys
 
 __all__ = [
-    "STUB_PROVIDER",
     "BackoffSettings",
     "CapacityUnavailable",
     "CloudAuthError",

@@ -105,6 +105,14 @@ class CloudConfig(_Config):
     driver: str = Field(
         description="libcloud provider name, e.g. 'ec2', or 'nodewarden-stub' for the stub cloud."
     )
+    driver_plugin: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
+        description=(
+            "For a provider outside libcloud: 'package.module:attribute' of a driver plugin "
+            "that registers it (the stub cloud: 'nodewarden_doubles.stubcloud:plugin')."
+        ),
+    )
     driver_params: dict[str, DriverParam] = Field(
         default_factory=dict,
         description=(

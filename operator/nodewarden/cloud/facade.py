@@ -42,6 +42,7 @@ from nodewarden.cloud.layers import (
 )
 from nodewarden.cloud.libcloudset import Clock, LibcloudInstanceSet, utc_now
 from nodewarden.cloud.model import CloudInstance, CreateRequest
+from nodewarden.cloud.plugins import load_plugin
 from nodewarden.cloud.protocol import CloudMetricsHook, InstanceSet
 from nodewarden.cloud.tags import TagKeys
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypeChoice
@@ -170,14 +171,15 @@ class CloudFacade:
 
 def instantiate_driver(config: CloudConfig, credentials: CloudCredentials | None) -> NodeDriver:
     """Create the libcloud driver named by `config.driver` with its params and credentials."""
-    if config.driver == STUB_PROVIDER:
-        from nodewarden.cloud.stub import register_stub_provider
-
-        register_stub_provider()
+    if config.driver_plugin is not None:
+        load_plugin(config.driver_plugin, config.driver).register()
     try:
         driver_cls = get_driver(config.driver)
     except AttributeError as exc:
-        raise ValueError(f"unknown libcloud driver {config.driver!r}") from exc
+        raise ValueError(
+            f"unknown libcloud driver {config.driver!r}; for a driver outside libcloud set "
+            "cloud.driver_plugin to 'package.module:attribute'"
+        ) from exc
     key = credentials.key.get_secret_value() if credentials else ""
     secret = (
         credentials.secret.get_secret_value()
@@ -186,9 +188,6 @@ def instantiate_driver(config: CloudConfig, credentials: CloudCredentials | None
     )
     driver: NodeDriver = driver_cls(key, secret, **config.driver_params)
     return driver
-
-
-STUB_PROVIDER = "nodewarden-stub"
 
 
 def build_cloud(
@@ -263,11 +262,9 @@ def build_cloud(
 
 
 def _default_resolver(config: CloudConfig, credentials: CloudCredentials | None) -> AddressResolver:
-    if config.driver == STUB_PROVIDER:
-        # In-process stub (cloud=<name>) or a stub cloud server (cloud=http://127.0.0.1:P).
-        from nodewarden.cloud.stub import stub_resolver
-
-        return stub_resolver(config.driver_params.get("cloud", "default"), credentials)
+    if config.driver_plugin is not None:
+        plugin = load_plugin(config.driver_plugin, config.driver)
+        return plugin.resolver(config.driver_params, credentials)
     return DirectResolver()
 
 

@@ -5,7 +5,8 @@
 - `request_and_confirm` (confirmation.py): reset only if needed, then poll PowerState to
   the target within a deadline; `decide_confirmation_step` is its pure rule.
 - facts.py: what the adapter returns; errors.py: what it raises.
-- fakebmc.py: a project fake BMC for faults sushy-tools cannot produce (tests, demo).
+- the fake BMC for faults sushy-tools cannot produce lives beside the product, in
+  `nodewarden_doubles.fakebmc` (tests, demo).
 """
 
 from __future__ import annotations

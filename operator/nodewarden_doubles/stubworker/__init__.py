@@ -30,9 +30,9 @@ Usage::
 
 from __future__ import annotations
 
-from nodewarden.stubworker.config import StubFaults, StubWorkerConfig
-from nodewarden.stubworker.runner import FakeContainer, FakeRunner, RunnerRefused
-from nodewarden.stubworker.server import StubWorker
+from nodewarden_doubles.stubworker.config import StubFaults, StubWorkerConfig
+from nodewarden_doubles.stubworker.runner import FakeContainer, FakeRunner, RunnerRefused
+from nodewarden_doubles.stubworker.server import StubWorker
 
 __all__ = [
     "FakeContainer",

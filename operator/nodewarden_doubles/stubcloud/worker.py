@@ -1,4 +1,4 @@
-"""Builds the `nodewarden.stubworker.StubWorker` behind one stub VM from its `WorkerSpec`.
+"""Builds the `nodewarden_doubles.stubworker.StubWorker` behind one stub VM from its `WorkerSpec`.
 
 The VM's init script (parsed by the stub cloud) gives the authorised SSH key, login user
 and instance secret; the cloud's fault dice give broken / hung / crash behaviour. A VM
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncssh
 
-from nodewarden.cloud.stub.cloud import WorkerHandle, WorkerSpec
-from nodewarden.stubworker import StubFaults as WorkerFaults
-from nodewarden.stubworker import StubWorker, StubWorkerConfig
+from nodewarden_doubles.stubcloud.cloud import WorkerHandle, WorkerSpec
+from nodewarden_doubles.stubworker import StubFaults as WorkerFaults
+from nodewarden_doubles.stubworker import StubWorker, StubWorkerConfig
 
 
 def make_stub_worker(spec: WorkerSpec) -> WorkerHandle:

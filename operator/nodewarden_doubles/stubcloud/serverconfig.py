@@ -1,4 +1,4 @@
-"""The configuration file of a stub cloud server (`python -m nodewarden.cloud.stub.server`).
+"""The configuration file of a stub cloud server (`python -m nodewarden_doubles.stubcloud.server`).
 
 YAML or JSON, snake_case keys (the same names as the Python models)::
 
@@ -7,7 +7,7 @@ YAML or JSON, snake_case keys (the same names as the Python models)::
       key: AKIASTUBKEY0001          #   omitted = any signature is accepted
       secret: stub-secret-value
     admin_token: 2f0c...            # bearer token of /admin/*; omitted = generated
-    faults:                         # nodewarden.cloud.stub.faults.StubFaults
+    faults:                         # nodewarden_doubles.stubcloud.faults.StubFaults
       seed: 1
       instance_quota: 5
       type_capacity: {m5.large: 0}
@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from nodewarden.cloud.stub.faults import StubFaults
 from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden_doubles.stubcloud.faults import StubFaults
 
 
 class StubServerCredentials(BaseModel):

@@ -1,6 +1,6 @@
 """The stub cloud as its own process: one `StubCloud` behind a small JSON HTTP API on loopback.
 
-    python -m nodewarden.cloud.stub.server --config FILE [--listen 127.0.0.1:0]
+    python -m nodewarden_doubles.stubcloud.server --config FILE [--listen 127.0.0.1:0]
         [--ready-file F] [--log-level INFO] [--log-format json|text] [--exit-with-parent]
 
 Binds 127.0.0.1 (any 127.0.0.0/8 address; nothing else is accepted), then writes one
@@ -10,14 +10,14 @@ mode 0600, to ``--ready-file``. Serves until SIGTERM / SIGINT (or, with
 VM's SSH server and exits 0. State lives in memory: when the server stops its VMs are
 gone, like a cloud that was switched off.
 
-The API (``/v1/...``, see `nodewarden.cloud.stub.wire`) is what the libcloud driver
-(`nodewarden.cloud.stub.remote.RemoteStubNodeDriver`) calls; every request must be signed
+The API (``/v1/...``, see `nodewarden_doubles.stubcloud.wire`) is what the libcloud driver
+(`nodewarden_doubles.stubcloud.remote.RemoteStubNodeDriver`) calls; every request must be signed
 with the configured credentials (401 ``AuthFailure`` otherwise). Errors carry the
 status, code and Retry-After of the in-process stub's errors, so
 `nodewarden.cloud.errors.classify` sees the same thing either way.
 
 Admin endpoints (``Authorization: Bearer <admin token>``), for tests and demos
-(`nodewarden.cloud.stub.process.StubCloudAdmin` wraps them):
+(`nodewarden_doubles.stubcloud.process.StubCloudAdmin` wraps them):
 
 | method | path                          | what |
 |--------|-------------------------------|------|
@@ -60,14 +60,14 @@ from aiohttp import web
 from libcloud.common.exceptions import BaseHTTPError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from nodewarden.cloud.stub import wire
-from nodewarden.cloud.stub.cloud import StubCloud, StubVMView
-from nodewarden.cloud.stub.serverconfig import StubServerConfig
 from nodewarden.logs import register_secret, setup_logging
-from nodewarden.stubworker import StubWorker
+from nodewarden_doubles.stubcloud import wire
+from nodewarden_doubles.stubcloud.cloud import StubCloud, StubVMView
+from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig
+from nodewarden_doubles.stubworker import StubWorker
 
 # Named after the module even when run with `python -m` (where __name__ is "__main__").
-log = logging.getLogger("nodewarden.cloud.stub.server")
+log = logging.getLogger("nodewarden_doubles.stubcloud.server")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -515,7 +515,7 @@ async def serve(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m nodewarden.cloud.stub.server",
+        prog="python -m nodewarden_doubles.stubcloud.server",
         description="Run the nodewarden stub cloud as its own process on loopback HTTP.",
     )
     parser.add_argument("--config", type=Path, required=True, help="YAML/JSON config file")

@@ -2,7 +2,7 @@
 
 A `StubCloud` is the provider behind `StubNodeDriver` (libcloud provider
 "nodewarden-stub"). It keeps its VMs in memory and owns an asyncio event loop running in
-its own thread; each VM's worker (by default a `nodewarden.stubworker.StubWorker`, an
+its own thread; each VM's worker (by default a `nodewarden_doubles.stubworker.StubWorker`, an
 asyncssh server imitating a worker node) runs on that loop.
 
 Threading design: libcloud drivers are synchronous and run in the cloud adapter's worker
@@ -44,9 +44,9 @@ from libcloud.common.types import InvalidCredsError
 from pydantic import SecretStr
 
 from nodewarden.cloud.initscript import parse_init_script
-from nodewarden.cloud.stub.faults import StubFaults
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.addressing import Endpoint, ResolutionRefused, is_loopback
+from nodewarden_doubles.stubcloud.faults import StubFaults
 
 log = logging.getLogger(__name__)
 
@@ -640,7 +640,7 @@ class StubAddressResolver:
 
 
 def default_worker_factory(spec: WorkerSpec) -> WorkerHandle:
-    """A `nodewarden.stubworker.StubWorker` configured from the VM's init script and faults."""
-    from nodewarden.cloud.stub.worker import make_stub_worker
+    """A `nodewarden_doubles.stubworker.StubWorker` configured from the VM's init script and faults."""
+    from nodewarden_doubles.stubcloud.worker import make_stub_worker
 
     return make_stub_worker(spec)

@@ -41,8 +41,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from nodewarden.cloud.stub.cloud import StubVMView
 from nodewarden.ssh.addressing import is_loopback
+from nodewarden_doubles.stubcloud.cloud import StubVMView
 
 SCHEME = "NWSTUB1-HMAC-SHA256"
 MAX_CLOCK_SKEW = 300.0

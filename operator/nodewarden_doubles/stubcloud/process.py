@@ -7,14 +7,14 @@
         vms = stub.admin.vms()
 
 `StubCloudProcess.start()` writes the config (mode 0600) into a work directory, starts
-``python -m nodewarden.cloud.stub.server --listen 127.0.0.1:0 --exit-with-parent`` with
+``python -m nodewarden_doubles.stubcloud.server --listen 127.0.0.1:0 --exit-with-parent`` with
 its stderr (the server's log) in ``<workdir>/stub-cloud.log``, and waits for the ready
 line. `stop()` sends SIGTERM (then SIGKILL after a timeout) and reaps the process; it is
 also registered with `atexit`, and the server itself exits when its parent is gone, so
 no server outlives the test run that started it.
 
 `StubCloudAdmin` is a small synchronous client of the admin endpoints (see
-`nodewarden.cloud.stub.server`); from async code call it through `asyncio.to_thread`.
+`nodewarden_doubles.stubcloud.server`); from async code call it through `asyncio.to_thread`.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ import yaml
 from pydantic import SecretStr
 
 from nodewarden.cloud.config import CloudConfig, CloudCredentials
-from nodewarden.cloud.stub.cloud import StubVMView
-from nodewarden.cloud.stub.faults import StubFaults
-from nodewarden.cloud.stub.serverconfig import StubServerConfig
-from nodewarden.cloud.stub.wire import loopback_base_url, vm_from_json
 from nodewarden.ssh.addressing import Endpoint
+from nodewarden_doubles.stubcloud.cloud import StubVMView
+from nodewarden_doubles.stubcloud.faults import StubFaults
+from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig
+from nodewarden_doubles.stubcloud.wire import loopback_base_url, vm_from_json
 
-SERVER_MODULE = "nodewarden.cloud.stub.server"
+SERVER_MODULE = "nodewarden_doubles.stubcloud.server"
 
 
 class StubCloudProcessError(RuntimeError):
@@ -152,7 +152,7 @@ class StubCloudAdmin:
         return AdminVM.from_json(data) if data is not None else None
 
     def set_worker_faults(self, instance_id: str, **changes: object) -> dict[str, Any]:
-        """Change one VM's worker faults (`nodewarden.stubworker.StubFaults` field names:
+        """Change one VM's worker faults (`nodewarden_doubles.stubworker.StubFaults` field names:
         freeze, hang_connect, hang_commands, command_delay, refuse_auth, wrong_host_key,
         broken_ready, runner_crash_rate, runner_start_failure_rate, ...)."""
         result: dict[str, Any] = self._call(
@@ -386,6 +386,7 @@ class StubCloudProcess:
         override fields (e.g. ops_per_second=0, max_concurrent_creates=0)."""
         settings: dict[str, Any] = {
             "driver": "nodewarden-stub",
+            "driver_plugin": "nodewarden_doubles.stubcloud:plugin",
             "driver_params": {"cloud": self.url},
             "image": "stub-image",
             "instance_types": list(self.config.instance_types),

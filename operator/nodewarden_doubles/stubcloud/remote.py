@@ -7,7 +7,7 @@ retries) and a `JsonResponse` subclass whose `parse_error` raises the same libcl
 exceptions as the in-process stub (`InvalidCredsError` on 401; otherwise libcloud's
 `exception_from_message` with the "Code: message" text and the headers, so 429 becomes
 `RateLimitReachedError` with its Retry-After). Every request is signed
-(`nodewarden.cloud.stub.wire`); the secret never travels.
+(`nodewarden_doubles.stubcloud.wire`); the secret never travels.
 
 `RemoteStubResolver` is the `nodewarden.ssh.addressing.AddressResolver` for VMs of a
 stub cloud server: it maps a VM's fake address (198.18.0.0/15) to 127.0.0.1:<port of its
@@ -33,11 +33,11 @@ from libcloud.common.base import ConnectionUserAndKey, JsonResponse
 from libcloud.common.types import InvalidCredsError
 from libcloud.compute.base import Node, NodeImage, NodeSize
 
-from nodewarden.cloud.stub import wire
-from nodewarden.cloud.stub.cloud import ADDRESS_NETWORK
-from nodewarden.cloud.stub.driver import StubNodeDriver, to_node, to_size
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.addressing import Endpoint, ResolutionRefused, is_loopback
+from nodewarden_doubles.stubcloud import wire
+from nodewarden_doubles.stubcloud.cloud import ADDRESS_NETWORK
+from nodewarden_doubles.stubcloud.driver import StubNodeDriver, to_node, to_size
 
 log = logging.getLogger(__name__)
 

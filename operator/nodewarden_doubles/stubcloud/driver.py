@@ -8,8 +8,8 @@ It speaks the EC2-shaped subset the cloud adapter uses (`list_nodes(ex_filters=)
         in-process: every call goes to the running `StubCloud` named "default", which
         checks the credentials on every call like a real API;
     get_driver("nodewarden-stub")(key, secret, cloud="http://127.0.0.1:PORT")
-        a stub cloud server (`nodewarden.cloud.stub.server`) over loopback HTTP: the
-        constructor returns a `nodewarden.cloud.stub.remote.RemoteStubNodeDriver`.
+        a stub cloud server (`nodewarden_doubles.stubcloud.server`) over loopback HTTP: the
+        constructor returns a `nodewarden_doubles.stubcloud.remote.RemoteStubNodeDriver`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from libcloud.common.base import Connection, ConnectionKey
 from libcloud.compute.base import Node, NodeDriver, NodeImage, NodeSize
 from libcloud.compute.types import NodeState
 
-from nodewarden.cloud.stub.cloud import StubCloud, StubVMView
-from nodewarden.cloud.stub.wire import is_stub_url
 from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden_doubles.stubcloud.cloud import StubCloud, StubVMView
+from nodewarden_doubles.stubcloud.wire import is_stub_url
 
 STUB_PROVIDER = "nodewarden-stub"
 
@@ -56,7 +56,7 @@ class StubNodeDriver(NodeDriver):
 
     def __new__(cls, *args: Any, cloud: str = "default", **kwargs: Any) -> StubNodeDriver:
         if cls is StubNodeDriver and is_stub_url(cloud):
-            from nodewarden.cloud.stub.remote import RemoteStubNodeDriver
+            from nodewarden_doubles.stubcloud.remote import RemoteStubNodeDriver
 
             remote: StubNodeDriver = super().__new__(RemoteStubNodeDriver)
             return remote

@@ -16,16 +16,18 @@ behind each VM), `driver` (libcloud driver), `wire` (HTTP protocol), `server` (t
 process), `remote` (driver + address resolver over HTTP), `process` (subprocess and
 admin client for tests and demos), `serverconfig` (the server's config file).
 
-`nodewarden.cloud.build_cloud` registers the provider itself when `driver` is
-"nodewarden-stub" and picks the address resolver with `stub_resolver`; call
-`register_stub_provider()` before using `get_driver` directly.
+The operator finds this driver through its configuration, never by name:
+``cloud: {driver: nodewarden-stub, driver_plugin: "nodewarden_doubles.stubcloud:plugin"}``
+(`plugin` registers the provider and picks the address resolver with `stub_resolver`).
+Call `register_stub_provider()` before using `get_driver` directly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from nodewarden.cloud.stub.cloud import (
+from nodewarden_doubles.stubcloud.cloud import (
     StubAddressResolver,
     StubCloud,
     StubVMView,
@@ -33,11 +35,11 @@ from nodewarden.cloud.stub.cloud import (
     WorkerHandle,
     WorkerSpec,
 )
-from nodewarden.cloud.stub.driver import STUB_PROVIDER, StubNodeDriver
-from nodewarden.cloud.stub.faults import StubFaults
-from nodewarden.cloud.stub.remote import RemoteStubNodeDriver, RemoteStubResolver
-from nodewarden.cloud.stub.serverconfig import StubServerConfig, StubServerCredentials
-from nodewarden.cloud.stub.wire import is_stub_url
+from nodewarden_doubles.stubcloud.driver import STUB_PROVIDER, StubNodeDriver
+from nodewarden_doubles.stubcloud.faults import StubFaults
+from nodewarden_doubles.stubcloud.remote import RemoteStubNodeDriver, RemoteStubResolver
+from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig, StubServerCredentials
+from nodewarden_doubles.stubcloud.wire import is_stub_url
 
 if TYPE_CHECKING:
     from nodewarden.cloud.config import CloudCredentials
@@ -51,7 +53,26 @@ def register_stub_provider() -> None:
     if STUB_PROVIDER not in DRIVERS:
         # libcloud's annotations say module/class objects; it stores and imports names.
         register: Any = set_driver
-        register(STUB_PROVIDER, "nodewarden.cloud.stub.driver", "StubNodeDriver")
+        register(STUB_PROVIDER, "nodewarden_doubles.stubcloud.driver", "StubNodeDriver")
+
+
+class _StubPlugin:
+    """The cloud adapter's driver plugin for the stub cloud (`nodewarden.cloud.plugins`)."""
+
+    provider = STUB_PROVIDER
+
+    def register(self) -> None:
+        register_stub_provider()
+
+    def resolver(
+        self, driver_params: Mapping[str, object], credentials: CloudCredentials | None
+    ) -> AddressResolver:
+        # In-process stub (cloud=<name>) or a stub cloud server (cloud=http://127.0.0.1:P).
+        return stub_resolver(driver_params.get("cloud", "default"), credentials)
+
+
+plugin = _StubPlugin()
+"""Name it in the operator config: ``driver_plugin: nodewarden_doubles.stubcloud:plugin``."""
 
 
 def stub_resolver(cloud: object, credentials: CloudCredentials | None = None) -> AddressResolver:
@@ -86,6 +107,7 @@ __all__ = [
     "WorkerHandle",
     "WorkerSpec",
     "is_stub_url",
+    "plugin",
     "register_stub_provider",
     "stub_resolver",
 ]

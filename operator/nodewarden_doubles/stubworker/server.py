@@ -27,9 +27,9 @@ from nodewarden.ssh.protocol import (
     INSTANCE_SECRET_PATH,
     signal_name,
 )
-from nodewarden.stubworker import render
-from nodewarden.stubworker.config import StubFaults, StubWorkerConfig
-from nodewarden.stubworker.runner import FakeRunner, RunnerRefused
+from nodewarden_doubles.stubworker import render
+from nodewarden_doubles.stubworker.config import StubFaults, StubWorkerConfig
+from nodewarden_doubles.stubworker.runner import FakeRunner, RunnerRefused
 
 logger = logging.getLogger(__name__)
 

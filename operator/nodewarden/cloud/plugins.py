@@ -1,0 +1,65 @@
+"""Out-of-tree cloud drivers: found by a `module:attribute` entry in the config, never by name.
+
+A libcloud provider that is not built into libcloud (the project's stub cloud, a site's
+own driver) is named in `CloudConfig.driver_plugin` as ``package.module:attribute``.
+That attribute is a `DriverPlugin`: it registers its provider with libcloud (so
+`get_driver(config.driver)` works) and says where to dial the addresses its instances
+report. nodewarden itself imports no such package by name: the installed operator
+runs without the test doubles (`nodewarden_doubles`), which `make demo` and the tests
+name in their configuration.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from nodewarden.cloud.config import CloudCredentials
+from nodewarden.ssh.addressing import AddressResolver
+
+
+@runtime_checkable
+class DriverPlugin(Protocol):
+    """What an out-of-tree driver package offers the cloud adapter."""
+
+    provider: str
+    """The libcloud provider name it registers (must equal `CloudConfig.driver`)."""
+
+    def register(self) -> None:
+        """Register the provider with libcloud (idempotent)."""
+
+    def resolver(
+        self, driver_params: Mapping[str, object], credentials: CloudCredentials | None
+    ) -> AddressResolver:
+        """Where to dial the addresses this driver's instances report."""
+
+
+class PluginError(ValueError):
+    """The configured driver plugin cannot be loaded; the message names the fix."""
+
+
+def load_plugin(spec: str, provider: str) -> DriverPlugin:
+    """Import ``module:attribute`` and check it is a DriverPlugin for `provider`."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise PluginError(f"cloud.driver_plugin {spec!r}: expected 'package.module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PluginError(
+            f"cloud.driver_plugin {spec!r}: cannot import {module_name!r} ({exc}); "
+            "install the package that provides it"
+        ) from exc
+    plugin = getattr(module, attribute, None)
+    if not isinstance(plugin, DriverPlugin):
+        raise PluginError(
+            f"cloud.driver_plugin {spec!r}: {attribute!r} is not a driver plugin "
+            "(needs provider, register() and resolver())"
+        )
+    if plugin.provider != provider:
+        raise PluginError(
+            f"cloud.driver_plugin {spec!r} provides {plugin.provider!r}, but cloud.driver "
+            f"is {provider!r}; make them agree"
+        )
+    return plugin
