@@ -50,6 +50,18 @@ class ClusterError(RuntimeError):
     """The local control plane could not be started or stopped."""
 
 
+OPERATOR_USER = "nodewarden-operator"
+AUDIT_POLICY = f"""\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: [{OPERATOR_USER}]
+  - level: None
+"""
+
+
 def log(msg: str) -> None:
     print(f">> {msg}", file=sys.stderr, flush=True)
 
@@ -207,6 +219,12 @@ def write_pki(pki: Path) -> None:
     admin = _issue(
         _name("nodewarden-admin", "system:masters"), admin_key, (ca, ca_key), client=True
     )
+    # The operator under test gets its own identity, so the audit log can tell its
+    # requests from kubectl's and the test harness's (tests/rbac).
+    operator_key = _key()
+    operator = _issue(
+        _name(OPERATOR_USER, "system:masters"), operator_key, (ca, ca_key), client=True
+    )
     sa_key = _key()
     files = {
         "ca.crt": _pem_cert(ca),
@@ -215,6 +233,8 @@ def write_pki(pki: Path) -> None:
         "apiserver.key": _pem_key(srv_key),
         "admin.crt": _pem_cert(admin),
         "admin.key": _pem_key(admin_key),
+        "operator.crt": _pem_cert(operator),
+        "operator.key": _pem_key(operator_key),
         "sa.key": _pem_key(sa_key),
         "sa.pub": sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -226,7 +246,10 @@ def write_pki(pki: Path) -> None:
         path.chmod(0o600)
 
 
-def kubeconfig_text(server: str, pki: Path, namespace: str = "default") -> str:
+def kubeconfig_text(
+    server: str, pki: Path, namespace: str = "default", identity: str = "admin"
+) -> str:
+    """A kubeconfig for `identity` ('admin', or 'operator': the audited operator user)."""
     cfg = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -240,8 +263,8 @@ def kubeconfig_text(server: str, pki: Path, namespace: str = "default") -> str:
             {
                 "name": "nodewarden-admin",
                 "user": {
-                    "client-certificate": str(pki / "admin.crt"),
-                    "client-key": str(pki / "admin.key"),
+                    "client-certificate": str(pki / f"{identity}.crt"),
+                    "client-key": str(pki / f"{identity}.key"),
                 },
             }
         ],
@@ -277,6 +300,16 @@ class LocalCluster:
     @property
     def kubeconfig(self) -> Path:
         return self.state_dir / "kubeconfig"
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """Kubeconfig of the operator's own (audited) identity, `OPERATOR_USER`."""
+        return self.state_dir / "operator.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        """JSON lines: one audit event (Metadata level) per request of `OPERATOR_USER`."""
+        return self.state_dir / "logs" / "audit.log"
 
     @property
     def pki(self) -> Path:
@@ -357,6 +390,10 @@ class LocalCluster:
             self._start_controller_manager()
             self.kubeconfig.write_text(kubeconfig_text(self.server, self.pki, self.namespace))
             self.kubeconfig.chmod(0o600)
+            self.operator_kubeconfig.write_text(
+                kubeconfig_text(self.server, self.pki, self.namespace, identity="operator")
+            )
+            self.operator_kubeconfig.chmod(0o600)
             self.install_crds()
         except BaseException:
             self.down(remove_state=False)
@@ -396,6 +433,8 @@ class LocalCluster:
         port = free_port()
         self.server = f"https://{LOOPBACK}:{port}"
         pki = self.pki
+        policy = self.state_dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
         proc = self._spawn(
             "kube-apiserver",
             [
@@ -416,6 +455,10 @@ class LocalCluster:
                 "--profiling=false",
                 "--enable-priority-and-fairness=false",
                 "--endpoint-reconciler-type=none",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-maxbackup=0",
                 "--v=1",
             ],
         )
@@ -524,7 +567,13 @@ class LocalCluster:
         if remove_state:
             for sub in ("etcd", "pki", "logs"):
                 shutil.rmtree(self.state_dir / sub, ignore_errors=True)
-            for f in ("pids.json", "kubeconfig", "controller-manager.kubeconfig"):
+            for f in (
+                "pids.json",
+                "kubeconfig",
+                "operator.kubeconfig",
+                "controller-manager.kubeconfig",
+                "audit-policy.yaml",
+            ):
                 with contextlib.suppress(FileNotFoundError):
                     (self.state_dir / f).unlink()
         elif self.pid_file.exists():

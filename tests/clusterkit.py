@@ -26,6 +26,11 @@ class ClusterHandle:
     kubeconfig: Path
     local: LocalCluster | None
 
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """The operator's own identity (audited, see tests/rbac); admin on other clusters."""
+        return self.local.operator_kubeconfig if self.local is not None else self.kubeconfig
+
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
@@ -92,7 +97,7 @@ def start_operator(
             "-m",
             "nodewarden",
             "run",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={cluster.operator_kubeconfig}",
             f"--namespace={namespace}",
             f"--http-port={port}",
             "--http-host=127.0.0.1",

@@ -20,6 +20,13 @@ from clusterkit import ClusterHandle, OperatorProcess, start_operator
 from localcluster import LocalCluster
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `audit_last` (the RBAC audit of the whole run) run after all others."""
+    last = [item for item in items if item.get_closest_marker("audit_last")]
+    if last:
+        items[:] = [item for item in items if item not in last] + last
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     existing = os.environ.get("NODEWARDEN_TEST_KUBECONFIG")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
 from nodewarden.cloud.config import CloudConfig
@@ -95,6 +95,49 @@ class DispatchSettings(_Config):
     )
 
 
+class CredentialsConfig(_Config):
+    """Where credentials named by WorkerNodes may be sent (docs/security.md).
+
+    Each entry: a host name, '*.' + a domain, an IP address or a CIDR network, optionally
+    followed by ':PORT' (IPv6 in brackets). Names are never resolved to match networks.
+    Empty lists admit nothing: no BMC, side-node SSH or Wake-on-LAN target is contacted.
+    """
+
+    bmc_endpoints: list[str] = Field(
+        default_factory=list, description="Endpoints BMC (Redfish) credentials may be sent to."
+    )
+    ssh_endpoints: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Side-node SSH addresses nodewarden may log in to (cloud VMs are admitted by the "
+            "address the cloud reports for nodewarden's own instance)."
+        ),
+    )
+    wake_on_lan_targets: list[str] = Field(
+        default_factory=list,
+        description="Broadcast addresses (and ports) Wake-on-LAN packets may be sent to.",
+    )
+    secret_ttl: Duration = Field(
+        default="30s",
+        description="How long a designated Secret read is reused before it is read again.",
+    )
+
+    @model_validator(mode="after")
+    def _entries_parse(self) -> CredentialsConfig:
+        from nodewarden.credentials.admission import InvalidRule, parse_entries
+
+        for kind, field, entries in (
+            ("bmc", "bmc_endpoints", self.bmc_endpoints),
+            ("ssh", "ssh_endpoints", self.ssh_endpoints),
+            ("wol", "wake_on_lan_targets", self.wake_on_lan_targets),
+        ):
+            try:
+                parse_entries(kind, entries)  # type: ignore[arg-type]
+            except InvalidRule as exc:
+                raise ValueError(f"{field}: {exc}") from None
+        return self
+
+
 class OperatorConfig(_Config):
     """Configuration of one operator process."""
 
@@ -128,11 +171,26 @@ class OperatorConfig(_Config):
         default=None, description="Cloud driver, credentials refs and catalogue; unset = none."
     )
     ssh: ProbeSettings = Field(default_factory=ProbeSettings)
+    credentials: CredentialsConfig = Field(default_factory=CredentialsConfig)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
 
     @property
     def lease_name(self) -> str:
         return self.leader_election.lease_name or f"nodewarden-{self.dispatcher_id}"
+
+    @property
+    def reserved_secrets(self) -> frozenset[str]:
+        """Secrets the operator itself uses: never selectable by a WorkerNode."""
+        names: set[str] = set()
+        if self.dispatch.ssh_private_key_secret is not None:
+            names.add(self.dispatch.ssh_private_key_secret.name)
+        if self.management.token_secret_name:
+            names.add(self.management.token_secret_name)
+        if self.cloud is not None and self.cloud.credentials is not None:
+            names.add(self.cloud.credentials.key_ref.name)
+            if self.cloud.credentials.secret_ref is not None:
+                names.add(self.cloud.credentials.secret_ref.name)
+        return frozenset(names)
 
 
 def _describe(err: ValidationError) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import kopf
 
 from nodewarden.config import ConfigError, OperatorConfig
+from nodewarden.credentials.setup import build_resolver
 from nodewarden.dispatch import Dispatcher, build_dispatcher
 from nodewarden.endpoints import Health, build_app, start
 from nodewarden.handlers import build_registry
@@ -164,11 +165,16 @@ async def _act(
     stop: asyncio.Event,
     elector: LeaderElector | None,
 ) -> int:
-    ctx = HandlerContext(config=config, kube=kube)
+    try:
+        credentials = await build_resolver(config, kube, namespace)
+    except ConfigError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    ctx = HandlerContext(config=config, kube=kube, credentials=credentials)
     dispatcher: Dispatcher | None = None
     if config.dispatch.enabled:
         try:
-            dispatcher = await build_dispatcher(config, kube, namespace)
+            dispatcher = await build_dispatcher(config, kube, namespace, credentials)
         except ConfigError as exc:
             log.error("cannot start the dispatcher: %s", exc)
             return 2

@@ -1,14 +1,15 @@
 """Semantic checks of nodewarden objects that a CRD schema cannot express (pure, no I/O).
 
 The CRD schema rejects malformed objects at admission. What it cannot know — whether a
-referenced PowerPolicy, WorkerNode or Secret exists, whether an instance type is in the
-catalogue — is checked here from facts the caller fetched. The result becomes the
+referenced PowerPolicy or WorkerNode exists, whether an instance type is in the
+catalogue, what the credential resolver refused — is checked here from facts the caller
+fetched. The result becomes the
 object's `Valid` condition: reason + a message naming the field and the fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -52,63 +53,17 @@ def parse_spec(model: type[T], spec: Mapping[str, Any] | None) -> T | Verdict:
         return Verdict(False, "InvalidSpec", _pydantic_message("spec", exc))
 
 
-@dataclass(frozen=True)
-class SecretFacts:
-    """Which Secrets (and keys) exist in the object's namespace: name -> set of keys."""
-
-    keys: Mapping[str, Collection[str]]
-
-    def check(self, field: str, name: str, key: str) -> str | None:
-        if name not in self.keys:
-            return f"{field}.name: Secret {name!r} not found; create it or fix the reference"
-        if key not in self.keys[name]:
-            return f"{field}.key: Secret {name!r} has no key {key!r}; add it or fix the key"
-        return None
-
-
-def secret_refs(spec: WorkerNodeSpec) -> list[tuple[str, str, str]]:
-    """(field path, secret name, key) of every Secret a WorkerNode refers to."""
-    refs: list[tuple[str, str, str]] = []
-    if spec.bmc is not None:
-        refs.append(
-            (
-                "spec.bmc.usernameSecretRef",
-                spec.bmc.username_secret_ref.name,
-                spec.bmc.username_secret_ref.key,
-            )
-        )
-        refs.append(
-            (
-                "spec.bmc.passwordSecretRef",
-                spec.bmc.password_secret_ref.name,
-                spec.bmc.password_secret_ref.key,
-            )
-        )
-        if spec.bmc.ca_bundle_secret_ref is not None:
-            ref = spec.bmc.ca_bundle_secret_ref
-            refs.append(("spec.bmc.caBundleSecretRef", ref.name, ref.key))
-    if spec.wake_on_lan is not None and spec.wake_on_lan.secure_on_secret_ref is not None:
-        ref = spec.wake_on_lan.secure_on_secret_ref
-        refs.append(("spec.wakeOnLan.secureOnSecretRef", ref.name, ref.key))
-    if spec.ssh.private_key_secret_ref is not None:
-        ref = spec.ssh.private_key_secret_ref
-        refs.append(("spec.ssh.privateKeySecretRef", ref.name, ref.key))
-    if spec.ssh.known_hosts_secret_ref is not None:
-        ref = spec.ssh.known_hosts_secret_ref
-        refs.append(("spec.ssh.knownHostsSecretRef", ref.name, ref.key))
-    return refs
-
-
 def validate_workernode(
     spec: WorkerNodeSpec,
     *,
     namespace: str,
     policies: Collection[str],
     default_policy: str,
-    secrets: SecretFacts | None = None,
+    credential_problems: Sequence[tuple[str, str]] = (),
     instance_types: Collection[str] | None = None,
 ) -> Verdict:
-    """Check a WorkerNode's references: policy, Secrets, instance type."""
+    """Check a WorkerNode's references: policy, instance type, and the credential problems
+    (condition reason, message) the credential resolver found for its Secrets/endpoints."""
     problems: list[str] = []
     reason = "Valid"
     if spec.policy_ref is not None and spec.policy_ref.name not in policies:
@@ -117,12 +72,9 @@ def validate_workernode(
             f"spec.policyRef.name: PowerPolicy {spec.policy_ref.name!r} not found in namespace "
             f"{namespace!r}; create it or point spec.policyRef at an existing PowerPolicy"
         )
-    if secrets is not None:
-        for field, name, key in secret_refs(spec):
-            problem = secrets.check(field, name, key)
-            if problem:
-                reason = "SecretNotFound" if reason == "Valid" else reason
-                problems.append(problem)
+    for cred_reason, message in credential_problems:
+        reason = cred_reason if reason == "Valid" else reason
+        problems.append(message)
     if (
         instance_types is not None
         and spec.node_type == "CloudVM"

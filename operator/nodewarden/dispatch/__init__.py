@@ -22,6 +22,7 @@ from nodewarden.cloud.config import CloudCredentials
 from nodewarden.cloud.facade import CloudFacade, build_cloud
 from nodewarden.cloud.protocol import CloudMetricsHook
 from nodewarden.config import ConfigError, OperatorConfig
+from nodewarden.credentials import CredentialResolver
 from nodewarden.dispatch.dispatcher import Dispatcher, utc_now
 from nodewarden.dispatch.identity import master_secret
 from nodewarden.dispatch.policies import PolicyBook
@@ -29,8 +30,6 @@ from nodewarden.dispatch.queue import ContainerQueue
 from nodewarden.dispatch.workers import WorkerPool
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.metrics import CLOUD_ERRORS, CLOUD_OPERATIONS
-from nodewarden.ssh.credentials import SshClientKey
-from nodewarden.ssh.errors import InvalidClientKey
 from nodewarden.ssh.prober import SshProber
 from nodewarden.ssh.throttle import ProbeThrottle
 from nodewarden.units import parse_duration
@@ -56,8 +55,11 @@ async def _secret(kube: Kube, namespace: str, name: str, key: str, what: str) ->
         raise ConfigError(f"{what}: {exc}; create the Secret or fix the reference") from exc
 
 
-async def build_dispatcher(config: OperatorConfig, kube: Kube, namespace: str) -> Dispatcher:
-    """Compose the dispatcher; ConfigError names what is missing."""
+async def build_dispatcher(
+    config: OperatorConfig, kube: Kube, namespace: str, credentials: CredentialResolver
+) -> Dispatcher:
+    """Compose the dispatcher; ConfigError names what is missing. The operator's SSH key
+    comes from the credential resolver (`credentials.operator_key`)."""
     settings = config.dispatch
     queue = ContainerQueue(
         kube=kube,
@@ -76,20 +78,13 @@ async def build_dispatcher(config: OperatorConfig, kube: Kube, namespace: str) -
             dispatcher_holder[0].poke()
 
     if config.cloud is not None:
-        ref = settings.ssh_private_key_secret
-        if ref is None:
+        client_key = credentials.operator_key
+        if client_key is None:
             raise ConfigError(
                 "dispatch.ssh_private_key_secret: a cloud is configured, so nodewarden needs an "
                 "SSH private key Secret to reach its nodes; set {name, key}"
             )
-        raw_key = await _secret(
-            kube, namespace, ref.name, ref.key, "dispatch.ssh_private_key_secret"
-        )
-        try:
-            client_key = SshClientKey(raw_key)
-        except InvalidClientKey as exc:
-            raise ConfigError(f"dispatch.ssh_private_key_secret: {exc}") from exc
-        credentials = None
+        cloud_credentials = None
         if config.cloud.credentials is not None:
             cref = config.cloud.credentials
             key = await _secret(
@@ -104,8 +99,10 @@ async def build_dispatcher(config: OperatorConfig, kube: Kube, namespace: str) -
                     cref.secret_ref.key,
                     "cloud.credentials.secret_ref",
                 )
-            credentials = CloudCredentials(key=key, secret=secret)
-        cloud = build_cloud(config.cloud, credentials, config.dispatcher_id, metrics=_Metrics())
+            cloud_credentials = CloudCredentials(key=key, secret=secret)
+        cloud = build_cloud(
+            config.cloud, cloud_credentials, config.dispatcher_id, metrics=_Metrics()
+        )
         prober = SshProber(
             config.ssh,
             resolver=cloud.resolver,

@@ -1,4 +1,4 @@
-"""What every handler may use: configuration, the Kubernetes adapter, the clock."""
+"""What every handler may use: configuration, the Kubernetes adapter, credentials, the clock."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from nodewarden.config import OperatorConfig
+from nodewarden.credentials import CredentialResolver
 from nodewarden.kube.client import Kube
 
 
@@ -18,4 +19,5 @@ def utc_now() -> datetime:
 class HandlerContext:
     config: OperatorConfig
     kube: Kube
+    credentials: CredentialResolver
     clock: Callable[[], datetime] = field(default=utc_now)

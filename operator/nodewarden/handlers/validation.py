@@ -32,10 +32,8 @@ from nodewarden.kube.client import KubeError
 from nodewarden.metrics import INVALID_OBJECTS, RECONCILE_SECONDS, RECONCILE_TOTAL
 from nodewarden.units import parse_duration
 from nodewarden.validation import (
-    SecretFacts,
     Verdict,
     parse_spec,
-    secret_refs,
     validate_containerdispatch,
     validate_powerintent,
     validate_powerpolicy,
@@ -136,15 +134,6 @@ async def _apply(
         log.info("%s %s/%s is valid again", kind.kind, meta.get("namespace"), meta.get("name"))
 
 
-async def _secret_facts(ctx: HandlerContext, namespace: str, names: Collection[str]) -> SecretFacts:
-    keys: dict[str, Collection[str]] = {}
-    for name in set(names):
-        found = await ctx.kube.secret_keys(namespace, name)
-        if found is not None:
-            keys[name] = found
-    return SecretFacts(keys)
-
-
 async def reconcile_workernode(
     ctx: HandlerContext, body: Mapping[str, Any], policies: Collection[str]
 ) -> Verdict:
@@ -153,14 +142,13 @@ async def reconcile_workernode(
     if isinstance(parsed, Verdict):
         verdict = parsed
     else:
-        refs = secret_refs(parsed)
-        secrets = await _secret_facts(ctx, namespace, [r[1] for r in refs]) if refs else None
+        refusals = await ctx.credentials.check(body["metadata"]["name"], parsed)
         verdict = validate_workernode(
             parsed,
             namespace=namespace,
             policies=policies,
             default_policy=ctx.config.default_policy,
-            secrets=secrets,
+            credential_problems=[(r.reason, r.message) for r in refusals],
         )
     await _apply(ctx, WORKER_NODE, body, verdict)
     return verdict

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,15 @@ from nodewarden.metrics import KUBE_REQUESTS
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRecord:
+    """A Secret as the credential resolver sees it: labels and wrapped values."""
+
+    name: str
+    labels: dict[str, str]
+    values: dict[str, SecretStr] = field(repr=False)
 
 
 class KubeError(Exception):
@@ -192,8 +202,9 @@ class Kube:
         register_secret(value)
         return SecretStr(value)
 
-    async def secret_keys(self, namespace: str, name: str) -> set[str] | None:
-        """The keys of a Secret (None if it does not exist); values are not kept."""
+    async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None:
+        """A Secret's labels and values (None if it does not exist), values registered for
+        log redaction and wrapped. Only the credential resolver calls this."""
         KUBE_REQUESTS.labels("get_secret").inc()
         try:
             secret = await self.core.read_namespaced_secret(name, namespace)
@@ -201,7 +212,16 @@ class Kube:
             if exc.status == 404:
                 return None
             raise _wrap(exc, f"read Secret {namespace}/{name}") from exc
-        return set((secret.data or {}).keys()) | set((secret.string_data or {}).keys())
+        values: dict[str, SecretStr] = {}
+        for key, encoded in (secret.data or {}).items():
+            try:
+                value = base64.b64decode(encoded).decode()
+            except (ValueError, UnicodeDecodeError):
+                continue  # not text: no credential nodewarden uses is binary
+            register_secret(value)
+            values[key] = SecretStr(value)
+        labels = dict((secret.metadata.labels or {}) if secret.metadata else {})
+        return SecretRecord(name=name, labels=labels, values=values)
 
     # --- events -------------------------------------------------------------------------
 

@@ -1,0 +1,420 @@
+"""The credential resolver: the only way any adapter obtains a credential for a node.
+
+    resolver.bmc(name, spec)                  -> BmcCredentials | Refusal
+    resolver.ssh(name, spec)                  -> SshCredentials | Refusal   (side nodes)
+    resolver.ssh_for_instance(name, host, port) -> SshCredentials | Refusal (cloud VMs)
+    resolver.wol(name, spec)                  -> WolCredentials | Refusal
+    resolver.check(name, spec)                -> [Refusal, ...]             (validation)
+
+Each call takes the WorkerNode spec as it is *now* (callers pass the latest from their
+cache, at the moment of use), so an edit that points a node at a non-admitted endpoint
+or an undesignated Secret stops every credentialed request from the next use on,
+including a probe that was already scheduled. A refusal carries the condition reason,
+the field and a message naming the Secret or endpoint and the rule; nothing is sent.
+
+Rules (docs/security.md): a Secret named by a WorkerNode is read only when it carries
+the label ``nodewarden.io/credentials`` for that use and is not one of the operator's
+own (reserved) Secrets; BMC credentials go only to admitted BMC endpoints, side-node SSH
+logins only to admitted SSH addresses (cloud VMs: the address the cloud reported for
+nodewarden's own instance), Wake-on-LAN packets only to admitted targets. Secrets are
+cached for `credentials.secretTtl` (one read per Secret per TTL, shared by all nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import SecretBytes, SecretStr
+
+from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.config import CredentialsConfig
+from nodewarden.credentials.admission import AdmissionList, Endpoint, bmc_endpoint, parse_entries
+from nodewarden.credentials.designation import (
+    LABEL,
+    SecretRef,
+    SecretView,
+    designated,
+    refusal_message,
+    secret_refs,
+    why_not,
+)
+from nodewarden.kube.client import KubeError, SecretRecord
+from nodewarden.redfish.config import RedfishEndpointConfig
+from nodewarden.ssh.credentials import KnownHostKeys, SshClientKey, SshTarget
+from nodewarden.ssh.errors import InvalidClientKey
+from nodewarden.units import parse_duration
+from nodewarden.wol import InvalidSecureOn, parse_secure_on
+
+log = logging.getLogger(__name__)
+
+RefusalReason = Literal[
+    "CredentialsNotDesignated", "EndpointNotAdmitted", "CredentialsMissing", "CredentialsInvalid"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why nothing may be sent: the condition reason, the field, the message (with the fix)."""
+
+    reason: RefusalReason
+    field: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BmcCredentials:
+    """A BMC's admitted endpoint and its designated credentials."""
+
+    endpoint: str
+    username: str
+    password: SecretStr
+    ca_bundle_pem: str | None = field(default=None, repr=False)
+    system_id: str | None = None
+    use_sessions: bool = True
+
+    def redfish_config(self, **settings: Any) -> RedfishEndpointConfig:
+        """Settings for a `RedfishClient` of this BMC (timeouts etc. in `settings`)."""
+        return RedfishEndpointConfig(
+            endpoint=self.endpoint,
+            username=self.username,
+            password=self.password,
+            ca_bundle_pem=self.ca_bundle_pem,
+            system_id=self.system_id,
+            use_sessions=self.use_sessions,
+            **settings,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SshCredentials:
+    """An admitted SSH address, the login, the client key and the host keys to trust."""
+
+    host: str
+    port: int
+    user: str
+    client_key: SshClientKey
+    known_hosts: KnownHostKeys | None
+
+    def target(self, node: str) -> SshTarget:
+        """The prober's target (side nodes: trust only the known_hosts keys)."""
+        if self.known_hosts is None:
+            raise ValueError("a side node's SSH target needs known host keys")
+        return SshTarget(
+            node=node,
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            client_key=self.client_key,
+            trust=self.known_hosts,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WolCredentials:
+    """An admitted Wake-on-LAN target and the optional SecureOn password."""
+
+    mac: str
+    destination: str
+    port: int
+    secure_on: SecretBytes | None = field(default=None, repr=False)
+
+
+class SecretSource(Protocol):
+    """What the resolver reads Secrets with (`nodewarden.kube.client.Kube`)."""
+
+    async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None: ...
+
+
+@dataclass(slots=True)
+class _Cached:
+    expires: float
+    record: SecretRecord | None
+
+
+class CredentialResolver:
+    """See the module docstring. One per operator process (and namespace)."""
+
+    def __init__(
+        self,
+        secrets: SecretSource,
+        namespace: str,
+        config: CredentialsConfig,
+        *,
+        reserved: frozenset[str] = frozenset(),
+        operator_key: SshClientKey | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._secrets = secrets
+        self.namespace = namespace
+        self.reserved = reserved
+        self.operator_key = operator_key
+        self._clock = clock
+        self._ttl = parse_duration(config.secret_ttl).total_seconds()
+        self.bmc_admission: AdmissionList = parse_entries("bmc", config.bmc_endpoints)
+        self.ssh_admission: AdmissionList = parse_entries("ssh", config.ssh_endpoints)
+        self.wol_admission: AdmissionList = parse_entries("wol", config.wake_on_lan_targets)
+        self._cache: dict[str, _Cached] = {}
+        self._inflight: dict[str, asyncio.Future[SecretRecord | None]] = {}
+        self.reads = 0
+
+    # -- secrets ----------------------------------------------------------------------
+
+    def forget(self, name: str | None = None) -> None:
+        """Drop cached Secrets (all, or one) so the next use reads them again."""
+        if name is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(name, None)
+
+    async def _record(self, name: str) -> SecretRecord | None:
+        now = self._clock()
+        cached = self._cache.get(name)
+        if cached is not None and cached.expires > now:
+            return cached.record
+        pending = self._inflight.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[SecretRecord | None] = asyncio.get_running_loop().create_future()
+        self._inflight[name] = future
+        try:
+            self.reads += 1
+            try:
+                record = await self._secrets.read_secret_record(self.namespace, name)
+            except KubeError as exc:
+                # e.g. 403 where RBAC names the Secrets it may read: treated as absent.
+                log.warning("cannot read Secret %s/%s: %s", self.namespace, name, exc)
+                record = None
+            self._cache[name] = _Cached(self._clock() + self._ttl, record)
+            future.set_result(record)
+            return record
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        finally:
+            del self._inflight[name]
+            if not future.done():
+                future.cancel()
+            elif future.exception() is not None:
+                future.exception()  # retrieved: no "never retrieved" warning
+
+    async def _value(self, node: str, ref: SecretRef) -> SecretStr | Refusal:
+        record = await self._record(ref.name) if ref.name not in self.reserved else None
+        view = (
+            None
+            if record is None
+            else SecretView(record.name, record.labels, frozenset(record.values))
+        )
+        if not designated(view, ref, self.reserved):
+            log.info(
+                "WorkerNode %s: %s refused (%s)",
+                node,
+                ref.field,
+                why_not(view, ref, self.reserved),
+                extra={"secret": ref.name, "label": LABEL},
+            )
+            return Refusal("CredentialsNotDesignated", ref.field, refusal_message(ref))
+        assert record is not None
+        return record.values[ref.key]
+
+    # -- endpoints ----------------------------------------------------------------------
+
+    def _bmc_endpoint_refusal(self, spec: WorkerNodeSpec) -> Refusal | None:
+        assert spec.bmc is not None
+        endpoint = bmc_endpoint(spec.bmc.endpoint)
+        if self.bmc_admission.admits(endpoint):
+            return None
+        return Refusal(
+            "EndpointNotAdmitted",
+            "spec.bmc.endpoint",
+            f"spec.bmc.endpoint: {endpoint} is not an admitted BMC endpoint (operator config "
+            "credentials.bmc_endpoints); an administrator admits it there, or point the node "
+            "at an admitted BMC",
+        )
+
+    def _ssh_address(self, spec: WorkerNodeSpec) -> Endpoint | Refusal:
+        address = spec.ssh.address
+        if not address:
+            return Refusal(
+                "CredentialsMissing",
+                "spec.ssh.address",
+                "spec.ssh.address: a side node needs the address nodewarden logs in to",
+            )
+        endpoint = Endpoint(address, spec.ssh.port)
+        if self.ssh_admission.admits(endpoint):
+            return endpoint
+        return Refusal(
+            "EndpointNotAdmitted",
+            "spec.ssh.address",
+            f"spec.ssh.address: {endpoint} is not an admitted SSH address (operator config "
+            "credentials.ssh_endpoints); an administrator admits it there",
+        )
+
+    def _wol_target(self, spec: WorkerNodeSpec) -> Endpoint | Refusal:
+        assert spec.wake_on_lan is not None
+        endpoint = Endpoint(spec.wake_on_lan.broadcast_address, spec.wake_on_lan.port)
+        if self.wol_admission.admits(endpoint):
+            return endpoint
+        return Refusal(
+            "EndpointNotAdmitted",
+            "spec.wakeOnLan.broadcastAddress",
+            f"spec.wakeOnLan.broadcastAddress: {endpoint} is not an admitted Wake-on-LAN "
+            "target (operator config credentials.wake_on_lan_targets); an administrator "
+            "admits it there",
+        )
+
+    # -- per use ------------------------------------------------------------------------
+
+    async def bmc(self, name: str, spec: WorkerNodeSpec) -> BmcCredentials | Refusal:
+        """The BMC credentials of node `name`, or why they may not be used."""
+        bmc = spec.bmc
+        if bmc is None:
+            return Refusal("CredentialsMissing", "spec.bmc", "spec.bmc: the node has no BMC")
+        refused = self._bmc_endpoint_refusal(spec)
+        if refused is not None:
+            return refused
+        values: dict[str, str] = {}
+        secret: SecretStr | None = None
+        for ref in secret_refs(spec):
+            if ref.purpose != "bmc":
+                continue
+            value = await self._value(name, ref)
+            if isinstance(value, Refusal):
+                return value
+            if ref.field.endswith("passwordSecretRef"):
+                secret = value
+            else:
+                values[ref.field] = value.get_secret_value()
+        assert secret is not None
+        username = values.get("spec.bmc.usernameSecretRef", "").strip()
+        if not username:
+            return Refusal(
+                "CredentialsInvalid",
+                "spec.bmc.usernameSecretRef",
+                "spec.bmc.usernameSecretRef: the designated Secret's value is empty",
+            )
+        return BmcCredentials(
+            endpoint=bmc.endpoint,
+            username=username,
+            password=secret,
+            ca_bundle_pem=values.get("spec.bmc.caBundleSecretRef"),
+            system_id=bmc.system_id,
+            use_sessions=bmc.use_sessions,
+        )
+
+    async def ssh(self, name: str, spec: WorkerNodeSpec) -> SshCredentials | Refusal:
+        """A side node's SSH login: admitted address, key, and its known host keys."""
+        endpoint = self._ssh_address(spec)
+        if isinstance(endpoint, Refusal):
+            return endpoint
+        ssh = spec.ssh
+        if ssh.known_hosts_secret_ref is None:
+            return Refusal(
+                "CredentialsMissing",
+                "spec.ssh.knownHostsSecretRef",
+                "spec.ssh.knownHostsSecretRef: required for a side node (its host key is "
+                "never trusted on first use); name a Secret holding its known_hosts line",
+            )
+        client_key = self.operator_key
+        known: KnownHostKeys | None = None
+        for ref in secret_refs(spec):
+            if ref.purpose != "ssh":
+                continue
+            value = await self._value(name, ref)
+            if isinstance(value, Refusal):
+                return value
+            if ref.field == "spec.ssh.privateKeySecretRef":
+                try:
+                    client_key = SshClientKey(value)
+                except InvalidClientKey as exc:
+                    return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+            else:
+                try:
+                    known = KnownHostKeys(value.get_secret_value())
+                except ValueError as exc:
+                    return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+        if client_key is None:
+            return Refusal(
+                "CredentialsMissing",
+                "spec.ssh.privateKeySecretRef",
+                "spec.ssh.privateKeySecretRef: no SSH key for this node; name a designated "
+                "Secret, or configure the operator's key (dispatch.ssh_private_key_secret)",
+            )
+        assert known is not None
+        if known.trusted_for(endpoint.host, endpoint.port).empty:
+            return Refusal(
+                "CredentialsInvalid",
+                "spec.ssh.knownHostsSecretRef",
+                f"spec.ssh.knownHostsSecretRef: no host key listed for {endpoint} "
+                "(write the line as 'HOST KEY', or '[HOST]:PORT KEY' for a port other than 22)",
+            )
+        return SshCredentials(endpoint.host, endpoint.port, ssh.user, client_key, known)
+
+    def ssh_for_instance(
+        self, name: str, host: str, port: int, user: str
+    ) -> SshCredentials | Refusal:
+        """A cloud VM's login: the operator's key, to the address the cloud reported for
+        nodewarden's own instance (admitted by that; host keys by the instance secret)."""
+        if self.operator_key is None:
+            return Refusal(
+                "CredentialsMissing",
+                "dispatch.ssh_private_key_secret",
+                "operator config dispatch.ssh_private_key_secret: no SSH key for cloud VMs",
+            )
+        return SshCredentials(host, port, user, self.operator_key, None)
+
+    async def wol(self, name: str, spec: WorkerNodeSpec) -> WolCredentials | Refusal:
+        """Where node `name`'s magic packet may go, with its SecureOn password if any."""
+        wake = spec.wake_on_lan
+        if wake is None:
+            return Refusal(
+                "CredentialsMissing", "spec.wakeOnLan", "spec.wakeOnLan: the node has no target"
+            )
+        target = self._wol_target(spec)
+        if isinstance(target, Refusal):
+            return target
+        secure_on: SecretBytes | None = None
+        for ref in secret_refs(spec):
+            if ref.purpose != "wol":
+                continue
+            value = await self._value(name, ref)
+            if isinstance(value, Refusal):
+                return value
+            try:
+                secure_on = parse_secure_on(value.get_secret_value())
+            except InvalidSecureOn as exc:
+                return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+        return WolCredentials(str(wake.mac), target.host, target.port, secure_on)
+
+    # -- validation -----------------------------------------------------------------------
+
+    async def check(self, name: str, spec: WorkerNodeSpec) -> list[Refusal]:
+        """Every refusal the node's spec earns (for its Valid condition), reading only
+        designated Secrets and sending nothing."""
+        out: list[Refusal] = []
+        for ref in secret_refs(spec):
+            value = await self._value(name, ref)
+            if isinstance(value, Refusal):
+                out.append(value)
+        if spec.bmc is not None:
+            refused = self._bmc_endpoint_refusal(spec)
+            if refused is not None:
+                out.append(refused)
+        if spec.wake_on_lan is not None:
+            target = self._wol_target(spec)
+            if isinstance(target, Refusal):
+                out.append(target)
+        if spec.node_type == "SideNode":
+            seen = {r.field for r in out}
+            for use in (self.ssh(name, spec), self.bmc(name, spec) if spec.bmc else None):
+                if use is None:
+                    continue
+                result = await use
+                if isinstance(result, Refusal) and result.field not in seen:
+                    out.append(result)
+                    seen.add(result.field)
+        return out
