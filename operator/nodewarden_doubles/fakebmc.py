@@ -3,13 +3,19 @@
 THIS IS A FAKE, not a real peer. Tests use the real sushy-tools emulator wherever it can
 show a behaviour; this server exists only for BMC behaviours sushy-tools 2.2 lacks:
 202 + Location/Retry-After task monitors, reset types published only through an
-ActionInfo resource, SessionService logins (X-Auth-Token) with expiry → 401, 409 on a
-reset that conflicts with a pending transition, a reset that is accepted but never
-applied, PoweringOn/PoweringOff transitional states, and the "reports Off early, drops
-an On sent in that window" quirk. `make demo` also uses it as a BMC for side nodes.
+ActionInfo resource, SessionService logins (X-Auth-Token) with expiry → 401, logins
+that succeed oddly (204 without a body) or half-fail (no token, no Location, a broken
+body after the session was created, an error status), 409 on a reset that conflicts
+with a pending transition, a reset that is accepted but never applied, resets answered
+with an error or only after a long delay, PoweringOn/PoweringOff transitional states,
+the "reports Off early, drops an On sent in that window" quirk, and reply bodies sent
+in several TCP writes, chunked, or stalling half-way. `make demo` also uses it as a BMC
+for side nodes.
 
-It listens on 127.0.0.1 only. Every request is recorded (method, path, auth kind) and
-every reset with what the fake did with it, so tests can assert on what was sent.
+It listens on 127.0.0.1 only. Every request is recorded (method, path, auth kind,
+status, live sessions after it) and every reset with what the fake did with it, so
+tests can assert on what was sent. `live_sessions` counts the sessions a client could
+still use (created, not deleted, not expired): a client that cleans up leaves 0.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import asyncio
 import base64
 import binascii
+import contextlib
 import hmac
 import json
 import logging
@@ -44,7 +51,26 @@ _OFF_TYPES = frozenset({"GracefulShutdown", "ForceOff"})
 _RESTART_TYPES = frozenset({"GracefulRestart", "ForceRestart", "PowerCycle"})
 
 AuthKind = Literal["session", "basic", "none"]
-ResetOutcome = Literal["scheduled", "no_change", "dropped", "ignored", "conflict", "rejected"]
+ResetOutcome = Literal[
+    "scheduled", "no_change", "dropped", "ignored", "conflict", "rejected", "failed"
+]
+LoginFault = Literal[
+    "none",
+    "no_token",
+    "no_location",
+    "anonymous",
+    "malformed_body",
+    "truncated_body",
+    "stalled_body",
+]
+"""How a login that creates a session goes wrong:
+- no_token: 2xx with Location, no X-Auth-Token;
+- no_location: token, no Location header (the body still names the session);
+- anonymous: token, no Location, a body that is not JSON (nothing names the session);
+- malformed_body: token and Location, a body that is not JSON;
+- truncated_body: token and Location, the connection closes half-way through the body;
+- stalled_body: token and Location, the body stops half-way until `body_stall_seconds`."""
+BodyDelivery = Literal["whole", "pieces", "chunked"]
 
 
 @dataclass
@@ -58,6 +84,11 @@ class FakeBmcOptions:
     sessions: bool = True
     basic_auth: bool = True
     session_ttl: float | None = None
+    login_status: Literal[200, 201, 204] = 201
+    """Status of a successful login (204: no body, only X-Auth-Token and Location)."""
+    login_error: int | None = None
+    """Answer every login with this HTTP status and create no session (e.g. 405, 500)."""
+    login_fault: LoginFault = "none"
     allowable: tuple[str, ...] = DEFAULT_ALLOWABLE
     allowable_in: Literal["inline", "action_info", "nowhere"] = "inline"
     reset_reply: Literal[200, 204, 202] = 204
@@ -81,6 +112,19 @@ class FakeBmcOptions:
     """Delay every answer (for client timeouts)."""
     unavailable_reads: int = 0
     """Answer this many GETs of a system with 503 + Retry-After (a BMC busy or rebooting)."""
+    failing_resets: int = 0
+    """Answer this many resets with `reset_error_status` and apply nothing."""
+    reset_error_status: int = 500
+    reset_delay: float = 0.0
+    """Hold every reset this long before handling it (a POST still in flight); ends at stop."""
+    body_delivery: BodyDelivery = "whole"
+    """How JSON bodies are sent: in one write, in `body_pieces` writes with a
+    Content-Length, or as `body_pieces` chunks (Transfer-Encoding: chunked)."""
+    body_pieces: int = 3
+    body_piece_gap: float = 0.05
+    """Pause between two pieces, so that each arrives in its own TCP segment."""
+    body_stall_seconds: float = 0.0
+    """With pieces or chunks: stop after the first piece for this long (ends at stop)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +133,8 @@ class RequestRecord:
     path: str
     auth: AuthKind
     status: int
+    live_sessions: int
+    """Sessions still live on the fake after this request."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +174,9 @@ class _Session:
     expires_at: float | None
     expired: bool = False
 
+    def live(self, now: float) -> bool:
+        return not self.expired and (self.expires_at is None or now < self.expires_at)
+
 
 @dataclass
 class _Task:
@@ -154,6 +203,7 @@ class FakeBmc:
             sid: _System(sid, self.options.initial_power) for sid in self.options.system_ids
         }
         self._sessions: dict[str, _Session] = {}
+        self._session_counter = 0
         self._tasks: dict[str, _Task] = {}
         self.requests: list[RequestRecord] = []
         self.resets: list[ResetRecord] = []
@@ -161,6 +211,7 @@ class FakeBmc:
         self.failed_logins = 0
         self.issued_tokens: list[str] = []
         self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
         self.port = 0
 
     # -- lifecycle -----------------------------------------------------------------
@@ -171,6 +222,7 @@ class FakeBmc:
         return f"{scheme}://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
+        self._stopping.clear()
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get(ROOT, self._root)
         app.router.add_get(ROOT + "/", self._root)
@@ -193,6 +245,7 @@ class FakeBmc:
         logger.info("fake BMC listening on %s", self.url)
 
     async def stop(self) -> None:
+        self._stopping.set()  # ends stalled bodies and held resets
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -215,6 +268,12 @@ class FakeBmc:
         """Make every issued X-Auth-Token invalid (the next use gets 401)."""
         for session in self._sessions.values():
             session.expired = True
+
+    @property
+    def live_sessions(self) -> int:
+        """Sessions created and neither deleted nor expired (0 when every client cleaned up)."""
+        now = self._clock()
+        return sum(1 for session in self._sessions.values() if session.live(now))
 
     def set_power(self, system_id: str, power: Literal["On", "Off"]) -> None:
         """Set a system's state directly, cancelling any pending transition."""
@@ -245,10 +304,75 @@ class FakeBmc:
                 response.headers["WWW-Authenticate"] = 'Basic realm="fakebmc"'
         else:
             response = await handler(request)
+        if (
+            self.options.body_delivery != "whole"
+            and isinstance(response, web.Response)
+            and not response.prepared
+            and response.body
+        ):
+            response = await self._send_in_pieces(
+                request,
+                response,
+                stall=self.options.body_stall_seconds > 0,
+                chunked=self.options.body_delivery == "chunked",
+            )
         self.requests.append(
-            RequestRecord(request.method, request.path, auth or "none", response.status)
+            RequestRecord(
+                request.method, request.path, auth or "none", response.status, self.live_sessions
+            )
         )
         return response
+
+    async def _hold(self, seconds: float) -> None:
+        """Wait `seconds`, or less if the fake is stopped meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _send_in_pieces(
+        self,
+        request: web.Request,
+        response: web.Response,
+        *,
+        stall: bool,
+        chunked: bool,
+        truncate: bool = False,
+    ) -> web.StreamResponse:
+        """Send the body of `response` in several writes (chunked or with Content-Length).
+
+        `stall`: hold after the first piece for `body_stall_seconds`; `truncate`: close
+        the connection after the first piece, short of the announced Content-Length.
+        """
+        body = response.body
+        if not isinstance(body, bytes):
+            return response
+        count = max(2, self.options.body_pieces)
+        size = -(-len(body) // count)
+        pieces = [body[i : i + size] for i in range(0, len(body), size)]
+        stream = web.StreamResponse(status=response.status)
+        for name, value in response.headers.items():
+            if name.lower() not in ("content-length", "transfer-encoding"):
+                stream.headers[name] = value
+        if chunked:
+            stream.enable_chunked_encoding()
+        else:
+            stream.content_length = len(body)
+        await stream.prepare(request)
+        try:
+            for index, piece in enumerate(pieces):
+                if index == 1:
+                    if truncate:
+                        if request.transport is not None:
+                            request.transport.close()
+                        return stream
+                    if stall:
+                        await self._hold(self.options.body_stall_seconds)
+                if index:
+                    await asyncio.sleep(self.options.body_piece_gap)
+                await stream.write(piece)
+            await stream.write_eof()
+        except ConnectionError:
+            pass  # the client gave up meanwhile
+        return stream
 
     def _authenticate(self, request: web.Request) -> AuthKind | None:
         now = self._clock()
@@ -367,7 +491,7 @@ class FakeBmc:
             {"@odata.id": ROOT + "/SessionService", "Sessions": {"@odata.id": SESSIONS}}
         )
 
-    async def _login(self, request: web.Request) -> web.Response:
+    async def _login(self, request: web.Request) -> web.StreamResponse:
         if not self.options.sessions:
             return _error(404, "Base.1.8.ResourceNotFound", "no SessionService")
         try:
@@ -383,7 +507,10 @@ class FakeBmc:
         ):
             self.failed_logins += 1
             return _error(401, "Base.1.8.NoValidSession", "invalid user name or password")
-        session_id = str(len(self._sessions) + 1)
+        if self.options.login_error is not None:
+            return _error(self.options.login_error, "Base.1.8.InternalError", "login failed")
+        self._session_counter += 1
+        session_id = str(self._session_counter)
         token = secrets.token_urlsafe(24)
         ttl = self.options.session_ttl
         self._sessions[session_id] = _Session(
@@ -392,11 +519,36 @@ class FakeBmc:
         self.issued_tokens.append(token)
         self.logins += 1
         location = f"{SESSIONS}/{session_id}"
-        return web.json_response(
+        fault = self.options.login_fault
+        headers = {"X-Auth-Token": token, "Location": location}
+        if fault == "no_token":
+            del headers["X-Auth-Token"]
+        elif fault in ("no_location", "anonymous"):
+            del headers["Location"]
+        status = self.options.login_status
+        if status == 204:
+            return web.Response(status=204, headers=headers)
+        if fault in ("anonymous", "malformed_body"):
+            return web.Response(
+                status=status,
+                text="<html>session created",
+                content_type="text/html",
+                headers=headers,
+            )
+        response = web.json_response(
             {"@odata.id": location, "Id": session_id, "UserName": user},
-            status=201,
-            headers={"X-Auth-Token": token, "Location": location},
+            status=status,
+            headers=headers,
         )
+        if fault in ("truncated_body", "stalled_body"):
+            return await self._send_in_pieces(
+                request,
+                response,
+                stall=fault == "stalled_body",
+                chunked=False,
+                truncate=fault == "truncated_body",
+            )
+        return response
 
     async def _logout(self, request: web.Request) -> web.Response:
         if self._sessions.pop(request.match_info["session"], None) is None:
@@ -404,15 +556,21 @@ class FakeBmc:
         return web.Response(status=204)
 
     async def _reset(self, request: web.Request) -> web.Response:
-        system = self._system_or_404(request)
-        if isinstance(system, web.Response):
-            return system
         try:
             body = await request.json()
         except ValueError:
             return _error(400, "Base.1.8.MalformedJSON", "malformed JSON")
+        if self.options.reset_delay > 0:
+            await self._hold(self.options.reset_delay)
+        system = self._system_or_404(request)
+        if isinstance(system, web.Response):
+            return system
         reset_type = body.get("ResetType") if isinstance(body, dict) else None
         now = self._clock()
+        if self.options.failing_resets > 0:
+            self.options.failing_resets -= 1
+            self.resets.append(ResetRecord(system.system_id, str(reset_type), now, "failed"))
+            return _error(self.options.reset_error_status, "Base.1.8.InternalError", "reset failed")
         if not isinstance(reset_type, str) or reset_type not in self.options.allowable:
             self.resets.append(ResetRecord(system.system_id, str(reset_type), now, "rejected"))
             return _error(

@@ -2,12 +2,15 @@
 
 Only behaviours sushy-tools cannot produce are tested here: 202 task monitors,
 ActionInfo-only allowable values, sessions (X-Auth-Token, expiry, re-login), 409,
-a reset accepted but never applied, PoweringOn/Off, the early-Off quirk, slow answers.
+a reset accepted but never applied, PoweringOn/Off, the early-Off quirk, slow answers,
+resets that fail or hang. Login faults are in test_redfish_sessions.py, body faults in
+test_redfish_bodies.py.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from datetime import timedelta
 
 import pytest
@@ -191,6 +194,8 @@ async def test_session_login_then_token_then_logout(fake_bmc: StartFakeBmc) -> N
     assert authenticated and {r.auth for r in authenticated} == {"session"}
     assert peer.bmc.requests[-1].method == "DELETE"
     assert peer.bmc.requests[-1].status == 204
+    assert peer.bmc.requests[-1].live_sessions == 0
+    assert peer.bmc.live_sessions == 0
 
 
 async def test_expired_session_gets_one_relogin(fake_bmc: StartFakeBmc) -> None:
@@ -430,3 +435,74 @@ async def test_busy_bmc_until_the_deadline_reports_the_last_error(
     assert caught.value.requests == ()
     assert caught.value.last_error is not None and "503" in caught.value.last_error
     assert peer.bmc.resets == []
+
+
+# -- failed resets count against the budget; the deadline bounds a reset in flight -------
+
+
+@pytest.mark.parametrize(
+    ("resend_after", "max_resends", "posts"),
+    [(0.3, 1, 2), (0.2, 2, 3), (None, 3, 1)],
+)
+async def test_failing_resets_count_against_max_resends(
+    fake_bmc: StartFakeBmc, resend_after: float | None, max_resends: int, posts: int
+) -> None:
+    peer = await fake_bmc(initial_power="Off", failing_resets=10_000)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=1.5),
+        poll_interval=timedelta(seconds=0.05),
+        resend_after=None if resend_after is None else timedelta(seconds=resend_after),
+        max_resends=max_resends,
+    )
+    async with RedfishClient(peer.config()) as client:
+        with pytest.raises(ConfirmationDeadlineExceeded) as caught:
+            await request_and_confirm(client, "On", settings)
+    error = caught.value
+    assert [r.outcome for r in peer.bmc.resets] == ["failed"] * posts
+    assert error.requests == ()
+    assert [f.http_status for f in error.failed_requests] == [500] * posts
+    assert not any(f.in_flight_at_deadline for f in error.failed_requests)
+    assert error.last_error is not None and "HTTP 500" in error.last_error
+    assert f"{posts} failed" in str(error)
+
+
+async def test_a_failed_reset_is_resent_and_then_confirmed(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(initial_power="Off", failing_resets=1)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=10),
+        poll_interval=timedelta(seconds=0.05),
+        resend_after=timedelta(seconds=0.2),
+        max_resends=1,
+    )
+    async with RedfishClient(peer.config()) as client:
+        result = await request_and_confirm(client, "On", settings)
+    assert result.confirmation.state is PowerState.ON
+    assert [r.outcome for r in peer.bmc.resets] == ["failed", "scheduled"]
+    assert len(result.requests) == 1 and len(result.failed_requests) == 1
+    assert result.failed_requests[0].http_status == 500
+
+
+async def test_reset_in_flight_at_the_deadline_does_not_delay_the_result(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    # The BMC holds the POST far longer than the confirmation deadline; the client's own
+    # request timeout (10 s) must not decide when the confirmation ends.
+    peer = await fake_bmc(initial_power="Off", reset_delay=60.0)
+    settings = ConfirmationSettings(
+        deadline=timedelta(seconds=1.0), poll_interval=timedelta(seconds=0.05)
+    )
+    started = time.monotonic()
+    async with RedfishClient(peer.config(request_timeout=10.0)) as client:
+        with pytest.raises(ConfirmationDeadlineExceeded) as caught:
+            await request_and_confirm(client, "On", settings)
+        finished = time.monotonic()
+    error = caught.value
+    assert finished - started < 6.0  # deadline + the final read, not + 10 s
+    assert error.requests == ()
+    assert len(error.failed_requests) == 1
+    in_flight = error.failed_requests[0]
+    assert in_flight.in_flight_at_deadline and in_flight.http_status is None
+    assert in_flight.reset_type == "On"
+    assert "in flight at the confirmation deadline" in str(error)
+    assert error.last_observation is not None
+    assert error.last_observation.state is PowerState.OFF

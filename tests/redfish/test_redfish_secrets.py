@@ -2,7 +2,9 @@
 
 All logs of the process are captured at DEBUG (aiohttp and asyncio included) while
 the adapter logs in, re-logs in after expiry, resets through a 202 task, fails a
-confirmation and meets wrong passwords, against the fake BMC and sushy-tools.
+confirmation, meets wrong passwords, falls back to Basic auth after a failed login
+and deletes sessions (on close, and at once after a half-failed login), against the
+fake BMC and sushy-tools.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from nodewarden.redfish import (
     ConfirmationDeadlineExceeded,
     ConfirmationSettings,
     RedfishClient,
+    RedfishConnectionError,
     RedfishError,
     request_and_confirm,
 )
@@ -69,6 +72,36 @@ async def test_no_secret_in_logs_errors_or_reprs(
     async with RedfishClient(sushy.config(system_id=sushy.systems["node-read"])) as client:
         texts.append(repr(await client.read_reset_capabilities()))
 
+    # Basic fallback: a login without a token (its session deleted with Basic auth), a
+    # login answered 500 with Basic refused, and a login cut after the session existed
+    # (deleted with its token before the error is raised).
+    no_token_bmc = await fake_bmc(login_fault="no_token")
+    refused_bmc = await fake_bmc(login_error=500, basic_auth=False)
+    cut_bmc = await fake_bmc(login_fault="truncated_body")
+    async with RedfishClient(no_token_bmc.config()) as client:
+        texts += [repr(await client.read_power_state()), repr(client)]
+        texts.append(str(client.auth_fallback_reason))
+    async with RedfishClient(refused_bmc.config()) as client:
+        with pytest.raises(AuthFailed) as refused:
+            await client.read_power_state()
+        texts += [str(refused.value), repr(refused.value), repr(refused.value.__dict__)]
+    async with RedfishClient(cut_bmc.config()) as client:
+        with pytest.raises(RedfishConnectionError) as cut:
+            await client.read_power_state()
+        texts += [str(cut.value), repr(cut.value), repr(cut.value.__dict__)]
+    deleted_with = {
+        (peer.bmc.options.login_fault, r.auth)
+        for peer in (session_bmc, no_token_bmc, cut_bmc)
+        for r in peer.bmc.requests
+        if r.method == "DELETE" and r.status == 204
+    }
+    assert deleted_with == {
+        ("none", "session"),
+        ("no_token", "basic"),
+        ("truncated_body", "session"),
+    }
+    assert all(p.bmc.live_sessions == 0 for p in (session_bmc, no_token_bmc, cut_bmc))
+
     texts.append(caplog.text)
     for record in caplog.records:
         texts.append(repr(record.__dict__))
@@ -86,6 +119,8 @@ async def test_no_secret_in_logs_errors_or_reprs(
         basic(sushy.username, sushy.password),
         basic(sushy.username, WRONG_PASSWORD),
         *session_bmc.bmc.issued_tokens,
+        *no_token_bmc.bmc.issued_tokens,
+        *cut_bmc.bmc.issued_tokens,
     ]
     haystack = "\n".join(texts)
     assert len(caplog.records) > 20  # the run really logged

@@ -1,9 +1,11 @@
 """Redfish adapter: read and change a side node's power through its BMC, with typed facts.
 
 - `RedfishClient` (client.py): discovery, PowerState, allowable reset types, reset requests
-  and task monitors, over aiohttp with session or Basic auth and verified TLS.
+  and task monitors, over aiohttp (transport.py) with verified TLS.
+- auth.py: session login (X-Auth-Token) with fallback to Basic auth, session deletion.
 - `request_and_confirm` (confirmation.py): reset only if needed, then poll PowerState to
-  the target within a deadline; `decide_confirmation_step` is its pure rule.
+  the target within a deadline and a budget of attempts; `decide_confirmation_step` is
+  its pure rule.
 - facts.py: what the adapter returns; errors.py: what it raises.
 - the fake BMC for faults sushy-tools cannot produce lives beside the product, in
   `nodewarden_doubles.fakebmc` (tests, demo).
@@ -39,6 +41,7 @@ from nodewarden.redfish.errors import (
     TlsError,
 )
 from nodewarden.redfish.facts import (
+    FailedResetRequest,
     PowerState,
     PowerStateObservation,
     ResetCapabilities,
@@ -55,6 +58,7 @@ __all__ = [
     "ConfirmationSettings",
     "ConfirmationStep",
     "Conflict409",
+    "FailedResetRequest",
     "NotFound",
     "PowerControl",
     "PowerState",

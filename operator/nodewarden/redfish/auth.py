@@ -1,11 +1,27 @@
-"""Authentication to one BMC: a Redfish session (X-Auth-Token) or HTTP Basic as fallback.
+"""Authentication to one BMC: a Redfish session (X-Auth-Token), else HTTP Basic.
 
-`RedfishAuth.request` sends an authenticated request. In session mode a 401 triggers
-exactly one fresh login (shared by concurrent callers) and one retry; a second 401 is
-AuthFailed. A BMC without a usable SessionService (no link, 404/405/501 on login) gets
-Basic auth. Credentials rejected at login are AuthFailed, never silently retried as
-Basic. The token and password live in SecretStr and are put into headers only at send
-time; the session is deleted on close.
+`RedfishAuth.request` sends an authenticated request. The rules:
+- Session login succeeds on any 2xx that carries an X-Auth-Token and names the new
+  session (Location header, else the body's @odata.id): 200, 201 and 204 alike. The
+  client only runs on a session it can delete.
+- Credentials rejected at login (401/403) are AuthFailed and are never retried as
+  Basic: the same wrong password sent twice would count twice towards the BMC's
+  lockout.
+- Any other failed login falls back to Basic auth, as `spec.bmc.useSessions` promises:
+  no SessionService link, any other HTTP error (404, 405, 5xx…), a 2xx without a token,
+  or a session nothing names. A session the BMC created anyway is deleted at once (with
+  Basic auth when no token came back); one that nothing names cannot be, and is
+  reported. Basic reached this way is kept for the client's life; if the BMC refuses it
+  (401), the AuthFailed names the failed login and the next request tries a session
+  login again.
+- A login that does not complete (timeout, connection lost, TLS) raises the
+  transport's error and the next request tries again; if the session was created and
+  only the reply body broke off (stalled → RedfishTimeout, cut), it is deleted first.
+- In session mode a 401 triggers exactly one fresh login (shared by concurrent callers)
+  and one retry; a second 401 is AuthFailed.
+- `logout` (the client's close) deletes the session: DELETE of its Location.
+
+The token and password live in SecretStr and are put into headers only at send time.
 """
 
 from __future__ import annotations
@@ -24,8 +40,10 @@ from nodewarden.redfish.transport import HttpReply, RedfishTransport, error_for_
 logger = logging.getLogger(__name__)
 
 SERVICE_ROOT = "/redfish/v1/"
+STANDARD_SESSIONS_PATH = SERVICE_ROOT + "SessionService/Sessions"
+"""The Sessions collection URI the Redfish specification fixes for every service."""
+SESSION_DELETE_TIMEOUT = 5.0
 AuthMode = Literal["session", "basic"]
-_NO_SESSION_SERVICE = frozenset({404, 405, 501})
 
 
 class RedfishAuth:
@@ -46,6 +64,8 @@ class RedfishAuth:
         self._mode: AuthMode | None = None
         self._token: SecretStr | None = None
         self._session_path: str | None = None
+        self._fallback_reason: str | None = None
+        self._deleting_token: SecretStr | None = None
         self._generation = 0
         self._lock = asyncio.Lock()
         self.logins = 0
@@ -58,18 +78,27 @@ class RedfishAuth:
         """'session' or 'basic' once decided, None before the first request."""
         return self._mode
 
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why sessions were configured but Basic auth is used (None: no fallback)."""
+        return self._fallback_reason
+
     def secret_values(self) -> list[str]:
         """Values that must never appear in any text the adapter produces."""
         values = [self._password.get_secret_value()]
-        if self._token is not None:
-            values.append(self._token.get_secret_value())
+        for token in (self._token, self._deleting_token):
+            if token is not None:
+                values.append(token.get_secret_value())
         return values
+
+    def _basic_header(self) -> dict[str, str]:
+        raw = f"{self._username}:{self._password.get_secret_value()}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(raw).decode("ascii")}
 
     def _headers(self) -> dict[str, str]:
         if self._mode == "session" and self._token is not None:
             return {"X-Auth-Token": self._token.get_secret_value()}
-        raw = f"{self._username}:{self._password.get_secret_value()}".encode()
-        return {"Authorization": "Basic " + base64.b64encode(raw).decode("ascii")}
+        return self._basic_header()
 
     async def request(
         self,
@@ -95,6 +124,17 @@ class RedfishAuth:
             reply = await self._transport.request(
                 method, path, headers=self._headers(), json_body=json_body, time_limit=time_limit
             )
+        if reply.status == 401 and self._mode == "basic" and self._fallback_reason is not None:
+            reason = self._fallback_reason
+            self._mode = None  # the next request tries a session login again
+            self._fallback_reason = None
+            raise AuthFailed(
+                self._transport.endpoint,
+                f"{method} {path}: the BMC refused Basic auth (HTTP 401), used because "
+                f"{reason}; check the BMC user name and password Secret, and that the "
+                "BMC offers sessions or Basic auth",
+                401,
+            )
         if reply.status in (401, 403):
             raise error_for_status(self._transport.endpoint, reply, f"{method} {path}")
         return reply
@@ -106,18 +146,26 @@ class RedfishAuth:
             await self._login()
             self._generation += 1
 
+    def _use_basic(self, reason: str | None) -> None:
+        self._mode = "basic"
+        self._token = None
+        self._session_path = None
+        self._fallback_reason = reason
+        if reason is not None:
+            logger.info(
+                "redfish %s; using Basic auth",
+                reason,
+                extra={"redfish_endpoint": self._transport.endpoint},
+            )
+
     async def _login(self) -> None:
         endpoint = self._transport.endpoint
         if not self._use_sessions:
-            self._mode = "basic"
+            self._use_basic(None)
             return
         sessions_path = await self._sessions_path()
         if sessions_path is None:
-            logger.info(
-                "redfish service offers no SessionService; using Basic auth",
-                extra={"redfish_endpoint": endpoint},
-            )
-            self._mode = "basic"
+            self._use_basic("the service root links no SessionService")
             return
         reply = await self._transport.request(
             "POST",
@@ -126,15 +174,8 @@ class RedfishAuth:
                 "UserName": self._username,
                 "Password": self._password.get_secret_value(),
             },
+            keep_broken_body=True,
         )
-        if reply.status in _NO_SESSION_SERVICE:
-            logger.info(
-                "redfish session login not supported (HTTP %s); using Basic auth",
-                reply.status,
-                extra={"redfish_endpoint": endpoint},
-            )
-            self._mode = "basic"
-            return
         if reply.status in (401, 403):
             raise AuthFailed(
                 endpoint,
@@ -142,15 +183,33 @@ class RedfishAuth:
                 "check the BMC user name and password Secret",
                 reply.status,
             )
-        if reply.status not in (200, 201) or reply.auth_token is None:
-            if reply.status >= 400:
-                raise error_for_status(endpoint, reply, "session login")
-            raise RedfishError(
-                endpoint, f"session login answered HTTP {reply.status} without X-Auth-Token"
+        if not 200 <= reply.status < 300:
+            self._use_basic(f"session login failed (HTTP {reply.status})")
+            return
+        token = reply.auth_token
+        session_path = reply.location or _odata_id(reply.body)
+        if reply.body_error is not None:
+            # The BMC created the session, then the reply broke off: do not keep it.
+            if token is not None and session_path is not None:
+                await self._delete_session(session_path, token)
+            raise reply.body_error
+        if token is None:
+            if session_path is not None:
+                await self._delete_session(session_path, None)
+            self._use_basic(f"session login answered HTTP {reply.status} without X-Auth-Token")
+            return
+        if session_path is None:
+            logger.warning(
+                "redfish session login answered without Location or session @odata.id: "
+                "the session cannot be deleted and stays until the BMC's session timeout",
+                extra={"redfish_endpoint": endpoint},
             )
+            self._use_basic("session login named no session (no Location)")
+            return
         self._mode = "session"
-        self._token = reply.auth_token
-        self._session_path = reply.location or _odata_id(reply.body)
+        self._token = token
+        self._session_path = session_path
+        self._fallback_reason = None
         self.logins += 1
         logger.info(
             "redfish session established",
@@ -158,30 +217,64 @@ class RedfishAuth:
         )
 
     async def _sessions_path(self) -> str | None:
+        """The Sessions collection: linked from the service root, else the standard URI.
+
+        None when the root is readable and links no SessionService at all.
+        """
         reply = await self._transport.request("GET", SERVICE_ROOT)
-        if reply.status >= 400:
-            raise error_for_status(self._transport.endpoint, reply, "reading the service root")
-        root = reply.json_object(self._transport.endpoint)
+        if reply.status >= 400 or not isinstance(reply.body, dict):
+            return STANDARD_SESSIONS_PATH  # a root behind auth: try the fixed URI
+        root = reply.body
         links = root.get("Links")
         if isinstance(links, dict):
             path = _odata_id(links.get("Sessions"))
             if path:
                 return path
         if _odata_id(root.get("SessionService")):
-            return SERVICE_ROOT + "SessionService/Sessions"
+            return STANDARD_SESSIONS_PATH
         return None
+
+    async def _delete_session(self, path: str, token: SecretStr | None) -> bool:
+        """DELETE one session with its own token, else Basic auth; best effort.
+
+        Failures are logged, not raised. 404, and 401 to the session's own token, mean
+        the session is already gone (deleted or expired).
+        """
+        endpoint = self._transport.endpoint
+        headers = (
+            self._basic_header() if token is None else {"X-Auth-Token": token.get_secret_value()}
+        )
+        self._deleting_token = token
+        try:
+            reply = await self._transport.request(
+                "DELETE", path, headers=headers, time_limit=SESSION_DELETE_TIMEOUT
+            )
+        except RedfishError as exc:
+            logger.warning(
+                "redfish session could not be deleted: %s",
+                exc.detail,
+                extra={"redfish_endpoint": endpoint},
+            )
+            return False
+        finally:
+            self._deleting_token = None
+        gone = reply.status == 404 or (reply.status == 401 and token is not None)
+        if reply.status >= 300 and not gone:
+            logger.warning(
+                "redfish session could not be deleted (HTTP %s)",
+                reply.status,
+                extra={"redfish_endpoint": endpoint, "http_status": reply.status},
+            )
+            return False
+        logger.debug("redfish session deleted (HTTP %s)", reply.status)
+        return True
 
     async def logout(self) -> None:
         """Delete the session, if any (best effort: errors are logged, not raised)."""
         if self._mode != "session" or self._token is None or self._session_path is None:
             return
         try:
-            reply = await self._transport.request(
-                "DELETE", self._session_path, headers=self._headers(), time_limit=5.0
-            )
-            logger.debug("redfish session deleted (HTTP %s)", reply.status)
-        except RedfishError as exc:
-            logger.info("redfish session logout failed: %s", exc.detail)
+            await self._delete_session(self._session_path, self._token)
         finally:
             self._token = None
             self._session_path = None

@@ -128,6 +128,11 @@ class RedfishClient:
         return self._auth.mode
 
     @property
+    def auth_fallback_reason(self) -> str | None:
+        """Why Basic auth is used although sessions are configured (None: no fallback)."""
+        return self._auth.fallback_reason
+
+    @property
     def logins(self) -> int:
         """Number of session logins so far (re-logins after 401 included)."""
         return self._auth.logins

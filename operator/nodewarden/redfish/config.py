@@ -31,7 +31,9 @@ class RedfishEndpointConfig(BaseModel):
         description="PEM CA certificates that sign the BMC's certificate; None = system store.",
     )
     use_sessions: bool = Field(
-        default=True, description="Log in through SessionService; Basic auth if unavailable."
+        default=True,
+        description="Log in through SessionService; Basic auth when the login fails for "
+        "another reason than rejected credentials (see auth.py).",
     )
     connect_timeout: float = Field(default=5.0, gt=0, le=300)
     request_timeout: float = Field(default=15.0, gt=0, le=600)

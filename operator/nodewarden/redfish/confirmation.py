@@ -8,16 +8,22 @@ state counts as reached only when a PowerState read shows it, before the deadlin
 - the state is read *before* any reset, so nothing is sent when the system is already
   at the target or still PoweringOn/PoweringOff (which would earn a 409);
 - PoweringOn/PoweringOff count as "in progress", never as confirmation;
-- a request that shows no effect after `resend_after` is re-sent (at most
-  `max_resends` times): some BMCs report Off before the host is really down and drop
-  an On sent in that window;
+- a request that shows no effect after `resend_after` is re-sent: at most
+  1 + `max_resends` resets are sent in all. Some BMCs report Off before the host is
+  really down and drop an On sent in that window;
+- a reset that failed (5xx/429, timeout, connection lost) counts against that budget
+  like an accepted one, and the next attempt waits `resend_after` as well: a BMC that
+  answers every reset with 500 gets 1 + `max_resends` of them, not one per poll;
 - a 409 on the reset is counted and the state re-read at the next poll; a 409 shows a
   change is still pending, so it restarts the re-send clock like an accepted request
   (no reset every poll while the BMC works; a re-send racing the end of the change
-  could otherwise be accepted as a second request);
-- transient errors (timeouts, connection loss, 5xx/429) on reads and resets are
-  tolerated until the deadline; at the deadline ConfirmationDeadlineExceeded carries
-  the evidence.
+  could otherwise be accepted as a second request); it does not use the budget;
+- transient errors on reads are tolerated until the deadline;
+- the deadline bounds the requests too: a reset still unanswered at the deadline is
+  abandoned (recorded as in flight: the BMC may still act on it) and a read gets at
+  most the time left, or `final_read_timeout` near the deadline. So the result comes
+  at most `final_read_timeout` after the deadline, never a whole request timeout
+  later; ConfirmationDeadlineExceeded carries the evidence.
 """
 
 from __future__ import annotations
@@ -38,7 +44,12 @@ from nodewarden.redfish.errors import (
     RedfishTimeout,
     TlsError,
 )
-from nodewarden.redfish.facts import PowerState, PowerStateObservation, ResetRequestResult
+from nodewarden.redfish.facts import (
+    FailedResetRequest,
+    PowerState,
+    PowerStateObservation,
+    ResetRequestResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,16 +90,22 @@ class ConfirmationSettings:
     deadline: timedelta
     poll_interval: timedelta = timedelta(seconds=2)
     resend_after: timedelta | None = timedelta(seconds=45)
-    """Re-send when the state has not moved this long after the last answered request,
-    accepted or refused with 409 (None: never). Keep it above the BMC's normal
-    transition time: re-sending can restart a BMC's pending change."""
+    """Re-send when the state has not moved this long after the last reset attempt
+    ended (accepted, failed, or refused with 409; None: never). Keep it above the BMC's
+    normal transition time: re-sending can restart a BMC's pending change."""
     max_resends: int = 1
+    """Resets sent after the first, accepted or failed alike."""
+    final_read_timeout: timedelta = timedelta(seconds=5)
+    """How long a PowerState read may take when less than this is left before the
+    deadline (the state at the deadline is evidence); bounds how late a result comes."""
 
     def __post_init__(self) -> None:
         if self.deadline <= timedelta(0):
             raise ValueError("confirmation deadline must be positive")
         if self.poll_interval <= timedelta(0):
             raise ValueError("confirmation poll interval must be positive")
+        if self.final_read_timeout <= timedelta(0):
+            raise ValueError("confirmation final read timeout must be positive")
         if self.max_resends < 0:
             raise ValueError("max_resends must not be negative")
 
@@ -114,6 +131,7 @@ def decide_confirmation_step(
     target: PowerState,
     observed: PowerState | None,
     accepted_requests: int,
+    failed_requests: int,
     last_answered_at: datetime | None,
     deadline: datetime,
     settings: ConfirmationSettings,
@@ -121,7 +139,10 @@ def decide_confirmation_step(
 ) -> ConfirmationStep:
     """The next step of a confirmation, from the latest observation (None: read failed).
 
-    `last_answered_at`: when the last reset was answered, accepted or refused with 409."""
+    `accepted_requests` / `failed_requests`: resets the BMC accepted / that failed
+    (5xx/429, timeout, connection lost); both use the budget of 1 + `max_resends`
+    attempts. A 409 is neither. `last_answered_at`: when the last reset attempt ended,
+    whatever its outcome (409 included)."""
     if observed is not None and observed == target:
         return ConfirmationStep(StepKind.CONFIRMED, "OBSERVED_TARGET_STATE")
     if now >= deadline:
@@ -132,15 +153,16 @@ def decide_confirmation_step(
         return ConfirmationStep(StepKind.WAIT, "TRANSITION_IN_PROGRESS")
     if observed == PowerState.UNKNOWN:
         return ConfirmationStep(StepKind.WAIT, "POWER_STATE_UNKNOWN")
-    if accepted_requests == 0:
+    attempts = accepted_requests + failed_requests
+    if attempts == 0:
         return ConfirmationStep(StepKind.SEND, "NOT_REQUESTED_YET")
-    resends_used = accepted_requests - 1
-    if (
-        settings.resend_after is not None
-        and resends_used < settings.max_resends
-        and last_answered_at is not None
-        and now - last_answered_at >= settings.resend_after
-    ):
+    if settings.resend_after is None:
+        return ConfirmationStep(StepKind.WAIT, "AWAITING_CHANGE")
+    if attempts > settings.max_resends:
+        return ConfirmationStep(StepKind.WAIT, "RESEND_BUDGET_USED")
+    if last_answered_at is not None and now - last_answered_at >= settings.resend_after:
+        if accepted_requests == 0:
+            return ConfirmationStep(StepKind.RESEND, "REQUEST_FAILED")
         return ConfirmationStep(StepKind.RESEND, "NO_CHANGE_AFTER_REQUEST")
     return ConfirmationStep(StepKind.WAIT, "AWAITING_CHANGE")
 
@@ -160,6 +182,8 @@ class PowerTransitionResult:
     """Distinct states observed, in order (e.g. Off, PoweringOn, On)."""
     conflicts: int
     started_at: datetime
+    failed_requests: tuple[FailedResetRequest, ...] = ()
+    """Resets sent that were not accepted (they count against `max_resends`)."""
 
     @property
     def already_at_target(self) -> bool:
@@ -191,35 +215,37 @@ async def request_and_confirm(
     started_at = clock()
     deadline = started_at + settings.deadline
     requests: list[ResetRequestResult] = []
+    failed: list[FailedResetRequest] = []
     states_seen: list[PowerState] = []
     conflicts = 0
     last_answered_at: datetime | None = None
     last_observation: PowerStateObservation | None = None
     last_error: str | None = None
     while True:
-        current: PowerState | None
+        current: PowerState | None = None
+        time_left = (deadline - clock()).total_seconds()
         try:
-            last_observation = await control.read_power_state()
+            async with asyncio.timeout(max(time_left, settings.final_read_timeout.total_seconds())):
+                last_observation = await control.read_power_state()
             current = last_observation.state
             if not states_seen or states_seen[-1] != current:
                 states_seen.append(current)
         except (RedfishTimeout, RedfishConnectionError, RedfishHttpError) as exc:
-            if isinstance(exc, TlsError) or (
-                isinstance(exc, RedfishHttpError) and not exc.transient
-            ):
-                raise
-            current = None
+            _raise_unless_transient(exc)
             last_error = exc.detail
             logger.info(
                 "redfish power state read failed during confirmation: %s",
                 exc.detail,
                 extra={"redfish_endpoint": endpoint},
             )
+        except TimeoutError:  # our own bound, not the client's timeout
+            last_error = "reading PowerState did not finish by the confirmation deadline"
         now = clock()
         step = decide_confirmation_step(
             target=target,
             observed=current,
             accepted_requests=len(requests),
+            failed_requests=len(failed),
             last_answered_at=last_answered_at,
             deadline=deadline,
             settings=settings,
@@ -242,24 +268,36 @@ async def request_and_confirm(
                 states_seen=tuple(states_seen),
                 conflicts=conflicts,
                 started_at=started_at,
+                failed_requests=tuple(failed),
             )
         if step.kind is StepKind.DEADLINE_EXCEEDED:
             seen = last_observation.state.value if last_observation else "nothing"
+            in_flight = (
+                f"; a {reset_type} request was still in flight at the confirmation deadline "
+                "(the BMC may still act on it)"
+                if any(f.in_flight_at_deadline for f in failed)
+                else ""
+            )
             raise ConfirmationDeadlineExceeded(
                 endpoint,
                 f"{target.value} not observed within {settings.deadline.total_seconds():g}s "
-                f"after {len(requests)} accepted {reset_type} request(s); last observed {seen}",
+                f"after {len(requests)} accepted and {len(failed)} failed {reset_type} "
+                f"request(s){in_flight}; last observed {seen}",
                 target=target,
                 deadline=deadline,
                 last_observation=last_observation,
                 requests=requests,
+                failed_requests=failed,
                 last_error=last_error,
             )
         if step.kind in (StepKind.SEND, StepKind.RESEND):
+            requested_at = clock()
+            failure: FailedResetRequest | None = None
             try:
-                result = await control.request_reset(
-                    reset_type, check_allowable=check_allowable and not requests
-                )
+                async with asyncio.timeout((deadline - requested_at).total_seconds()):
+                    result = await control.request_reset(
+                        reset_type, check_allowable=check_allowable and not requests
+                    )
                 requests.append(result)
                 last_answered_at = result.answered_at
             except Conflict409 as exc:
@@ -272,18 +310,44 @@ async def request_and_confirm(
                     extra={"redfish_endpoint": endpoint, "conflicts": conflicts},
                 )
             except (RedfishTimeout, RedfishConnectionError, RedfishHttpError) as exc:
-                if isinstance(exc, TlsError) or (
-                    isinstance(exc, RedfishHttpError) and not exc.transient
-                ):
-                    raise
-                # Not accepted, or unknown whether the BMC got it: the next read tells,
-                # and a re-send is allowed.
-                last_error = exc.detail
+                _raise_unless_transient(exc)
+                # Not accepted, or unknown whether the BMC got it: the next read tells.
+                failure = FailedResetRequest(
+                    reset_type=reset_type,
+                    error=exc.detail,
+                    http_status=exc.status if isinstance(exc, RedfishHttpError) else None,
+                    in_flight_at_deadline=False,
+                    source=control.source,
+                    requested_at=requested_at,
+                    failed_at=clock(),
+                )
+            except TimeoutError:  # our own bound: the deadline came first
+                failure = FailedResetRequest(
+                    reset_type=reset_type,
+                    error=f"reset {reset_type} unfinished at the confirmation deadline; abandoned",
+                    http_status=None,
+                    in_flight_at_deadline=True,
+                    source=control.source,
+                    requested_at=requested_at,
+                    failed_at=clock(),
+                )
+            if failure is not None:  # uses one attempt of the budget
+                failed.append(failure)
+                last_answered_at = failure.failed_at
+                last_error = failure.error
                 logger.info(
-                    "redfish %s request failed in transit: %s",
+                    "redfish %s request failed: %s",
                     reset_type,
-                    exc.detail,
-                    extra={"redfish_endpoint": endpoint},
+                    failure.error,
+                    extra={"redfish_endpoint": endpoint, "failed_requests": len(failed)},
                 )
         remaining = (deadline - clock()).total_seconds()
         await sleep(max(0.0, min(settings.poll_interval.total_seconds(), remaining)))
+
+
+def _raise_unless_transient(
+    exc: RedfishTimeout | RedfishConnectionError | RedfishHttpError,
+) -> None:
+    """Re-raise what waiting cannot fix (TLS, non-transient HTTP errors)."""
+    if isinstance(exc, TlsError) or (isinstance(exc, RedfishHttpError) and not exc.transient):
+        raise exc

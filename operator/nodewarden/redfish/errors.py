@@ -13,7 +13,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from nodewarden.redfish.facts import PowerState, PowerStateObservation, ResetRequestResult
+    from nodewarden.redfish.facts import (
+        FailedResetRequest,
+        PowerState,
+        PowerStateObservation,
+        ResetRequestResult,
+    )
 
 
 class RedfishError(Exception):
@@ -129,8 +134,9 @@ class TaskFailed(RedfishError):
 class ConfirmationDeadlineExceeded(RedfishError, TimeoutError):
     """The requested power state was not observed before the deadline.
 
-    Carries the evidence: what was requested (and accepted), and the last observation.
-    Acceptance of a request never counts as confirmation.
+    Carries the evidence: what was requested and accepted, what was sent and failed (a
+    request abandoned in flight at the deadline is marked so: the BMC may still act on
+    it), and the last observation. Acceptance of a request never counts as confirmation.
     """
 
     def __init__(
@@ -142,6 +148,7 @@ class ConfirmationDeadlineExceeded(RedfishError, TimeoutError):
         deadline: datetime,
         last_observation: PowerStateObservation | None,
         requests: Sequence[ResetRequestResult],
+        failed_requests: Sequence[FailedResetRequest] = (),
         last_error: str | None = None,
     ) -> None:
         super().__init__(endpoint, message)
@@ -149,4 +156,5 @@ class ConfirmationDeadlineExceeded(RedfishError, TimeoutError):
         self.deadline = deadline
         self.last_observation = last_observation
         self.requests = tuple(requests)
+        self.failed_requests = tuple(failed_requests)
         self.last_error = last_error

@@ -2,7 +2,9 @@
 
 What a BMC *accepted* (`ResetRequestResult`: HTTP status, task outcome) is kept apart
 from what it *reports* (`PowerStateObservation`): only an observation can confirm a
-power state, and only one whose state equals the target.
+power state, and only one whose state equals the target. A reset that was not accepted
+(5xx, timeout, connection lost, cut at the confirmation deadline) is a
+`FailedResetRequest`: evidence of an attempt, never of acceptance.
 """
 
 from __future__ import annotations
@@ -150,3 +152,23 @@ class ResetRequestResult:
     def accepted(self) -> bool:
         """Always True: a refused request raises a typed error instead of returning."""
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class FailedResetRequest:
+    """A ComputerSystem.Reset that was sent but not accepted, or whose answer never came.
+
+    Without an answer (timeout, connection lost, cut at the deadline) the BMC may still
+    have received the request and may still act on it.
+    """
+
+    reset_type: str
+    error: str
+    """What went wrong, as the adapter's error says it (no secrets)."""
+    http_status: int | None
+    """The BMC's HTTP status (5xx, 429), None when no answer came."""
+    in_flight_at_deadline: bool
+    """The request was still unanswered at the confirmation deadline and was abandoned."""
+    source: str
+    requested_at: datetime
+    failed_at: datetime

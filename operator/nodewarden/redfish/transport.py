@@ -3,9 +3,12 @@
 One `RedfishTransport` talks to one BMC origin. It verifies the BMC's certificate
 (against the configured CA bundle or the system store), applies connect/request
 timeouts, follows redirects only within the same origin, and turns aiohttp failures
-into the adapter's typed errors. Replies come back as `HttpReply` for every status;
-mapping statuses to errors is `error_for_status`'s job. Header values are never logged,
-and any BMC text quoted in an error is scrubbed of the secrets the caller names.
+into the adapter's typed errors. A reply body is read whole, however many TCP writes or
+chunks it comes in, up to MAX_BODY_BYTES (larger: RedfishProtocolError); the request
+timeout covers the body too, so a body that stalls half-way is a RedfishTimeout.
+Replies come back as `HttpReply` for every status; mapping statuses to errors is
+`error_for_status`'s job. Header values are never logged, and any BMC text quoted in an
+error is scrubbed of the secrets the caller names.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from nodewarden.redfish.errors import (
     Conflict409,
     NotFound,
     RedfishConnectionError,
+    RedfishError,
     RedfishHttpError,
     RedfishProtocolError,
     RedfishTimeout,
@@ -102,6 +106,9 @@ class HttpReply:
     retry_after: float | None
     auth_token: SecretStr | None = field(repr=False)
     text_excerpt: str = field(repr=False)
+    body_error: RedfishError | None = field(default=None, repr=False)
+    """Only with `request(..., keep_broken_body=True)`: why the body did not arrive
+    whole (timeout, connection lost, too large); status and headers are real, body None."""
 
     def json_object(self, endpoint: str) -> dict[str, Any]:
         """The body as a JSON object, or RedfishProtocolError."""
@@ -237,8 +244,15 @@ class RedfishTransport:
         headers: Mapping[str, str] | None = None,
         json_body: Mapping[str, Any] | None = None,
         time_limit: float | None = None,
+        keep_broken_body: bool = False,
     ) -> HttpReply:
-        """Send one request; every HTTP status comes back as a reply, failures as errors."""
+        """Send one request; every HTTP status comes back as a reply, failures as errors.
+
+        `time_limit` replaces the request timeout for this request. A body that does not
+        arrive whole raises, unless `keep_broken_body`: then the reply (status, headers)
+        comes back with `body_error` set, for callers that must act on the headers (a
+        session login whose session exists although its body broke off).
+        """
         url = self.url(path)
         if not self._same_origin(url):
             raise RedfishProtocolError(
@@ -248,6 +262,8 @@ class RedfishTransport:
             )
         for _hop in range(MAX_REDIRECTS + 1):
             reply = await self._once(method, url, headers, json_body, time_limit)
+            if reply.body_error is not None and not keep_broken_body:
+                raise reply.body_error
             if reply.status in (301, 302, 303, 307, 308) and reply.location and method == "GET":
                 target = urljoin(url, reply.location)
                 if not self._same_origin(target):
@@ -278,6 +294,7 @@ class RedfishTransport:
         if json_body is not None:
             data = json.dumps(json_body).encode()
             send_headers["Content-Type"] = "application/json"
+        body_error: RedfishError | None = None
         try:
             async with self._client().request(
                 method,
@@ -290,36 +307,23 @@ class RedfishTransport:
                     total=limit, sock_connect=self._connect_timeout, connect=self._connect_timeout
                 ),
             ) as response:
-                raw = await response.content.read(MAX_BODY_BYTES)
                 status = response.status
                 location = response.headers.get("Location")
                 retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
                 token = response.headers.get("X-Auth-Token")
                 content_type = response.headers.get("Content-Type", "")
-        except aiohttp.ClientConnectorCertificateError as exc:
-            raise self._tls_error(exc.certificate_error) from None
-        except aiohttp.ClientSSLError as exc:
-            raise TlsError(
-                self.endpoint,
-                f"TLS handshake with the BMC failed ({exc.__class__.__name__})",
-                "handshake",
-            ) from None
-        except TimeoutError:
-            raise RedfishTimeout(
-                self.endpoint,
-                f"{method} {path} timed out after {limit:g}s",
-                limit,
-            ) from None
-        except aiohttp.ClientConnectorError as exc:
-            raise RedfishConnectionError(
-                self.endpoint,
-                f"cannot connect to the BMC ({exc.os_error.__class__.__name__}: "
-                f"{exc.os_error.strerror or 'connection failed'})",
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise RedfishConnectionError(
-                self.endpoint, f"{method} {path} failed: {exc.__class__.__name__}"
-            ) from None
+                try:
+                    raw = await _read_whole(response.content, method, path, self.endpoint)
+                except (TimeoutError, aiohttp.ClientError, OSError, RedfishProtocolError) as exc:
+                    body_error = (
+                        exc
+                        if isinstance(exc, RedfishProtocolError)
+                        else self._failure(exc, method, path, limit, in_body=True)
+                    )
+                    raw = b""
+                    response.close()  # drop the connection: the rest may still arrive
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise self._failure(exc, method, path, limit) from None
 
         body: Any = None
         text = ""
@@ -352,6 +356,35 @@ class RedfishTransport:
             retry_after=retry_after,
             auth_token=SecretStr(token) if token else None,
             text_excerpt=excerpt,
+            body_error=body_error,
+        )
+
+    def _failure(
+        self, exc: BaseException, method: str, path: str, limit: float, *, in_body: bool = False
+    ) -> RedfishError:
+        """The typed error for an aiohttp/OS failure, before or while reading the body."""
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return self._tls_error(exc.certificate_error)
+        if isinstance(exc, aiohttp.ClientSSLError):
+            return TlsError(
+                self.endpoint,
+                f"TLS handshake with the BMC failed ({exc.__class__.__name__})",
+                "handshake",
+            )
+        if isinstance(exc, TimeoutError):
+            part = " (reply body stalled)" if in_body else ""
+            return RedfishTimeout(
+                self.endpoint, f"{method} {path} timed out after {limit:g}s{part}", limit
+            )
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return RedfishConnectionError(
+                self.endpoint,
+                f"cannot connect to the BMC ({exc.os_error.__class__.__name__}: "
+                f"{exc.os_error.strerror or 'connection failed'})",
+            )
+        what = "the reply body broke off" if in_body else "failed"
+        return RedfishConnectionError(
+            self.endpoint, f"{method} {path}: {what} ({exc.__class__.__name__})"
         )
 
     def _tls_error(self, cert_error: Exception) -> TlsError:
@@ -374,6 +407,27 @@ class RedfishTransport:
             problem = "other"
             message = f"TLS certificate of the BMC was rejected ({reason})"
         return TlsError(self.endpoint, message, problem)
+
+
+async def _read_whole(
+    content: aiohttp.StreamReader, method: str, path: str, endpoint: str
+) -> bytes:
+    """The whole body, however many writes or chunks it arrives in, up to MAX_BODY_BYTES.
+
+    `StreamReader.read(n)` returns what has arrived so far, so one call can hold only
+    the first TCP segment or chunk of a body.
+    """
+    cap = MAX_BODY_BYTES
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await content.read(cap + 1 - size):
+        parts.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            raise RedfishProtocolError(
+                endpoint, f"{method} {path}: reply body larger than {cap} bytes; not read"
+            )
+    return b"".join(parts)
 
 
 def _redact_json(value: Any, secrets: list[str]) -> Any:
