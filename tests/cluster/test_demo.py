@@ -67,11 +67,19 @@ def test_demo_runs_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
             )
             return json.loads(out.stdout) if out.returncode == 0 else {"items": []}
 
+        def valid(nodes: dict[str, Any], name: str) -> dict[str, Any]:
+            conds = (nodes.get(name, {}).get("status") or {}).get("conditions", [])
+            return next((c for c in conds if c["type"] == "Valid"), {})
+
         def examples_valid_and_work_done() -> bool:
             nodes = {n["metadata"]["name"]: n for n in kubectl_json("wn")["items"]}
-            for name in ("gpu-a100-01", "ws-rtx-07", "vm-m5-large-warm"):
-                conds = (nodes.get(name, {}).get("status") or {}).get("conditions", [])
-                if not any(c["type"] == "Valid" and c["status"] == "True" for c in conds):
+            if valid(nodes, "vm-m5-large-warm").get("status") != "True":
+                return False
+            # the example side nodes live on a lab network the demo never contacts: their
+            # endpoints are not admitted (operator config credentials.*)
+            for name in ("gpu-a100-01", "ws-rtx-07"):
+                cond = valid(nodes, name)
+                if cond.get("reason") != "EndpointNotAdmitted":
                     return False
             phases = [(c.get("status") or {}).get("phase") for c in kubectl_json("cd")["items"]]
             return phases.count("Complete") >= 3

@@ -18,6 +18,7 @@ from nodewarden.policy.facts import (
     CapabilityReading,
     DemandReading,
     DesiredReading,
+    FleetReading,
     Inhibitor,
     InhibitorReading,
     ManualIntent,
@@ -93,6 +94,15 @@ def uptime(up_for: float = 3 * 3600, when: datetime | None = None) -> UptimeRead
     seen = when or at(-10)
     return UptimeReading(
         source="ssh-uptime", observed_at=seen, on_since=seen - timedelta(seconds=up_for)
+    )
+
+
+def fleet(in_progress: int = 0, warm: int = 5) -> FleetReading:
+    return FleetReading(
+        source="index",
+        observed_at=at(-1),
+        transitions_in_progress=in_progress,
+        warm_idle_nodes=warm,
     )
 
 

@@ -317,6 +317,13 @@ class PowerPolicySpec(ApiModel):
         default=False,
         description="If true, nodewarden makes no power transitions under this policy.",
     )
+    mode: Literal["Normal", "Shadow"] = Field(
+        default="Normal",
+        description=(
+            "Normal: decide and act. Shadow: decide and record every decision (PowerIntents "
+            "in phase Shadow, Events) but never act -- how a cautious site turns nodewarden on."
+        ),
+    )
 
     def seconds(self, field: str) -> float:
         """The named top-level duration knob in seconds, e.g. `spec.seconds('min_on')`."""

@@ -65,7 +65,11 @@ class BmcEndpoint(ApiModel):
     )
     use_sessions: bool = Field(
         default=True,
-        description="Log in through SessionService (X-Auth-Token); falls back to Basic auth.",
+        description=(
+            "Log in through SessionService (X-Auth-Token); falls back to Basic auth when the "
+            "login fails for another reason than rejected credentials (401/403 is an error, "
+            "never retried as Basic)."
+        ),
     )
 
 

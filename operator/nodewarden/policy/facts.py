@@ -27,7 +27,16 @@ from nodewarden.policy.base import CoreModel
 InhibitorMode = Literal["block", "delay", "block-weak"]
 DesiredPowerSetting = Literal["On", "Off", "Auto"]
 FactName = Literal[
-    "demand", "work", "power", "ready", "inhibitors", "capability", "uptime", "desired", "fleet"
+    "demand",
+    "work",
+    "power",
+    "ready",
+    "inhibitors",
+    "capability",
+    "uptime",
+    "desired",
+    "fleet",
+    "vm",
 ]
 
 
@@ -120,6 +129,11 @@ class CapabilityReading(Reading):
 
     control_method: ControlMethod
     allowable: tuple[ResetAction, ...] | None = None
+    refusal: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Why discovery was not attempted: the credential resolver refused.",
+    )
 
 
 class UptimeReading(Reading):
@@ -159,6 +173,22 @@ class ManualIntent(Reading):
     override: OverrideRequest | None = None
 
 
+class VmReading(Reading):
+    """What the node-manager rules read about a cloud VM: the cloud list, probe history and
+    the WorkerNode (source e.g. 'cloud:ec2 + ssh probes')."""
+
+    booted_at: AwareDatetime = Field(description="Launch time reported by the cloud.")
+    paired: bool = Field(description="A probe of this node has succeeded at least once.")
+    last_heartbeat: AwareDatetime | None = Field(
+        default=None, description="When the last successful probe finished."
+    )
+    probe_attempts: int = Field(
+        default=0, ge=0, description="Probe attempts since the last success (all, if never)."
+    )
+    broken: bool = Field(default=False, description="The runner reported the node broken.")
+    deletion_requested: bool = Field(default=False, description="A person deleted the WorkerNode.")
+
+
 class FleetReading(Reading):
     """Fleet-wide counts the disruption budget and min-warm rule need."""
 
@@ -185,6 +215,7 @@ class NodeFacts(CoreModel):
     desired: DesiredReading | None = None
     intent: ManualIntent | None = None
     fleet: FleetReading | None = None
+    vm: VmReading | None = None
 
     def newest(self) -> datetime | None:
         """The latest observed_at of all readings (None if there are none)."""
@@ -212,4 +243,5 @@ _READING_FIELDS = (
     "desired",
     "intent",
     "fleet",
+    "vm",
 )

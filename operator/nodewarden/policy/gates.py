@@ -52,6 +52,7 @@ from nodewarden.api.workernode import NodeType
 from nodewarden.policy.base import CLOCK_SKEW_TOLERANCE, require_aware
 from nodewarden.policy.facts import (
     CapabilityReading,
+    DemandReading,
     DesiredReading,
     FactName,
     FleetReading,
@@ -86,6 +87,8 @@ class GateName(StrEnum):
     INHIBITORS = "inhibitors"
     CAPABILITY = "capability"
     FLEET = "fleet"
+    NODE_MANAGER = "nodeManager"
+    """Cloud VMs: which node-manager rule fired (nodewarden.policy.cloudvm)."""
 
 
 class Verdict(StrEnum):
@@ -475,6 +478,12 @@ def _capability_gate(
             seen,
         ),
     )
+    if cap.refusal is not None:
+        evidence = (*evidence, Evidence("credentials", cap.refusal, source, seen))
+        return (
+            _result(_G_CAPABILITY, [R.CREDENTIALS_REFUSED, R.POWER_CONTROL_UNAVAILABLE], evidence),
+            None,
+        )
     candidates = table.get(method, ())
     if not candidates or allowable is None:
         return _result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
@@ -615,14 +624,12 @@ def force_off_permitted(facts: NodeFacts, policy: PolicyView) -> bool:
     return cap is not None and cap.allowable is not None and "ForceOff" in cap.allowable
 
 
-def evaluate_shutdown(
-    facts: NodeFacts, now: datetime, policy: PolicyView, state: NodePowerState | None = None
-) -> Evaluation:
-    """Evaluate every shutdown gate for `facts` at `now` (see module docstring)."""
-    require_aware(now)
-    intent = facts.intent
-    policy_gate = _policy_gate(policy)
-    desired_gate, forced = _desired_gate(facts.desired, intent, shutdown=True)
+def drain_context(
+    state: NodePowerState | None,
+) -> tuple[AdmissionState, datetime | None, bool, datetime | None]:
+    """Admission, since when, whether a shutdown transition is in progress, and the floor:
+    demand and work must have been read after admission closed (and after the shutdown
+    transition began, if one is in progress)."""
     if state is not None:
         admission, admission_since, transition = (
             state.admission,
@@ -634,55 +641,84 @@ def evaluate_shutdown(
     draining = transition is not None and transition.kind is _SHUTDOWN_KIND
     floor: datetime | None = None
     if admission is _CLOSED:
-        # Demand and work must have been read after admission closed (and after the
-        # shutdown transition began, if one is in progress).
         floor = admission_since
         if floor is not None and draining:
             assert transition is not None
             floor = max(floor, transition.started_at)
-    refresh: list[FactName] = []
+    return admission, admission_since, draining, floor
 
-    # demand
-    demand = facts.demand
+
+def demand_gate_for(
+    demand: DemandReading | None,
+    admission: AdmissionState,
+    floor: datetime | None,
+    refresh: list[FactName],
+) -> GateResult:
+    """No qualified queued demand; once admission is closed, re-read after closing."""
     if demand is None:
-        demand_gate = GateResult(
+        return GateResult(
             _G_DEMAND, _FAIL, (R.TELEMETRY_MISSING,), (Evidence("queued", "missing", "-", None),)
         )
-    else:
-        queued = demand.queued
-        demand_seen = demand.observed_at
-        d_reasons: tuple[ReasonCode, ...] = (R.DEMAND_PRESENT,) if queued > 0 else ()
-        if admission is _CLOSED and (floor is None or demand_seen < floor):
-            d_reasons = (*d_reasons, R.DEMAND_NOT_REREAD)
-            refresh.append("demand")
-        demand_gate = GateResult(
-            _G_DEMAND,
-            _FAIL if d_reasons else _PASS,
-            d_reasons,
-            (Evidence("queued", queued, demand.source, demand_seen),),
-        )
+    queued = demand.queued
+    demand_seen = demand.observed_at
+    d_reasons: tuple[ReasonCode, ...] = (R.DEMAND_PRESENT,) if queued > 0 else ()
+    if admission is _CLOSED and (floor is None or demand_seen < floor):
+        d_reasons = (*d_reasons, R.DEMAND_NOT_REREAD)
+        refresh.append("demand")
+    return GateResult(
+        _G_DEMAND,
+        _FAIL if d_reasons else _PASS,
+        d_reasons,
+        (Evidence("queued", queued, demand.source, demand_seen),),
+    )
 
-    # work / drain
-    work = facts.work
+
+def work_gate_for(
+    work: WorkReading | None,
+    admission: AdmissionState,
+    admission_since: datetime | None,
+    floor: datetime | None,
+    forced: bool,
+    refresh: list[FactName],
+) -> GateResult:
+    """No active jobs, admission confirmed closed, drain complete (a job count read after
+    admission closed shows 0). `forced`: running work means drain, not "busy"."""
     admission_ev = Evidence("admission", _ADMISSION_TEXT[admission], "nodewarden", admission_since)
     if work is None:
         w_evidence: tuple[Evidence, ...] = (
             Evidence("activeJobs", "missing", "-", None),
             admission_ev,
         )
-        work_gate = GateResult(_G_WORK, _FAIL, (R.TELEMETRY_MISSING,), w_evidence)
-    else:
-        active = work.active_jobs
-        work_seen = work.observed_at
-        w_evidence = (Evidence("activeJobs", active, work.source, work_seen), admission_ev)
-        if admission is not _CLOSED:
-            code = R.ACTIVE_WORK if active > 0 and not forced else R.ADMISSION_OPEN
-            work_gate = GateResult(_G_WORK, _FAIL, (code,), w_evidence)
-        elif active > 0 or floor is None or work_seen < floor:
-            work_gate = GateResult(_G_WORK, _FAIL, (R.DRAIN_INCOMPLETE,), w_evidence)
-            refresh.append("work")
-        else:
-            work_gate = GateResult(_G_WORK, _PASS, (), w_evidence)
+        return GateResult(_G_WORK, _FAIL, (R.TELEMETRY_MISSING,), w_evidence)
+    active = work.active_jobs
+    work_seen = work.observed_at
+    w_evidence = (Evidence("activeJobs", active, work.source, work_seen), admission_ev)
+    if admission is not _CLOSED:
+        code = R.ACTIVE_WORK if active > 0 and not forced else R.ADMISSION_OPEN
+        return GateResult(_G_WORK, _FAIL, (code,), w_evidence)
+    if active > 0 or floor is None or work_seen < floor:
+        refresh.append("work")
+        return GateResult(_G_WORK, _FAIL, (R.DRAIN_INCOMPLETE,), w_evidence)
+    return GateResult(_G_WORK, _PASS, (), w_evidence)
+
+
+def evaluate_shutdown(
+    facts: NodeFacts, now: datetime, policy: PolicyView, state: NodePowerState | None = None
+) -> Evaluation:
+    """Evaluate every shutdown gate for `facts` at `now` (see module docstring). Cloud VMs
+    are decided by the node-manager rules instead (`nodewarden.policy.cloudvm`)."""
+    require_aware(now)
+    if facts.node_type == "CloudVM":
+        return _cloudvm.evaluate_vm_shutdown(facts, now, policy, state)
+    intent = facts.intent
+    policy_gate = _policy_gate(policy)
+    desired_gate, forced = _desired_gate(facts.desired, intent, shutdown=True)
+    admission, admission_since, draining, floor = drain_context(state)
+    refresh: list[FactName] = []
+    demand = facts.demand
+    demand_gate = demand_gate_for(demand, admission, floor, refresh)
+    work = facts.work
+    work_gate = work_gate_for(work, admission, admission_since, floor, forced, refresh)
 
     # telemetry freshness
     power = facts.power
@@ -1027,3 +1063,21 @@ def timing_measures(
     return _shutdown_timing(
         facts.work, facts.uptime, facts.node_type, now, policy, state, draining, forced=False
     )[1]
+
+
+# -- building blocks shared with the cloud-VM rules (nodewarden.policy.cloudvm) -----------
+policy_gate = _policy_gate
+desired_gate = _desired_gate
+telemetry_gate = _telemetry_gate
+power_gate = _power_gate
+capability_gate = _capability_gate
+fleet_gate = _fleet_gate
+gate_result = _result
+evaluation = _evaluation
+decide = _decide
+latest_recheck = _latest_recheck
+RANK = _RANK
+FORCED_SHUTDOWN_RANK = _FORCED_SHUTDOWN_RANK
+
+# Imported last: cloudvm builds on the names above (no cycle at import time).
+from nodewarden.policy import cloudvm as _cloudvm  # noqa: E402

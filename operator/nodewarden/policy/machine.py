@@ -343,7 +343,28 @@ def _abort_shutdown(c: _Ctx, decision: Decision, *reasons: ReasonCode) -> None:
 # -- state handlers -------------------------------------------------------------------------
 
 
+def _vm_forced_shutdown(c: _Ctx) -> bool:
+    """A cloud VM that cannot do useful work (a forced node-manager rule fired: deleted,
+    down, lame, unpaired past boot grace) is shut down from UNKNOWN or BLOCKED without
+    draining, once every remaining gate passes. Returns whether it began."""
+    if c.facts.node_type != "CloudVM" or c.facts.vm is None:
+        return False
+    evaluation = evaluate_shutdown(c.facts, c.now, c.policy, c.current())
+    if evaluation.decision is not Decision.SHUTDOWN or evaluation.action is None:
+        return False
+    if not evaluation.forced:
+        return False
+    c.evaluation = evaluation
+    t = _open_transition(c, TransitionKind.SHUTDOWN, c.now + c.policy.deadline_shutdown)
+    c.set(transition=t, race=False, blocked_reasons=())
+    _close_admission(c, t.id)
+    _request_shutdown(c, t, evaluation.action, 1, evaluation.reasons, ())
+    return True
+
+
 def _handle_unknown(c: _Ctx) -> None:
+    if _vm_forced_shutdown(c):
+        return
     t = c.transition
     if t is None or t.kind is not TransitionKind.VERIFY:
         _enter_verify(c, Decision.DEFER)
@@ -910,6 +931,8 @@ def _handle_blocked(c: _Ctx) -> None:
     ev = c.event
     if _observed_off(c, None):
         _enter_off(c)
+        return
+    if _vm_forced_shutdown(c):
         return
     if isinstance(ev, (ManualOverride, PolicyChanged)):
         _enter_verify(c, Decision.DEFER)

@@ -92,12 +92,23 @@ class ReasonCode(StrEnum):
     TRANSITION_ABORTED = "TRANSITION_ABORTED"
     UNEXPECTED_POWER_CHANGE = "UNEXPECTED_POWER_CHANGE"
     STALE_EVENT_IGNORED = "STALE_EVENT_IGNORED"
+    CREDENTIALS_REFUSED = "CREDENTIALS_REFUSED"
     # -- positive statements ---------------------------------------------------
     GATES_PASSED = "GATES_PASSED"
     OVERRIDE_APPLIED = "OVERRIDE_APPLIED"
     POWER_ON_CONFIRMED = "POWER_ON_CONFIRMED"
     POWER_OFF_CONFIRMED = "POWER_OFF_CONFIRMED"
     READY_CONFIRMED = "READY_CONFIRMED"
+    SHADOW_MODE = "SHADOW_MODE"
+    # -- node-manager rules for cloud VMs (which rule fired) -----------------------
+    NODE_DELETED = "NODE_DELETED"
+    WORKER_DOWN = "WORKER_DOWN"
+    LAME_NODE = "LAME_NODE"
+    BOOT_GRACE_EXCEEDED = "BOOT_GRACE_EXCEEDED"
+    NODE_BROKEN = "NODE_BROKEN"
+    POWER_PINNED_OFF = "POWER_PINNED_OFF"
+    IDLE_BEHAVIOR_DRAIN = "IDLE_BEHAVIOR_DRAIN"
+    IDLE_EXCEEDED = "IDLE_EXCEEDED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +360,14 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
         "recorded and ignored.",
         "Nothing.",
     ),
+    _R.CREDENTIALS_REFUSED: ReasonDoc(
+        _C.BLOCK,
+        "The credential resolver refused the node's BMC, SSH or Wake-on-LAN credentials (a "
+        "Secret not designated for the use, or an endpoint not admitted): nothing is sent to "
+        "the node, so its power cannot be observed or controlled.",
+        "Read the node's Valid condition (it names the field and the rule) and "
+        "docs/security.md; an administrator designates the Secret or admits the endpoint.",
+    ),
     _R.GATES_PASSED: ReasonDoc(
         _C.PROGRESS,
         "Every gate passed with fresh evidence; the request in this step is justified.",
@@ -374,6 +393,59 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
         _C.PROGRESS,
         "Power On and a passing ready probe are both observed; admission may open.",
         "Nothing.",
+    ),
+    _R.SHADOW_MODE: ReasonDoc(
+        _C.PROGRESS,
+        "The PowerPolicy is in Shadow mode: the decision is made and recorded (PowerIntent "
+        "phase Shadow, Events) but never carried out.",
+        "Review the records; set spec.mode Normal when the decisions look right.",
+    ),
+    _R.NODE_DELETED: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule: the WorkerNode was deleted, so its instance is destroyed (containers "
+        "still on it are requeued).",
+        "Nothing; the WorkerNode disappears once the instance has left the cloud list.",
+    ),
+    _R.WORKER_DOWN: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule (node-manager matrix 'down'): the node was paired but no probe has "
+        "succeeded for heartbeatStaleAfter; it is shut down whatever the billing window.",
+        "Check why the node stopped answering (the record's probe evidence); nothing else.",
+    ),
+    _R.LAME_NODE: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule: up for dispatch.lameAfter with at least dispatch.lameMinProbes probe "
+        "attempts and never a successful probe; it is shut down.",
+        "Check the image and the ready command if this happens often.",
+    ),
+    _R.BOOT_GRACE_EXCEEDED: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule (node-manager matrix 'unpaired'): the node never paired (no successful "
+        "probe) within bootGrace; it is shut down.",
+        "Check the image boots and the ready command passes; raise bootGrace for slow images.",
+    ),
+    _R.NODE_BROKEN: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule: the runner reported the node broken; it takes no new work and is shut "
+        "down once its containers are gone.",
+        "Look at the node's runner report before it goes, if it matters.",
+    ),
+    _R.POWER_PINNED_OFF: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule: spec.power is Off; the node takes no new work and is destroyed once idle.",
+        "Set spec.power to Auto to keep it.",
+    ),
+    _R.IDLE_BEHAVIOR_DRAIN: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule: spec.idleBehavior is drain; the node takes no new work and is shut "
+        "down once idle.",
+        "Set idleBehavior to run to keep it.",
+    ),
+    _R.IDLE_EXCEEDED: ReasonDoc(
+        _C.PROGRESS,
+        "Cloud VM rule (node-manager matrix 'idle'): idle for idleThreshold with the billing "
+        "window open; it is drained and shut down.",
+        "Raise idleThreshold or minWarmNodes to keep idle nodes longer.",
     ),
 }
 

@@ -88,6 +88,9 @@ class PolicyView:
     max_concurrent_transitions: int
     min_warm_nodes: int
     paused: bool
+    lame_after: timedelta = timedelta(minutes=10)
+    lame_min_probes: int = 3
+    shadow: bool = False
     problems: tuple[str, ...] = field(default=())
     seconds: PolicySeconds = field(init=False, compare=False, hash=False, repr=False)
     """The timing knobs in seconds, computed from the fields above when the view is built."""
@@ -147,6 +150,9 @@ class PolicyView:
             max_concurrent_transitions=spec.disruption_budget.max_concurrent_transitions,
             min_warm_nodes=spec.min_warm_nodes,
             paused=spec.paused,
+            lame_after=d(spec.dispatch.lame_after),
+            lame_min_probes=spec.dispatch.lame_min_probes,
+            shadow=spec.mode == "Shadow",
         )
         problems = _problems(view, spec)
         if problems:
