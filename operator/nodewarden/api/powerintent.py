@@ -21,9 +21,22 @@ IntentPhase = Literal[
     "Succeeded",
     "Blocked",
     "Aborted",
+    "Superseded",
     "Failed",
+    "Shadow",
 ]
-TERMINAL_INTENT_PHASES: frozenset[str] = frozenset({"Succeeded", "Blocked", "Aborted", "Failed"})
+"""Pending: seen, waiting for the gates (or behind another intent for the node).
+Deferred: the gates say wait (time or fresh evidence); recheckAt says when.
+InProgress: the transition runs (drain, request, confirmation).
+Succeeded: the requested state was observed (Off; On and ready).
+Blocked: a person must act (reasons say why); nothing more is tried.
+Aborted: a gate stopped passing before the irreversible step (e.g. demand arrived).
+Superseded: a newer intent for the node replaced this one before it finished.
+Failed: the intent cannot be carried out (its node does not exist, the spec is invalid).
+Shadow: the policy is in Shadow mode: decided and recorded, never acted on."""
+TERMINAL_INTENT_PHASES: frozenset[str] = frozenset(
+    {"Succeeded", "Blocked", "Aborted", "Superseded", "Failed", "Shadow"}
+)
 
 
 class IntentOverride(ApiModel):
@@ -91,7 +104,10 @@ class PowerIntentStatus(StatusModel):
     )
     phase: IntentPhase | None = Field(
         default=None,
-        description="Pending, Deferred, InProgress, Succeeded, Blocked, Aborted or Failed.",
+        description=(
+            "Pending, Deferred, InProgress, Succeeded, Blocked, Aborted, Superseded, Failed or "
+            "Shadow (docs/state-machine.md, 'PowerIntent phases')."
+        ),
     )
     decision: str | None = Field(
         default=None, description="Last decision: SHUTDOWN, START, DRAIN, DEFER, BLOCK or NONE."
@@ -106,6 +122,12 @@ class PowerIntentStatus(StatusModel):
     )
     deadline: datetime | None = Field(default=None, description="Deadline of the step in progress.")
     retries: int = Field(default=0, ge=0, description="Retries used so far.")
+    started_at: datetime | None = Field(
+        default=None, description="When the transition for this intent began."
+    )
+    finished_at: datetime | None = Field(
+        default=None, description="When the intent reached a terminal phase."
+    )
     safety_record: dict[str, Any] | None = Field(
         default=None,
         description=(

@@ -8,7 +8,7 @@ never merged.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -214,6 +214,16 @@ class WorkerNodeSpec(ApiModel):
         default=None,
         description="PowerPolicy that governs this node; if unset the operator's default policy.",
     )
+    cost_per_hour: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description=(
+            "SideNode: what running this machine costs per hour (owned hardware: 0 if unset, or "
+            "what the site charges for its power). The scheduler wakes it instead of creating a "
+            "cloud VM when it fits and is not dearer. CloudVM: taken from the catalogue."
+        ),
+    )
 
 
 class ProbeStatus(StatusModel):
@@ -303,6 +313,16 @@ class WorkerNodeStatus(StatusModel):
     )
     last_safety_record: SafetyRecordSummary | None = Field(
         default=None, description="Summary of the last Safety Record for this node."
+    )
+    power_state: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The power state machine's persisted state (state, admission, the transition in "
+            "progress with its id, request, deadline and retries; docs/state-machine.md). "
+            "Written only by nodewarden's power controller; a restarted or new leader resumes "
+            "from it."
+        ),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Valid, Ready and other standard conditions."
