@@ -312,3 +312,82 @@ def test_lock_flap_backoff() -> None:
     assert lock_retry_at(3, 3, T0 - timedelta(seconds=31), T0) is None  # back-off over
     assert lock_retry_at(30, 3, locked, T0) == locked + timedelta(seconds=600)  # capped
     assert lock_retry_at(5, 3, None, T0) is None
+
+
+# -- side nodes: ready ones take work, off ones are woken when they are the fit ----------
+
+
+def sv(
+    name: str,
+    state: NodeState = NodeState.OFF,
+    gpus: int = 1,
+    price: float = 0.0,
+    admission: bool = False,
+) -> NodeView:
+    return NodeView(
+        name=name,
+        state=state,
+        capacity=Capacity(16, 128 * GI, 0, gpus, "a10" if gpus else None),
+        instance_type=None,
+        price=price,
+        ready=state in (NodeState.IDLE, NodeState.ACTIVE),
+        admission_open=admission,
+        wakeable=state in (NodeState.OFF, NodeState.WAKING),
+    )
+
+
+def test_a_gpu_container_wakes_the_off_side_node_instead_of_creating_a_vm() -> None:
+    p = run([cv("g1", gpus=1)], [sv("gpu-side")])
+    assert p.wakes == {"gpu-side": ["g1"]} and p.creates == []
+    assert p.waits["g1"] == "waiting for side node gpu-side to wake"
+
+
+def test_more_containers_pack_into_one_wake_before_a_second_node() -> None:
+    p = run(
+        [cv("a", vcpus=8), cv("b", vcpus=8), cv("c", vcpus=8)], [sv("s1", gpus=0), sv("s2", gpus=0)]
+    )
+    assert p.wakes == {"s1": ["a", "b"], "s2": ["c"]}
+
+
+def test_a_waking_node_is_counted_not_woken_twice() -> None:
+    p = run([cv("g1", gpus=1)], [sv("gpu-side", NodeState.WAKING), sv("gpu-other")])
+    assert p.wakes == {} and p.waits["g1"] == "waiting for side node gpu-side to wake"
+
+
+def test_a_dearer_side_node_loses_to_a_cheaper_vm() -> None:
+    p = run([cv("s", vcpus=1)], [sv("costly", gpus=0, price=0.5)])
+    assert p.wakes == {} and [c.instance_type for c in p.creates] == ["small"]
+    p = run([cv("s", vcpus=1)], [sv("cheap", gpus=0, price=0.05)])
+    assert p.wakes == {"cheap": ["s"]} and p.creates == []
+
+
+def test_a_gpu_side_node_is_not_woken_for_cpu_work() -> None:
+    p = run([cv("cpu", vcpus=1)], [sv("gpu-side", gpus=1)])
+    assert p.wakes == {} and len(p.creates) == 1
+
+
+def test_a_ready_open_side_node_takes_work_and_a_closed_one_does_not() -> None:
+    p = run([cv("g1", gpus=1)], [sv("open", NodeState.IDLE, admission=True)])
+    assert [(s.uuid, s.node) for s in p.starts] == [("g1", "open")]
+    p = run([cv("g1", gpus=1)], [sv("closed", NodeState.IDLE, admission=False)])
+    assert p.starts == [] and p.wakes == {}
+
+
+def test_qualified_demand_follows_the_fit_rules() -> None:
+    from nodewarden.scheduling.scheduler import qualified_demand
+
+    queued = [
+        cv("gpu-job", gpus=1),
+        cv("cpu-job", vcpus=1),
+        cv("held", gpus=1, prio=0),
+        cv("running", gpus=1, phase=Phase.RUNNING, node="x"),
+    ]
+    gpu_side = sv("gpu-side", NodeState.IDLE)
+    assert qualified_demand(gpu_side, queued, CATALOGUE, POLICY) == ["gpu-job"]
+    cpu_side = sv("cpu-side", NodeState.IDLE, gpus=0, price=0.0)
+    assert qualified_demand(cpu_side, queued, CATALOGUE, POLICY) == ["cpu-job"]
+    dear = sv("dear", NodeState.IDLE, gpus=0, price=5.0)
+    assert qualified_demand(dear, queued, CATALOGUE, POLICY) == []
+    vm = nv("vm", "small")
+    assert qualified_demand(vm, queued, CATALOGUE, POLICY) == ["cpu-job"]
+    assert qualified_demand(nv("big", "large"), queued, CATALOGUE, POLICY) == []

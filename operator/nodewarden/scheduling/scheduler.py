@@ -16,7 +16,11 @@ Rules (after the Arvados cloud dispatcher):
    c. a node that is booting (or whose creation is pending) and has room left after the
       containers already waiting for it -- nodes already booting are counted, so demand
       is never double-counted;
-   d. a new node of the cheapest fitting type that is not at capacity (a dearer type within
+   d. a side node that is waking up (its wake already asked for) and has room left;
+   e. a side node that is off and can be woken, when it fits and no fitting instance type
+      is cheaper per hour (or none fits): the plan asks to wake it (`Plan.wakes`), and
+      further containers pack into it before a second node is woken;
+   f. a new node of the cheapest fitting type that is not at capacity (a dearer type within
       the price factor when it is), subject to the policy limits (max nodes, per-type max,
       max hourly spend) and the cloud's state (quota / capacity / rate-limit back-off).
    "Fitting type" = every catalogue type that fits and is within the price factor of the
@@ -68,6 +72,7 @@ class NodeState(StrEnum):
     DRAINING = "Draining"
     SHUTTING_DOWN = "ShuttingDown"
     OFF = "Off"
+    WAKING = "Waking"
     UNKNOWN = "Unknown"
 
 
@@ -112,6 +117,7 @@ class NodeView:
     price: float = 0.0
     admission_open: bool = True  # False while draining, held (idle behaviour hold/drain), ...
     ready: bool = False  # passed the ready probe
+    wakeable: bool = False  # side node, Off or Waking: the power controller may wake it
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +161,7 @@ class Plan:
     surplus_idle: list[str] = field(default_factory=list)
     kept_warm: list[str] = field(default_factory=list)
     chosen_types: dict[str, str] = field(default_factory=dict)  # uuid -> instance type
+    wakes: dict[str, list[str]] = field(default_factory=dict)  # side node -> uuids waiting for it
 
 
 class _Slot:
@@ -220,6 +227,8 @@ def plan(
     by_type_ready: dict[str | None, list[_Slot]] = {}
     by_type_coming: dict[str | None, list[_Slot]] = {}
     side_ready: list[_Slot] = []
+    side_waking: list[_Slot] = []
+    side_off: list[_Slot] = []
     node_count = 0
     spend = 0.0
     per_type: dict[str, int] = {}
@@ -230,6 +239,12 @@ def plan(
             node_count += 1
             spend += view.price
             per_type[view.instance_type] = per_type.get(view.instance_type, 0) + 1
+        if view.instance_type is None and view.wakeable:
+            if view.state is NodeState.WAKING:
+                side_waking.append(slot)
+            elif view.state is NodeState.OFF:
+                side_off.append(slot)
+            continue
         if not view.admission_open:
             continue
         if view.state in USABLE_NOW and view.ready:
@@ -327,6 +342,11 @@ def plan(
             if placed.view.instance_type:
                 result.chosen_types[c.uuid] = placed.view.instance_type
             continue
+        # d. a side node waking up with room; e. an off side node worth waking
+        cheapest = None if choice.outcome is ChoiceOutcome.NO_FIT else choice.instance_type
+        woken = _wait_for_side_node(c.uuid, need, side_waking, side_off, cheapest, result)
+        if woken:
+            continue
         if choice.outcome is ChoiceOutcome.NO_FIT:
             # a side node that is busy, off or booting may still take it later
             later = next(
@@ -356,7 +376,7 @@ def plan(
                 break
         if placed is not None:
             continue
-        # d. a new node
+        # f. a new node
         if blocked_all:
             result.waits[c.uuid] = f"waiting: {blocked_all}"
             continue
@@ -438,6 +458,76 @@ def plan(
     result.kept_warm = [s.view.name for s in warm]
     result.surplus_idle = [s.view.name for s in idle[len(warm) :]]
     return result
+
+
+def _wait_for_side_node(
+    uuid: str,
+    need: Requirements,
+    waking: list[_Slot],
+    off: list[_Slot],
+    cheapest: InstanceType | None,
+    result: Plan,
+) -> bool:
+    """Place `uuid` on a waking side node with room, or ask to wake an off one that fits
+    and is not dearer than the cheapest fitting instance type. Returns whether it did."""
+    for slot in waking:
+        if _side_node_fits(slot, need):
+            slot.take(need)
+            if slot.view.name in result.wakes:  # woken by this plan: count it as its demand
+                result.wakes[slot.view.name].append(uuid)
+            result.waits[uuid] = f"waiting for side node {slot.view.name} to wake"
+            result.wait_nodes[uuid] = slot.view.name
+            return True
+    for slot in off:
+        if not _side_node_fits(slot, need):
+            continue
+        if cheapest is not None and slot.view.price > cheapest.price:
+            continue
+        slot.take(need)
+        waking.append(slot)  # later containers pack into it first
+        off.remove(slot)
+        result.wakes.setdefault(slot.view.name, []).append(uuid)
+        result.waits[uuid] = f"waiting for side node {slot.view.name} to wake"
+        result.wait_nodes[uuid] = slot.view.name
+        return True
+    return False
+
+
+def qualified_demand(
+    node: NodeView,
+    containers: Iterable[ContainerView],
+    catalogue: Catalogue,
+    type_policy: InstanceTypePolicy,
+) -> list[str]:
+    """The queued containers that this node should serve, by the plan's own fit rules.
+
+    A queued container (priority > 0) qualifies when it fits the node's whole capacity
+    and the node is a place the scheduler would choose for it: a side node that is not
+    dearer than the cheapest fitting instance type (or no type fits; GPU nodes only for
+    GPU work), or a cloud VM of one of the container's fitting types. This is the demand
+    a shutdown waits for and a wake is justified by (power gates: "qualified demand").
+    """
+    out: list[ContainerView] = []
+    for c in containers:
+        if c.phase is not Phase.QUEUED or c.priority <= 0:
+            continue
+        need = effective_requirements(c.resources, type_policy)
+        slot = _Slot(node)
+        if node.instance_type is None:
+            if not _side_node_fits(slot, need):
+                continue
+            choice = choose_instance_type(c.resources, catalogue.types, type_policy)
+            cheapest = choice.instance_type
+            if cheapest is not None and node.price > cheapest.price:
+                continue
+        else:
+            if not slot.fits(need):
+                continue
+            choice = choose_instance_type(c.resources, catalogue.types, type_policy)
+            if node.instance_type not in {t.name for t in choice.candidates}:
+                continue
+        out.append(c)
+    return [c.uuid for c in sorted(out, key=_order_key)]
 
 
 def lock_retry_at(
