@@ -255,3 +255,12 @@ def test_both_listings_round_trip_through_the_stub_renderers(
 ) -> None:
     assert parse_busctl_inhibitors(render.busctl_inhibitors(inhibitors)) == tuple(inhibitors)
     assert parse_systemd_inhibit_list(render.systemd_inhibit_list(inhibitors)) == tuple(inhibitors)
+
+
+def test_uptime_is_the_first_field_of_proc_uptime() -> None:
+    from nodewarden.ssh.parsing import parse_uptime
+
+    assert parse_uptime("12345.67 45678.90\n") == 12345.67
+    for bad in ("", "abc 1", "-5 1"):
+        with pytest.raises(OutputError):
+            parse_uptime(bad)

@@ -62,6 +62,7 @@ from nodewarden.ssh.facts import (
     RunnersFact,
     RunnerStarted,
     TelemetryFact,
+    UptimeFact,
     WakeOnLanFact,
 )
 from nodewarden.ssh.prober import HostKeyRecorder, ProberStats, SshProber
@@ -117,6 +118,7 @@ __all__ = [
     "SshTarget",
     "TelemetryFact",
     "Unreachable",
+    "UptimeFact",
     "WakeOnLanFact",
     "WakeOnLanUnknown",
 ]

@@ -176,6 +176,17 @@ class TelemetryFact:
 
 
 @dataclass(frozen=True, slots=True)
+class UptimeFact:
+    """When the node last booted: the uptime command's time minus the seconds it reported."""
+
+    node: str
+    booted_at: datetime
+    uptime_seconds: float
+    observed_at: datetime
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class LearnedHostKey:
     """A host key trusted on first use after the node proved its per-instance secret.
 
@@ -212,8 +223,8 @@ class PoweroffRequested:
 class ProbeReport:
     """One probe of one node: readiness, and the runners once it is ready.
 
-    ``runners`` is None while the node is booting (not listed). ``inhibitors`` and
-    ``telemetry`` are present only when the probe asked for them.
+    ``runners`` is None while the node is booting (not listed). ``inhibitors``,
+    ``telemetry`` and ``uptime`` are present only when the probe asked for them.
     """
 
     node: str
@@ -224,4 +235,5 @@ class ProbeReport:
     runners: RunnersFact | None = None
     inhibitors: InhibitorsFact | None = None
     telemetry: TelemetryFact | None = None
+    uptime: UptimeFact | None = None
     learned_host_key: LearnedHostKey | None = None

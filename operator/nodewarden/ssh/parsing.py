@@ -270,3 +270,15 @@ def parse_telemetry(
                 raise OutputError(f"GPU utilisation is not a number: {line[:80]!r}") from None
         gpus.append(GpuSample(index=int(parts[0]), utilisation=utilisation))
     return load1, load5, load15, tuple(gpus)
+
+
+def parse_uptime(text: str) -> float:
+    """Seconds since boot from ``/proc/uptime`` (its first field)."""
+    fields = text.split()
+    try:
+        seconds = float(fields[0])
+    except (IndexError, ValueError):
+        raise OutputError(f"not /proc/uptime output: {text.strip()[:80]!r}") from None
+    if seconds < 0:
+        raise OutputError(f"negative uptime: {fields[0]!r}")
+    return seconds

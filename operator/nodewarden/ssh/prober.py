@@ -33,7 +33,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncssh
@@ -61,6 +61,7 @@ from nodewarden.ssh.facts import (
     RunnersFact,
     RunnerStarted,
     TelemetryFact,
+    UptimeFact,
     WakeOnLanFact,
 )
 from nodewarden.ssh.parsing import (
@@ -73,9 +74,10 @@ from nodewarden.ssh.parsing import (
     parse_runner_status,
     parse_systemd_inhibit_list,
     parse_telemetry,
+    parse_uptime,
     runner_list_says_broken,
 )
-from nodewarden.ssh.protocol import CONTAINER_UUID, INTERFACE_NAME, signal_name
+from nodewarden.ssh.protocol import CONTAINER_UUID, INTERFACE_NAME, UPTIME_COMMAND, signal_name
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.ssh.throttle import ProbeThrottle
 
@@ -170,9 +172,14 @@ class SshProber:
     # ------------------------------------------------------------------ probes
 
     async def probe(
-        self, target: SshTarget, *, inhibitors: bool = False, telemetry: bool = False
+        self,
+        target: SshTarget,
+        *,
+        inhibitors: bool = False,
+        telemetry: bool = False,
+        uptime: bool = False,
     ) -> ProbeReport:
-        """Ready probe; if ready, the runner list (and inhibitors/telemetry when asked).
+        """Ready probe; if ready, the runner list (and inhibitors/telemetry/uptime when asked).
 
         Takes one throttle slot for the whole bundle.
         """
@@ -182,12 +189,14 @@ class SshProber:
         runners: RunnersFact | None = None
         inhibitor_fact: InhibitorsFact | None = None
         telemetry_fact: TelemetryFact | None = None
+        uptime_fact: UptimeFact | None = None
         if ready.ready:
             runners_job = asyncio.ensure_future(self._runners(target))
             inhibitors_job = asyncio.ensure_future(self._inhibitors(target)) if inhibitors else None
             telemetry_job = asyncio.ensure_future(self._telemetry(target)) if telemetry else None
+            uptime_job = asyncio.ensure_future(self._uptime(target)) if uptime else None
             jobs: list[asyncio.Future[Any]] = [
-                j for j in (runners_job, inhibitors_job, telemetry_job) if j is not None
+                j for j in (runners_job, inhibitors_job, telemetry_job, uptime_job) if j is not None
             ]
             try:
                 await asyncio.wait(jobs)
@@ -200,6 +209,7 @@ class SshProber:
             runners = runners_job.result()
             inhibitor_fact = inhibitors_job.result() if inhibitors_job else None
             telemetry_fact = telemetry_job.result() if telemetry_job else None
+            uptime_fact = uptime_job.result() if uptime_job else None
         link = self._links.get(target.node)
         learned = None
         if link is not None:
@@ -213,6 +223,7 @@ class SshProber:
             runners=runners,
             inhibitors=inhibitor_fact,
             telemetry=telemetry_fact,
+            uptime=uptime_fact,
             learned_host_key=learned,
         )
 
@@ -475,6 +486,21 @@ class SshProber:
             gpus=gpus,
             sampled_at=out.started_at,
             source=self._source(target, command),
+        )
+
+    async def _uptime(self, target: SshTarget) -> UptimeFact:
+        out = await self._exec(target, "uptime", UPTIME_COMMAND)
+        if out.exit_status != 0:
+            raise errors.CommandFailed(
+                target.node, target.address, "uptime", out.exit_status, _hint(out.stderr)
+            )
+        seconds = self._parsed(target, parse_uptime, out.stdout)
+        return UptimeFact(
+            node=target.node,
+            booted_at=out.started_at - timedelta(seconds=seconds),
+            uptime_seconds=seconds,
+            observed_at=out.started_at,
+            source=self._source(target, UPTIME_COMMAND),
         )
 
     def _parsed(self, target: SshTarget, parser: Callable[[str], Any], text: str) -> Any:

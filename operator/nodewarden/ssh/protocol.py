@@ -60,6 +60,10 @@ Telemetry (default below)
     Line 1 is ``/proc/loadavg``; each further line is ``<gpu index>, <utilisation %>``
     from nvidia-smi (``[N/A]`` allowed). No further lines = no GPU tool on the node.
 
+Uptime: ``cat /proc/uptime``
+    First field = seconds since the node booted (``12345.67 45678.90``). The boot time
+    (when the command ran minus that) is the evidence for the policy's minOn.
+
 Power-off: ``systemctl poweroff``
     Only a *request*: the connection may drop before an exit status arrives. Observed
     power comes from elsewhere (Redfish, cloud), never from this command.
@@ -85,6 +89,7 @@ DEFAULT_TELEMETRY_COMMAND = (
     "2>/dev/null || true)"
 )
 DEFAULT_POWEROFF_COMMAND = "systemctl poweroff"
+UPTIME_COMMAND = "cat /proc/uptime"
 
 RUNNER_STATES = ("running", "exited", "killed", "lost", "unknown")
 
