@@ -121,3 +121,19 @@ async def test_every_datagram_is_recorded_and_only_magic_packets_count(
     )
     assert len(listener.packets) == len(broken) + 1
     assert all(n.os == "off" for n in wol_group.nodes.values())
+
+
+async def test_a_wake_right_after_the_power_went_off_boots_the_node(
+    wol_group: SideNodeGroup, prober: SshProber, client_key: SshClientKey
+) -> None:
+    node = wol_group.node("wol-plain")
+    node.settings.shutdown_delay = 0
+    node.wake()
+    target = target_for(node, client_key)
+    await probe_until(prober, target, "Ready")
+    await prober.poweroff(target)
+    await eventually(lambda: node.power == "Off", interval=0.001)
+    await send(wol_group, OTHER_MAC)  # before or after the next tick: either way it boots
+    assert wol_group.wol.packets[-1].outcome == "woke"
+    await probe_until(prober, target, "Ready")
+    assert node.boots == 2

@@ -346,6 +346,10 @@ class PoweredSideNode:
                 extra={"side_node": self.name, "error": str(exc)},
             )
             self._event("switch_off_failed", error=str(exc))
+            return
+        # Observe the Off now: an On arriving before the next tick (a wake packet, a BMC
+        # reset) must find the node off and boot it, not still halted.
+        self.step()
 
     def _apply_faults(self) -> None:
         faults = self.faults
