@@ -13,7 +13,11 @@ Each `StubWorker` implements the node contract documented in `nodewarden.ssh.pro
 - ``busctl --json=short call ... ListInhibitors`` JSON and ``systemd-inhibit --list`` text;
 - ``ethtool IFACE`` text with the configured Wake-on-LAN support and mode;
 - the telemetry command (``/proc/loadavg`` + nvidia-smi lines when GPUs are configured);
-- ``systemctl poweroff`` / ``poweroff``: answers, then drops off the network.
+- ``cat /proc/uptime``: seconds since boot (since `start()`, or its ``booted_at``) and
+  idle seconds, as Linux prints them (``12345.67 22222.21``);
+- ``systemctl poweroff`` / ``poweroff``: answers, then drops off the network
+  (`power_off()`: the ``on_poweroff`` callback is told; `lose_power()` is the same power
+  loss caused from outside, without the callback).
 
 Faults (`StubFaults`, changeable on a live worker): hang on connect, freeze (open
 connections stop being read, as in a partition), hung commands, slow commands, refused

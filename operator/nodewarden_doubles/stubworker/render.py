@@ -81,6 +81,11 @@ def loadavg(load: tuple[float, float, float], running: int, last_pid: int) -> st
     return f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} {running + 1}/{100 + running} {last_pid}\n"
 
 
+def proc_uptime(seconds: float, cpus: int = 2, idle_share: float = 0.9) -> str:
+    """A /proc/uptime line: seconds since boot, then idle seconds summed over all CPUs."""
+    return f"{seconds:.2f} {seconds * cpus * idle_share:.2f}\n"
+
+
 def gpu_lines(utilisation: Sequence[float | None]) -> str:
     """As ``nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits``."""
     return "".join(

@@ -34,6 +34,7 @@ from nodewarden_doubles.stubworker.runner import FakeRunner, RunnerRefused
 logger = logging.getLogger(__name__)
 
 _POWEROFF_COMMANDS = frozenset({"poweroff", "systemctl poweroff", "sudo systemctl poweroff"})
+UPTIME_COMMAND = "cat /proc/uptime"
 _COMMAND_LOG_SIZE = 1000
 
 
@@ -153,6 +154,8 @@ class StubWorker:
         self._booted_at: float | None = None
         self.port: int | None = None
         self.powered_off = False
+        self.lost_containers: list[str] = []
+        """uuids of the containers that were running when the node last lost power."""
         self.auth_attempts = 0
         self.connections_accepted = 0
         self.commands: deque[str] = deque(maxlen=_COMMAND_LOG_SIZE)
@@ -184,10 +187,13 @@ class StubWorker:
 
     # --------------------------------------------------------------- lifecycle
 
-    async def start(self, port: int = 0) -> int:
+    async def start(self, port: int = 0, *, booted_at: float | None = None) -> int:
         """Boot the node: listen on 127.0.0.1 and return the port.
 
         A restarted worker reuses its previous port unless ``port`` says otherwise.
+        ``booted_at`` (a time of the worker's clock, default now) is when the node's OS
+        started: the boot delay of the ready command and ``/proc/uptime`` count from it,
+        so a listener restarted without a reboot (side-node faults) keeps both.
         """
         if self._server is not None:
             assert self.port is not None
@@ -208,7 +214,7 @@ class StubWorker:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        self._booted_at = self._clock()
+        self._booted_at = self._clock() if booted_at is None else booted_at
         self.powered_off = False
         logger.debug("stub worker started", extra={"stub": self.config.name, "port": self.port})
         return self.port
@@ -229,11 +235,24 @@ class StubWorker:
 
     async def power_off(self) -> None:
         """What 'poweroff' does: stop, forget running containers, tell the owner."""
-        await self.stop()
-        self.runner.reboot()
-        self.powered_off = True
+        await self.lose_power()
         if self._on_poweroff is not None:
             self._on_poweroff(self)
+
+    async def lose_power(self) -> None:
+        """The power is cut from outside (BMC, PSU): stop and forget running containers,
+        without telling the owner (who cut it)."""
+        self.lost_containers = [c.uuid for c in self.runner.running()]
+        self.runner.reboot()
+        self.powered_off = True
+        await self.stop()
+
+    @property
+    def uptime(self) -> float | None:
+        """Seconds since the node booted (None while it is not running)."""
+        if self._booted_at is None or self._server is None:
+            return None
+        return max(0.0, self._clock() - self._booted_at)
 
     @property
     def booted(self) -> bool:
@@ -312,6 +331,8 @@ class StubWorker:
             if command == config.telemetry_command and config.gpu_utilisation is not None:
                 out += render.gpu_lines(config.gpu_utilisation)
             return 0, out, ""
+        if command == UPTIME_COMMAND:
+            return 0, render.proc_uptime(self.uptime or 0.0), ""
         if command in _POWEROFF_COMMANDS:
             self._spawn(self._delayed_power_off())
             return 0, "", ""
