@@ -119,3 +119,68 @@ LOOP_LAG = Gauge(
     "How late the operator's event loop ran a 1-second timer, last sample.",
     registry=REGISTRY,
 )
+
+# --- the informer feed (nodewarden.kube.informer): one list+watch per hot kind ---------------
+
+INFORMER_EVENTS = Counter(
+    "nodewarden_informer_events_total",
+    "Watch events received by the informer, by kind and type "
+    "(ADDED, MODIFIED, DELETED, BOOKMARK, ERROR).",
+    ["kind", "type"],
+    registry=REGISTRY,
+)
+
+INFORMER_RELISTS = Counter(
+    "nodewarden_informer_relists_total",
+    "Full LISTs by kind and cause (initial; expired: the watch's resourceVersion was "
+    "410 Gone; continue_expired: a page's continue token expired mid-list).",
+    ["kind", "cause"],
+    registry=REGISTRY,
+)
+
+INFORMER_LIST_PAGES = Counter(
+    "nodewarden_informer_list_pages_total",
+    "LIST pages (requests with limit/continue) read by the informer, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+INFORMER_WATCH_RESTARTS = Counter(
+    "nodewarden_informer_watch_restarts_total",
+    "Watches that ended and were started again, by kind and cause (closed: the server's "
+    "timeout ended it; read_timeout: the stream was silent too long; error; expired).",
+    ["kind", "cause"],
+    registry=REGISTRY,
+)
+
+INFORMER_ERRORS = Counter(
+    "nodewarden_informer_errors_total",
+    "Failed informer requests by kind, operation (list, watch) and class "
+    "(http_<status>, timeout, connection, protocol, internal); each one backs off.",
+    ["kind", "operation", "class"],
+    registry=REGISTRY,
+)
+
+INFORMER_STORE_OBJECTS = Gauge(
+    "nodewarden_informer_store_objects",
+    "Objects held in the informer's store, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+INFORMER_LAG = Histogram(
+    "nodewarden_informer_lag_seconds",
+    "Time from an object's last write (newest metadata.managedFields time, whole seconds) "
+    "to the informer seeing the ADDED/MODIFIED event; resolution 1 s, includes clock skew.",
+    ["kind"],
+    registry=REGISTRY,
+    buckets=(1, 2, 3, 5, 10, 30, 60, 300),
+)
+
+INFORMER_HANDLER_ERRORS = Counter(
+    "nodewarden_informer_handler_errors_total",
+    "Exceptions raised by informer handlers or transforms (logged, never stop the feed), "
+    "by kind and stage (handler, transform).",
+    ["kind", "stage"],
+    registry=REGISTRY,
+)
