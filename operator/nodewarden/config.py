@@ -138,6 +138,31 @@ class CredentialsConfig(_Config):
         return self
 
 
+class PowerSettings(_Config):
+    """The power controller's timing (the policy knobs live in PowerPolicy objects)."""
+
+    power_poll_interval: float = Field(
+        default=15.0,
+        gt=0,
+        description="Seconds between BMC PowerState reads of a side node (at most "
+        "telemetryMaxAge/3, so the reading stays fresh).",
+    )
+    capability_interval: float = Field(
+        default=600.0, gt=0, description="Seconds between re-discoveries of power control."
+    )
+    evaluate_interval: float = Field(
+        default=30.0,
+        gt=0,
+        description="A node whose decision is DEFER is evaluated again at least this often.",
+    )
+    request_timeout: float = Field(
+        default=15.0, gt=0, le=600, description="Seconds one BMC request may take."
+    )
+    keep_finished_intents: int = Field(
+        default=5, ge=0, description="Finished policy-made PowerIntents kept per node."
+    )
+
+
 class OperatorConfig(_Config):
     """Configuration of one operator process."""
 
@@ -172,6 +197,7 @@ class OperatorConfig(_Config):
     )
     ssh: ProbeSettings = Field(default_factory=ProbeSettings)
     credentials: CredentialsConfig = Field(default_factory=CredentialsConfig)
+    power: PowerSettings = Field(default_factory=PowerSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
 
     @property

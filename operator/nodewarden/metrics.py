@@ -184,3 +184,54 @@ INFORMER_HANDLER_ERRORS = Counter(
     ["kind", "stage"],
     registry=REGISTRY,
 )
+
+STATUS_WRITES = Counter(
+    "nodewarden_status_writes_total",
+    "Status writes (merge patches of the status subresource) by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+POWER_TRANSITIONS = Gauge(
+    "nodewarden_power_transitions",
+    "Power transitions in flight by kind (Shutdown, Wake, Verify) and machine state.",
+    ["kind", "state"],
+    registry=REGISTRY,
+)
+
+POWER_REQUESTS = Counter(
+    "nodewarden_power_requests_total",
+    "Power requests sent (Redfish reset, Wake-on-LAN packet, SSH poweroff, cloud destroy) "
+    "by action and result (accepted, rejected, errored); attempt > 1 is a re-send.",
+    ["action", "result", "resend"],
+    registry=REGISTRY,
+)
+
+POWER_CONFIRM_SECONDS = Histogram(
+    "nodewarden_power_confirm_seconds",
+    "From the first power request of a transition to the trusted source confirming it "
+    "(kind Shutdown: observed Off; Wake: observed On; WakeReady: ready probe passed).",
+    ["kind"],
+    registry=REGISTRY,
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200),
+)
+
+BMC_ERRORS = Counter(
+    "nodewarden_bmc_errors_total",
+    "Errors talking to BMCs (Redfish) by class (auth, tls, timeout, connection, http, "
+    "protocol, refused).",
+    ["class"],
+    registry=REGISTRY,
+)
+
+POWER_STALE_NODES = Gauge(
+    "nodewarden_power_stale_telemetry_nodes",
+    "Nodes whose latest power decision is held back by stale or missing telemetry.",
+    registry=REGISTRY,
+)
+
+POWER_UNRECORDED_TRANSITIONS = Gauge(
+    "nodewarden_power_unrecorded_transitions",
+    "Open power transitions whose PowerIntent has no Safety Record yet (should be 0).",
+    registry=REGISTRY,
+)

@@ -24,6 +24,7 @@ import kopf
 from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials.setup import build_resolver
 from nodewarden.dispatch import Dispatcher, build_dispatcher
+from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.endpoints import Health, build_app, start
 from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
@@ -32,6 +33,9 @@ from nodewarden.kube.client import Kube, KubeError, api_client_from
 from nodewarden.kube.lease import LeaderElector
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
+from nodewarden.power.board import PowerBoard
+from nodewarden.power.build import build_controller
+from nodewarden.power.status import NodeStatusWriter
 
 log = logging.getLogger(__name__)
 
@@ -171,14 +175,22 @@ async def _act(
         log.error("cannot start: %s", exc)
         return 2
     ctx = HandlerContext(config=config, kube=kube, credentials=credentials)
+    policies = PolicyBook(namespace=namespace, default_name=config.default_policy)
+    board = PowerBoard()
+    status = NodeStatusWriter(kube, namespace, config.dispatch.max_concurrent_writes)
     dispatcher: Dispatcher | None = None
     if config.dispatch.enabled:
         try:
-            dispatcher = await build_dispatcher(config, kube, namespace, credentials)
+            dispatcher = await build_dispatcher(
+                config, kube, namespace, credentials, policies=policies, board=board, status=status
+            )
         except ConfigError as exc:
             log.error("cannot start the dispatcher: %s", exc)
             return 2
         health.status_provider = dispatcher.snapshot
+    controller = build_controller(
+        config, kube, namespace, credentials, policies, board, status, dispatcher
+    )
     if config.management.token_secret_name:
         try:
             token = await kube.read_secret(
@@ -187,7 +199,7 @@ async def _act(
             health.status_token = token
         except KubeError as exc:
             log.error("management status endpoint disabled: %s", exc)
-    registry = build_registry(ctx, dispatcher)
+    registry = build_registry(ctx, dispatcher, controller, policies)
     kopf.on.login(registry=registry)(_login_handler(api.configuration, namespace))
     ready = asyncio.Event()
     lost = asyncio.Event()
@@ -202,24 +214,35 @@ async def _act(
         health.handlers_ready = True
         log.info("handlers running")
 
-    async def dispatch() -> None:
-        assert dispatcher is not None
+    async def act() -> None:
+        """The dispatcher recovers first (queue, cloud, a first probe of every node); then
+        the dispatcher and the power controller run side by side."""
         await ready.wait()
         try:
-            await dispatcher.start()
-            runner = asyncio.ensure_future(dispatcher.run())
+            if dispatcher is not None:
+                await dispatcher.start()
+            await controller.start()
+            loops = [asyncio.ensure_future(controller.run())]
+            if dispatcher is not None:
+                loops.append(asyncio.ensure_future(dispatcher.run()))
             stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait([runner, stopping], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([*loops, stopping], return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
-            if not runner.done():
-                await dispatcher.stop()  # stop acting as soon as shutdown begins
-                runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
+            # stop acting as soon as shutdown begins
+            await controller.stop()
+            if dispatcher is not None:
+                await dispatcher.stop()
+            for loop_task in loops:
+                loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
+            for finished in done:
+                if finished is not stopping and finished.exception() is not None:
+                    raise finished.exception()  # type: ignore[misc]
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("the dispatcher stopped with an error; stopping the operator")
+            log.exception("the dispatcher or power controller stopped with an error; stopping")
             failed.set()
             stop.set()
 
@@ -236,12 +259,11 @@ async def _act(
     tasks = [
         asyncio.create_task(mark_ready()),
         asyncio.create_task(watch_loop_lag()),
-        asyncio.create_task(resync_loop(ctx, namespace)),
+        asyncio.create_task(resync_loop(ctx, namespace, controller)),
     ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.keep(on_lost)))
-    if dispatcher is not None:
-        tasks.append(asyncio.create_task(dispatch()))
+    tasks.append(asyncio.create_task(act()))
     try:
         await kopf.operator(
             registry=registry,
@@ -258,6 +280,7 @@ async def _act(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await controller.stop()
         if dispatcher is not None:
             await dispatcher.stop()
     return 1 if lost.is_set() or failed.is_set() else 0

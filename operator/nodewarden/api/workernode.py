@@ -314,6 +314,15 @@ class WorkerNodeStatus(StatusModel):
     last_safety_record: SafetyRecordSummary | None = Field(
         default=None, description="Summary of the last Safety Record for this node."
     )
+    power_control: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The power control discovered on the node (method, allowable actions, source, "
+            "when): Redfish ResetType allowable values / ActionInfo, ethtool Wake-on. Kept so "
+            "a node switched off can still be woken after a restart."
+        ),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
     power_state: dict[str, Any] | None = Field(
         default=None,
         description=(

@@ -30,6 +30,9 @@ from nodewarden.dispatch.queue import ContainerQueue
 from nodewarden.dispatch.workers import WorkerPool
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.metrics import CLOUD_ERRORS, CLOUD_OPERATIONS
+from nodewarden.power.board import PowerBoard
+from nodewarden.power.status import NodeStatusWriter
+from nodewarden.ssh.addressing import DirectResolver
 from nodewarden.ssh.prober import SshProber
 from nodewarden.ssh.throttle import ProbeThrottle
 from nodewarden.units import parse_duration
@@ -56,10 +59,19 @@ async def _secret(kube: Kube, namespace: str, name: str, key: str, what: str) ->
 
 
 async def build_dispatcher(
-    config: OperatorConfig, kube: Kube, namespace: str, credentials: CredentialResolver
+    config: OperatorConfig,
+    kube: Kube,
+    namespace: str,
+    credentials: CredentialResolver,
+    *,
+    policies: PolicyBook | None = None,
+    board: PowerBoard | None = None,
+    status: NodeStatusWriter | None = None,
 ) -> Dispatcher:
     """Compose the dispatcher; ConfigError names what is missing. The operator's SSH key
-    comes from the credential resolver (`credentials.operator_key`)."""
+    comes from the credential resolver (`credentials.operator_key`). The worker pool
+    serves side nodes with or without a cloud; `board` and `status` are shared with the
+    power controller."""
     settings = config.dispatch
     queue = ContainerQueue(
         kube=kube,
@@ -67,10 +79,9 @@ async def build_dispatcher(
         dispatcher_id=config.dispatcher_id,
         writes=asyncio.Semaphore(settings.max_concurrent_writes),
     )
-    policies = PolicyBook(namespace=namespace, default_name=config.default_policy)
+    policies = policies or PolicyBook(namespace=namespace, default_name=config.default_policy)
+    board = board or PowerBoard()
     cloud: CloudFacade | None = None
-    prober: SshProber | None = None
-    pool: WorkerPool | None = None
     dispatcher_holder: list[Dispatcher] = []
 
     def poke() -> None:
@@ -78,8 +89,7 @@ async def build_dispatcher(
             dispatcher_holder[0].poke()
 
     if config.cloud is not None:
-        client_key = credentials.operator_key
-        if client_key is None:
+        if credentials.operator_key is None:
             raise ConfigError(
                 "dispatch.ssh_private_key_secret: a cloud is configured, so nodewarden needs an "
                 "SSH private key Secret to reach its nodes; set {name, key}"
@@ -103,31 +113,34 @@ async def build_dispatcher(
         cloud = build_cloud(
             config.cloud, cloud_credentials, config.dispatcher_id, metrics=_Metrics()
         )
-        prober = SshProber(
-            config.ssh,
-            resolver=cloud.resolver,
-            throttle=ProbeThrottle(settings.max_probes_per_second),
-        )
-
-        def takeover_after() -> timedelta:
-            return parse_duration(policies.default.spec.dispatch.takeover_after)
-
-        pool = WorkerPool(
-            kube=kube,
-            cloud=cloud,
-            prober=prober,
-            namespace=namespace,
-            dispatcher_id=config.dispatcher_id,
-            settings=settings,
-            client_key=client_key,
-            master=master_secret(client_key),
-            takeover_after=takeover_after,
-            default_policy=None,
-            clock=_now,
-            on_change=poke,
-        )
     else:
-        log.info("no cloud configured: containers wait for side nodes")
+        log.info("no cloud configured: containers run on side nodes only")
+    prober = SshProber(
+        config.ssh,
+        resolver=cloud.resolver if cloud is not None else DirectResolver(),
+        throttle=ProbeThrottle(settings.max_probes_per_second),
+    )
+
+    def takeover_after() -> timedelta:
+        return parse_duration(policies.default.spec.dispatch.takeover_after)
+
+    operator_key = credentials.operator_key
+    pool = WorkerPool(
+        kube=kube,
+        cloud=cloud,
+        prober=prober,
+        namespace=namespace,
+        dispatcher_id=config.dispatcher_id,
+        settings=settings,
+        client_key=operator_key,
+        master=master_secret(operator_key) if operator_key is not None else None,
+        takeover_after=takeover_after,
+        default_policy=None,
+        clock=_now,
+        on_change=poke,
+        credentials=credentials,
+        status=status,
+    )
     dispatcher = Dispatcher(
         kube=kube,
         namespace=namespace,
@@ -138,6 +151,7 @@ async def build_dispatcher(
         pool=pool,
         cloud=cloud,
         prober=prober,
+        board=board,
     )
     dispatcher_holder.append(dispatcher)
     return dispatcher

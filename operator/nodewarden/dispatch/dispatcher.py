@@ -45,10 +45,9 @@ from nodewarden.metrics import (
     CONTAINERS_FINISHED,
     CONTAINERS_STARTED,
     HOURLY_SPEND,
-    NODES,
-    POWER_DECISIONS,
 )
-from nodewarden.policy.nodemanager import CloudWorkerFacts, NodeManagerAction, decide_for
+from nodewarden.policy.state import PowerState, api_state
+from nodewarden.power.board import PowerBoard
 from nodewarden.scheduling.instancetypes import Catalogue
 from nodewarden.scheduling.scheduler import (
     Capacity,
@@ -64,13 +63,29 @@ from nodewarden.scheduling.scheduler import (
 )
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.prober import SshProber
-from nodewarden.units import parse_duration
+from nodewarden.units import parse_quantity
 
 log = logging.getLogger(__name__)
 
 
 def utc_now() -> datetime:
     return datetime.now(tz=UTC)
+
+
+_SIDE_STATE: dict[PowerState, NodeState] = {
+    PowerState.OFF: NodeState.OFF,
+    PowerState.WAKING: NodeState.WAKING,
+    PowerState.ON_IDLE: NodeState.IDLE,
+    PowerState.ACTIVE: NodeState.ACTIVE,
+    PowerState.DRAINING: NodeState.DRAINING,
+    PowerState.SHUTTING_DOWN: NodeState.SHUTTING_DOWN,
+    PowerState.UNKNOWN: NodeState.UNKNOWN,
+    PowerState.BLOCKED: NodeState.UNKNOWN,
+}
+
+
+def _ignore_plan(containers: list[ContainerView], plan: Plan, now: datetime) -> None:
+    return None
 
 
 @dataclass
@@ -84,8 +99,14 @@ class Dispatcher:
     pool: WorkerPool | None
     cloud: CloudFacade | None
     prober: SshProber | None
+    board: PowerBoard = field(default_factory=PowerBoard)
+    """What the power controller says about each node (admission, state, readiness)."""
+    planned: Callable[[list[ContainerView], Plan, datetime], None] = _ignore_plan
+    """Called after every round with the plan's inputs and result (the power controller
+    takes the demand for side nodes from it)."""
     clock: Callable[[], datetime] = utc_now
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    plan_inputs: list[ContainerView] = field(default_factory=list)
     recovered: bool = False
     inflight: set[str] = field(default_factory=set)
     wait_writes: set[str] = field(default_factory=set)
@@ -196,7 +217,11 @@ class Dispatcher:
 
     async def step(self) -> None:
         now = self.clock()
-        if self.pool is not None and (self._next_sync is None or now >= self._next_sync):
+        self._acknowledge_closed(now)
+        if self.pool is not None and (
+            self._next_sync is None or now >= self._next_sync or self.pool.sync_wanted
+        ):
+            self.pool.sync_wanted = False
             self._next_sync = now + timedelta(seconds=self.settings.sync_interval)
             await self.pool.sync_cloud()
         if self.pool is not None:
@@ -209,9 +234,16 @@ class Dispatcher:
         self.last_plan = result
         await self._execute(result, now)
         if self.pool is not None:
-            await self._lifecycle(result, now)
-            await self.pool.write_statuses(self._containers_by_node())
+            self.pool.contribute_statuses(self._containers_by_node())
         self._metrics()
+        self.planned(self.plan_inputs, result, now)
+
+    def _acknowledge_closed(self, now: datetime) -> None:
+        """Admission the power controller closed is confirmed once no start is in flight
+        for the node: from this round on the plan places nothing there."""
+        for node in list(self.board.closing):
+            if self.pending_starts.get(node, 0) == 0:
+                self.board.acknowledge(node, now)
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -364,7 +396,7 @@ class Dispatcher:
 
     async def _kill_unwanted(self, worker: Worker, uuid: str) -> None:
         assert self.pool is not None and self.prober is not None
-        target = self.pool.target(worker)
+        target = await self.pool.target(worker)
         if target is None:
             return
         log.info("killing runner of unwanted container %s on %s", uuid, worker.name)
@@ -399,7 +431,7 @@ class Dispatcher:
     async def _runner_gone(self, c: Container, worker: Worker) -> None:
         """A Running container's runner is no longer listed: find out how it ended."""
         assert self.pool is not None and self.prober is not None
-        target = self.pool.target(worker)
+        target = await self.pool.target(worker)
         if target is None:
             return
         try:
@@ -471,7 +503,7 @@ class Dispatcher:
             return
         first = c.first_term_at or now
         signal = "KILL" if (now - first).total_seconds() >= self.settings.term_timeout else "TERM"
-        target = self.pool.target(worker)
+        target = await self.pool.target(worker)
         if target is None:
             return
         try:
@@ -530,6 +562,7 @@ class Dispatcher:
                     node=c.status.node,
                 )
             )
+        self.plan_inputs = containers
         nodes = [self._node_view(w) for w in self.pool.workers.values()] if self.pool else []
         policy = self.policies.default.spec
         per_type = {limit.instance_type: limit.max for limit in policy.instance_type_limits}
@@ -550,16 +583,44 @@ class Dispatcher:
         )
 
     def _node_view(self, w: Worker) -> NodeView:
+        """The scheduler's view of a node: capacity from the catalogue (VMs) or the spec
+        (side nodes); state, readiness and admission from the power controller."""
+        power = self.board.view(w.name)
+        if w.side:
+            spec = w.spec
+            cap = spec.capacity if spec is not None else None
+            capacity = (
+                Capacity(
+                    cap.vcpus,
+                    parse_quantity(cap.ram),
+                    parse_quantity(cap.scratch),
+                    cap.gpus,
+                    cap.gpu_model,
+                )
+                if cap is not None
+                else Capacity(0, 0, 0, 0)
+            )
+            state = _SIDE_STATE.get(power.state, NodeState.UNKNOWN) if power else NodeState.UNKNOWN
+            return NodeView(
+                name=w.name,
+                state=state,
+                capacity=capacity,
+                instance_type=None,
+                price=w.price,
+                admission_open=power is not None and power.admission_open,
+                ready=power is not None and power.ready,
+                wakeable=power is not None and power.wakeable,
+            )
         if w.destroy_requested_at is not None:
             state = NodeState.SHUTTING_DOWN
         elif w.instance is None:
             state = NodeState.PENDING
-        elif not w.ready:
+        elif power is None or not power.ready:
             state = NodeState.BOOTING
-        elif w.draining:
+        elif power.state in (PowerState.DRAINING, PowerState.SHUTTING_DOWN):
             state = NodeState.DRAINING
         else:
-            state = NodeState.ACTIVE if w.state == "Active" else NodeState.IDLE
+            state = NodeState.ACTIVE if power.state is PowerState.ACTIVE else NodeState.IDLE
         itype = w.instance_type
         capacity = Capacity.of(itype) if itype else Capacity(0, 0, 0, 0)
         return NodeView(
@@ -568,8 +629,8 @@ class Dispatcher:
             capacity=capacity,
             instance_type=itype.name if itype else "unknown",
             price=w.price,
-            admission_open=w.admission_open,
-            ready=w.ready,
+            admission_open=power is not None and power.admission_open,
+            ready=power is not None and power.ready,
         )
 
     def _cloud_state(self, now: datetime) -> CloudState:
@@ -702,9 +763,9 @@ class Dispatcher:
     async def _start(self, c: Container, node: str, relock: bool) -> None:
         assert self.pool is not None and self.prober is not None and self._starts is not None
         worker = self.pool.workers.get(node)
-        if worker is None or (not relock and not worker.admission_open):
+        if worker is None or (not relock and not self.board.admission_open(node)):
             return
-        target = self.pool.target(worker)
+        target = await self.pool.target(worker)
         if target is None or c.spec is None:
             return
         self.pending_starts[node] = self.pending_starts.get(node, 0) + 1
@@ -769,139 +830,6 @@ class Dispatcher:
         finally:
             self.pending_starts[node] -= 1
 
-    # --- 6. node life cycle ---------------------------------------------------------------
-
-    async def _lifecycle(self, result: Plan, now: datetime) -> None:
-        assert self.pool is not None
-        if not self.recovered:
-            return
-        by_node = self._containers_by_node()
-        kept_warm = set(result.kept_warm)
-        for worker in list(self.pool.workers.values()):
-            containers = by_node.get(worker.name, [])
-            busy = bool(containers) or self.pending_starts.get(worker.name, 0) > 0
-            deleted_by_user = bool((worker.body or {}).get("metadata", {}).get("deletionTimestamp"))
-            if deleted_by_user and worker.destroy_requested_at is None:
-                self._record(
-                    worker, "SHUTDOWN", ["DELETED_BY_USER"], "the WorkerNode was deleted", now
-                )
-                await self.pool.destroy(worker, "the WorkerNode was deleted")
-                continue
-            if worker.destroy_requested_at is not None:
-                worker.state = "ShuttingDown"
-                if worker.destroy_error is not None or (
-                    worker.instance is not None
-                    and now - worker.destroy_requested_at > timedelta(seconds=60)
-                ):
-                    await self.pool.destroy(worker, worker.destroy_reason or "retry")
-                continue
-            if worker.instance is None:
-                worker.state = "Booting"
-                continue
-            if busy:
-                worker.idle_since = None
-            elif worker.ready and worker.idle_since is None:
-                worker.idle_since = now
-            policy = self.policies.get(worker.policy_name)
-            spec = policy.spec
-            # lame: up long without a successful probe despite several attempts
-            lame_after = parse_duration(spec.dispatch.lame_after)
-            if (
-                worker.last_success is None
-                and now - worker.booted_at >= lame_after
-                and worker.attempts_total >= spec.dispatch.lame_min_probes
-            ):
-                self._record(
-                    worker,
-                    "SHUTDOWN",
-                    ["LAME_NODE"],
-                    f"no successful probe in {spec.dispatch.lame_after} ({worker.attempts_total} attempts)",
-                    now,
-                )
-                await self.pool.destroy(worker, "lame: never answered a probe")
-                continue
-            if worker.broken and not worker.draining:
-                worker.draining = True
-                self._record(
-                    worker,
-                    "DRAIN",
-                    ["RUNNER_REPORTED_BROKEN"],
-                    "the runner reports the node broken: no new work, shut down once idle",
-                    now,
-                )
-            drain_mode = worker.draining or worker.idle_behavior == "drain"
-            if worker.idle_behavior == "hold":
-                scheduler_state = "maint"
-            elif drain_mode:
-                scheduler_state = "drng" if busy else "drain"
-            else:
-                scheduler_state = "alloc" if busy else "idle"
-            worker.state = (
-                "Booting"
-                if not worker.ready
-                else "Draining"
-                if drain_mode
-                else "Active"
-                if busy
-                else "Idle"
-            )
-            if spec.paused:
-                continue
-            facts = CloudWorkerFacts(
-                paired=worker.last_success is not None,
-                scheduler_state=scheduler_state,
-                last_heartbeat=worker.last_success,
-                booted_at=worker.booted_at,
-                idle_since=worker.idle_since if not busy else None,
-            )
-            decision = decide_for(facts, policy.view, now)
-            inputs = decision.inputs
-            summary = (
-                f"{inputs.worker_state.value}, billing {inputs.billing_window.value}, "
-                f"{inputs.boot_grace.value}, {inputs.idle_grace.value} -> "
-                f"{decision.action.value if decision.action else 'none'} "
-                f"(policy {policy.view.version.label()})"
-            )
-            if decision.action is NodeManagerAction.START_DRAIN:
-                if (
-                    worker.name in kept_warm
-                    and worker.idle_behavior == "run"
-                    and not worker.draining
-                ):
-                    continue
-                worker.draining = True
-                worker.state = "Draining"
-                self._record(
-                    worker, "DRAIN", ["IDLE_EXCEEDED", "BILLING_WINDOW_OPEN"], summary, now
-                )
-                if not busy:
-                    await self.pool.destroy(worker, f"idle: {summary}")
-            elif decision.action is NodeManagerAction.START_SHUTDOWN:
-                reasons = {
-                    "down": ["WORKER_DOWN"],
-                    "unpaired": ["BOOT_GRACE_EXCEEDED"],
-                }.get(inputs.worker_state.value, ["NODE_MANAGER"])
-                self._record(worker, "SHUTDOWN", reasons, summary, now)
-                await self.pool.destroy(worker, summary)
-
-    def _record(
-        self, worker: Worker, decision: str, reasons: list[str], summary: str, now: datetime
-    ) -> None:
-        worker.decision = decision
-        worker.decision_reasons = reasons
-        worker.decision_summary = f"{decision} [{', '.join(reasons)}]: {summary}"
-        worker.decision_at = now
-        POWER_DECISIONS.labels(decision, reasons[0] if reasons else "").inc()
-        if worker.body is not None:
-            self._spawn(
-                self.kube.emit_event(
-                    {"apiVersion": "nodewarden.io/v1alpha1", "kind": "WorkerNode", **worker.body},
-                    reason=f"Node{decision.capitalize()}",
-                    message=worker.decision_summary,
-                    action=decision.capitalize(),
-                )
-            )
-
     # --- 7. metrics and status ------------------------------------------------------------
 
     def _metrics(self) -> None:
@@ -911,16 +839,12 @@ class Dispatcher:
         for phase, count in phases.items():
             CONTAINERS.labels(phase).set(count)
         if self.pool is not None:
-            states: dict[str, int] = {
-                s: 0 for s in ("Booting", "Idle", "Active", "Draining", "ShuttingDown")
-            }
-            spend = 0.0
-            for w in self.pool.workers.values():
-                states[w.state] = states.get(w.state, 0) + 1
-                spend += w.price
-            for state, count in states.items():
-                NODES.labels(state, "CloudVM").set(count)
+            spend = sum(w.price for w in self.pool.workers.values() if not w.side)
             HOURLY_SPEND.set(spend)
+
+    def _state_name(self, w: Worker) -> str:
+        power = self.board.view(w.name)
+        return api_state(power.state) if power is not None else "Unknown"
 
     def snapshot(self) -> dict[str, Any]:
         """Live view for the management status endpoint (not stored anywhere)."""
@@ -935,7 +859,7 @@ class Dispatcher:
                         "instanceId": w.instance.id if w.instance else None,
                         "workerNode": w.name,
                         "instanceType": w.instance_type.name if w.instance_type else None,
-                        "state": w.state,
+                        "state": self._state_name(w),
                         "currentContainers": running,
                         "lastContainer": w.last_container,
                         "hourlyPrice": w.price,

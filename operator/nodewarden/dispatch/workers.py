@@ -27,18 +27,20 @@ import secrets
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from nodewarden.api.base import Condition, set_condition
 from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.cloud.errors import CloudError
+from nodewarden.cloud.errors import CloudError, TransientCloudError
 from nodewarden.cloud.facade import CloudFacade
 from nodewarden.cloud.model import CloudInstance, InstanceState
+from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import DispatchSettings
+from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.identity import instance_secret
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
 from nodewarden.metrics import PROBE_SECONDS
+from nodewarden.power.status import NodeStatusWriter
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshClientKey, SshTarget
 from nodewarden.ssh.errors import SshError
@@ -104,10 +106,12 @@ class Worker:
     decision: str | None = None
     decision_reasons: list[str] = field(default_factory=list)
     decision_at: datetime | None = None
-    written: dict[str, Any] = field(default_factory=dict)
-    written_at: datetime | None = None
     probe_task: asyncio.Task[None] | None = None
     probe_now: asyncio.Event = field(default_factory=asyncio.Event)
+    side: bool = False
+    """A side node (fixed hardware, powered by the power controller), not a cloud VM."""
+    target_refusal: str | None = None
+    """Why the credential resolver refused this side node's SSH login (None: it did not)."""
 
     @property
     def spec(self) -> WorkerNodeSpec | None:
@@ -129,13 +133,8 @@ class Worker:
         return spec.policy_ref.name if spec and spec.policy_ref else None
 
     @property
-    def admission_open(self) -> bool:
-        return (
-            not self.draining
-            and not self.broken
-            and self.destroy_requested_at is None
-            and self.idle_behavior == "run"
-        )
+    def deletion_requested(self) -> bool:
+        return bool((self.body or {}).get("metadata", {}).get("deletionTimestamp"))
 
     @property
     def booted_at(self) -> datetime:
@@ -145,32 +144,76 @@ class Worker:
 
     @property
     def price(self) -> float:
+        if self.side:
+            spec = self.spec
+            return spec.cost_per_hour or 0.0 if spec is not None else 0.0
         if self.instance is not None and self.instance.price is not None:
             return self.instance.price
         return self.instance_type.price if self.instance_type else 0.0
 
+    @property
+    def reachable(self) -> bool:
+        """Something may answer SSH: a cloud instance exists, or a side node's login was
+        not refused by the credential resolver."""
+        return self.target_refusal is None if self.side else self.instance is not None
+
+
+class WorkerObserver(Protocol):
+    """Who hears what the pool observes (the power controller; a no-op without one)."""
+
+    def probed(self, worker: Worker, report: ProbeReport | None, error: SshError | None) -> None:
+        """A probe of `worker` ended (with a report, or with the error it raised)."""
+
+    def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
+        """The cloud list was read at `at`: our instances by WorkerNode name."""
+
+    async def gone(self, worker: Worker, at: datetime) -> None:
+        """`worker`'s instance left the cloud list; its WorkerNode is removed next."""
+
+    def should_probe(self, worker: Worker) -> bool:
+        """Whether to probe a side node now (its power may be On)."""
+
+
+class _NoObserver:
+    def probed(self, worker: Worker, report: ProbeReport | None, error: SshError | None) -> None:
+        return None
+
+    def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
+        return None
+
+    async def gone(self, worker: Worker, at: datetime) -> None:
+        return None
+
+    def should_probe(self, worker: Worker) -> bool:
+        return True
+
 
 class WorkerPool:
-    """Cloud nodes of one dispatcher; see the module docstring."""
+    """The nodes of one dispatcher (cloud VMs and side nodes); see the module docstring."""
 
     def __init__(
         self,
         *,
         kube: Kube,
-        cloud: CloudFacade,
+        cloud: CloudFacade | None,
         prober: SshProber,
         namespace: str,
         dispatcher_id: str,
         settings: DispatchSettings,
-        client_key: SshClientKey,
+        client_key: SshClientKey | None,
         master: Any,
         takeover_after: Callable[[], timedelta],
         default_policy: str | None,
         clock: Callable[[], datetime],
         on_change: Callable[[], None],
+        credentials: CredentialResolver | None = None,
+        status: NodeStatusWriter | None = None,
     ) -> None:
         self.kube = kube
         self.cloud = cloud
+        self.credentials = credentials
+        self.status = status
+        self.observer: WorkerObserver = _NoObserver()
         self.prober = prober
         self.namespace = namespace
         self.dispatcher_id = dispatcher_id
@@ -185,13 +228,23 @@ class WorkerPool:
         self.declared: dict[str, dict[str, Any]] = {}
         self.last_sync: datetime | None = None
         self.synced_once = False
-        self.writes = asyncio.Semaphore(settings.max_concurrent_writes)
-        self.api_writes = 0
         self._closing = False
+        self.sync_wanted = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._gone: dict[str, datetime] = {}
         """WorkerNodes this pool removed (name -> when), so late events cannot revive them."""
-        self.tags = cloud.tag_keys
+        self.tags = cloud.tag_keys if cloud is not None else TagKeys()
+
+    @property
+    def _cloud(self) -> CloudFacade:
+        """The cloud (only cloud-VM code paths run, and they run only with a cloud)."""
+        assert self.cloud is not None, "a cloud-VM operation without a cloud configured"
+        return self.cloud
+
+    @property
+    def _key(self) -> SshClientKey:
+        assert self.client_key is not None, "a cloud VM needs the operator's SSH key"
+        return self.client_key
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -208,12 +261,48 @@ class WorkerPool:
         label = (meta.get("labels") or {}).get(DISPATCHER_LABEL)
         return label == self.dispatcher_id
 
+    def _side(self, body: Mapping[str, Any]) -> bool:
+        """A side node this dispatcher serves: unlabelled, or labelled with our id."""
+        meta = body.get("metadata", {})
+        if (body.get("spec") or {}).get("nodeType") != "SideNode":
+            return False
+        label = (meta.get("labels") or {}).get(DISPATCHER_LABEL)
+        return label in (None, self.dispatcher_id)
+
+    def _observe_side(self, name: str, body: Mapping[str, Any], deleted: bool) -> None:
+        worker = self.workers.get(name)
+        if deleted:
+            if worker is not None:
+                self._drop_side(worker)
+            return
+        if worker is None:
+            worker = Worker(name=name, instance_type=None, created_at=self.clock(), side=True)
+            self.workers[name] = worker
+            worker.body = dict(body)
+            self._ensure_probe(worker)
+            self.on_change()
+            return
+        worker.body = dict(body)
+
+    def _drop_side(self, worker: Worker) -> None:
+        if worker.probe_task is not None:
+            worker.probe_task.cancel()
+        self.workers.pop(worker.name, None)
+        self._background(self.prober.forget(worker.name))
+        self.on_change()
+
     def observe_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """Fold a watched WorkerNode into the pool."""
         meta = body.get("metadata", {})
         name = meta.get("name")
         if not name or (meta.get("namespace") or self.namespace) != self.namespace:
             return
+        if self._side(body):
+            self._observe_side(name, body, deleted)
+            return
+        known = self.workers.get(name)
+        if known is not None and known.side:  # no longer a side node of ours
+            self._drop_side(known)
         if not self._ours(body):
             if not deleted and self._declared(body):
                 self.declared[name] = dict(body)
@@ -229,7 +318,7 @@ class WorkerPool:
             return  # a late watch event of a WorkerNode we already removed: no resurrection
         if worker is None:
             spec = body.get("spec") or {}
-            itype = self.cloud.instance_type(spec.get("instanceType") or "")
+            itype = self.cloud.instance_type(spec.get("instanceType") or "") if self.cloud else None
             worker = Worker(name=name, instance_type=itype, created_at=self.clock())
             status = body.get("status") or {}
             worker.host_key = status.get("sshHostKey")
@@ -254,9 +343,11 @@ class WorkerPool:
 
     async def adopt_declared(self) -> None:
         """Give each declared CloudVM WorkerNode an instance: label it ours, then create."""
+        if self.cloud is None:
+            return
         for name, body in list(self.declared.items()):
             del self.declared[name]
-            itype = self.cloud.instance_type((body.get("spec") or {}).get("instanceType") or "")
+            itype = self._cloud.instance_type((body.get("spec") or {}).get("instanceType") or "")
             if itype is None:
                 continue  # its Valid condition names the unknown instance type
             finalizers = list(body["metadata"].get("finalizers") or [])
@@ -290,59 +381,26 @@ class WorkerPool:
             body.setdefault("metadata", {}).setdefault("namespace", self.namespace)
             self.observe_node(body)
 
-    async def _write_status(self, worker: Worker, status: dict[str, Any], force: bool) -> None:
-        if worker.body is None:
-            return
-        now = self.clock()
-        stale = worker.written_at is None or now - worker.written_at > STATUS_REFRESH
-        changed = {k: v for k, v in status.items() if worker.written.get(k) != v}
-        timeish = {"observedPowerTime", "lastProbe"}
-        if not force and not stale and set(changed) <= timeish:
-            # only timestamps moved: keep the API quiet unless the probe result changed
-            last = worker.written.get("lastProbe") or {}
-            new = status.get("lastProbe") or {}
-            if last.get("result") == new.get("result"):
-                return
-        if not changed and not stale:
-            return
-        async with self.writes:
-            self.api_writes += 1
-            try:
-                await self.kube.patch_status(WORKER_NODE, self.namespace, worker.name, status)
-            except NotFound:
-                return
-            except KubeError as exc:
-                log.warning("status write of WorkerNode %s failed: %s", worker.name, exc)
-                return
-        worker.written = dict(status)
-        worker.written_at = now
-
-    def status_of(self, worker: Worker, containers: list[str]) -> dict[str, Any]:
-        now = self.clock()
+    def pool_status(self, worker: Worker, containers: list[str]) -> dict[str, Any]:
+        """The WorkerNode status fields the pool owns (docs: power/status.py): what it
+        observes of the instance and of the runners. Power, readiness, admission and
+        conditions belong to the power controller."""
         inst = worker.instance
-        generation = (worker.body or {}).get("metadata", {}).get("generation")
         out: dict[str, Any] = {
-            "observedGeneration": generation,
-            "conditions": self._conditions(worker, generation),
-            "state": worker.state,
-            "dispatcherId": self.dispatcher_id,
-            "readiness": "Ready" if worker.ready else "NotReady",
-            "admission": "Open" if worker.admission_open and worker.ready else "Closed",
             "runningContainers": len(containers),
             "containers": sorted(containers)[:50],
             "hourlyPrice": worker.price,
             "broken": worker.broken or None,
         }
-        if inst is not None:
+        if not worker.side:
+            out["dispatcherId"] = self.dispatcher_id
+        if inst is not None and self.cloud is not None:
             out["instanceId"] = inst.id
-            out["address"] = inst.address(self.cloud.config.use_public_ip)
-            out["observedPower"] = _POWER.get(inst.state, "Unknown")
-            out["observedPowerSource"] = inst.source
-            out["observedPowerTime"] = _iso(inst.observed_at)
+            out["address"] = inst.address(self._cloud.config.use_public_ip)
             out["bootedAt"] = _iso(worker.booted_at)
-        elif worker.state == "Booting":
-            out["observedPower"] = "PoweringOn" if worker.creating else "Unknown"
-        out["idleSince"] = _iso(worker.idle_since) if not containers else None
+        elif worker.side:
+            spec = worker.spec
+            out["address"] = spec.ssh.address if spec is not None else None
         if worker.last_container:
             out["lastContainer"] = worker.last_container
         if worker.host_key:
@@ -355,69 +413,52 @@ class WorkerPool:
                 "lastSuccess": _iso(worker.last_success),
                 "attemptsSinceSuccess": worker.attempts_since_success,
             }
-        if worker.decision_summary:
-            out["lastSafetyRecord"] = {
-                "decision": worker.decision,
-                "reasons": worker.decision_reasons,
-                "summary": worker.decision_summary,
-                "time": _iso(worker.decision_at),
-            }
-        del now
         return out
 
-    def _conditions(self, worker: Worker, generation: int | None) -> list[dict[str, Any]]:
-        """Valid (the dispatcher validates its own nodes) and Ready conditions."""
-        current = [
-            Condition.model_validate(c)
-            for c in ((worker.body or {}).get("status") or {}).get("conditions", [])
-            if isinstance(c, dict) and "lastTransitionTime" in c
-        ]
-        now = self.clock()
-        valid = worker.instance_type is not None
-        conds = set_condition(
-            current,
-            "Valid",
-            valid,
-            "Valid" if valid else "UnknownInstanceType",
-            f"managed by dispatcher {self.dispatcher_id}"
-            if valid
-            else "spec.instanceType: not in the operator's instance-type catalogue",
-            generation,
-            now,
-        )
-        conds = set_condition(
-            conds,
-            "Ready",
-            worker.ready,
-            "ProbePassed" if worker.ready else (worker.probe_result or "Booting"),
-            "the ready probe passes" if worker.ready else (worker.probe_message or "booting"),
-            generation,
-            now,
-        )
-        # keep lastTransitionTime stable across writes: compare without it
-        return [c.to_wire() for c in conds]
-
-    async def write_statuses(self, containers_by_node: Mapping[str, list[str]]) -> None:
-        jobs = [
-            self._write_status(w, self.status_of(w, containers_by_node.get(w.name, [])), False)
-            for w in self.workers.values()
-            if w.body is not None
-        ]
-        if jobs:
-            await asyncio.gather(*jobs)
+    def contribute_statuses(self, containers_by_node: Mapping[str, list[str]]) -> None:
+        """Hand the pool's status fields of every node to the one status writer. The
+        probe time alone moving is not a change worth a write: `lastProbe` is sent when
+        the probe's result or message changed (or with any other change)."""
+        if self.status is None:
+            return
+        for w in self.workers.values():
+            if w.body is None:
+                continue
+            fields = self.pool_status(w, containers_by_node.get(w.name, []))
+            current = self.status.server_status(w.name).get("lastProbe") or {}
+            probe = fields.get("lastProbe") or {}
+            if (
+                probe
+                and current.get("result") == probe.get("result")
+                and current.get("message") == probe.get("message")
+            ):
+                fields.pop("lastProbe")
+                changed = self.status.contribute(w.name, fields)
+                if changed:  # another field changes anyway: the probe time rides along
+                    self.status.contribute(w.name, {"lastProbe": probe})
+                continue
+            self.status.contribute(w.name, fields)
 
     # --- cloud sync ---------------------------------------------------------------------
 
     async def sync_cloud(self) -> None:
-        """List instances; adopt ours, take over stale foreign ones, drop vanished workers."""
+        """List instances; adopt ours, take over stale foreign ones, drop vanished workers.
+
+        The power controller hears the list (`observer.listed`: the trusted power source
+        of every VM) and, before a vanished worker's WorkerNode is removed, that its
+        instance is gone (`observer.gone`: destroy confirmed)."""
+        if self.cloud is None:
+            return
         now = self.clock()
         try:
-            managed = await self.cloud.list_managed_instances()
+            managed = await self._cloud.list_managed_instances()
         except CloudError as exc:
             log.warning("cloud list failed: %s", exc)
             return
+        listed_at = self.clock()
         self.last_sync = now
         seen: set[str] = set()
+        ours: dict[str, CloudInstance] = {}
         for inst in managed:
             if inst.state is InstanceState.TERMINATED:
                 continue
@@ -433,20 +474,23 @@ class WorkerPool:
                 if worker is None:
                     continue
             worker.instance = inst
+            ours[name] = inst
             if worker.instance_type is None and inst.instance_type:
-                worker.instance_type = self.cloud.instance_type(inst.instance_type)
+                worker.instance_type = self._cloud.instance_type(inst.instance_type)
+        self.observer.listed(ours, listed_at)
         for worker in list(self.workers.values()):
-            if worker.name in seen or worker.creating:
+            if worker.side or worker.name in seen or worker.creating:
                 continue
             if worker.instance is None and now - worker.created_at < timedelta(seconds=60):
                 continue  # created moments ago; the instance may not be listed yet
+            await self.observer.gone(worker, listed_at)
             await self._forget(worker, "instance is gone from the cloud list")
         self.synced_once = True
         self.on_change()
 
     async def _adopt(self, inst: CloudInstance, name: str) -> Worker | None:
         """An instance tagged as ours without a worker: (re)create its WorkerNode."""
-        itype = self.cloud.instance_type(inst.instance_type or "")
+        itype = self._cloud.instance_type(inst.instance_type or "")
         worker = Worker(
             name=name,
             instance_type=itype,
@@ -508,11 +552,11 @@ class WorkerPool:
         }
         tags.pop(self.tags.dispatcher, None)
         try:
-            await self.cloud.set_tags(inst, tags)
+            await self._cloud.set_tags(inst, tags)
         except CloudError as exc:
             log.warning("claim of %s failed (%s); destroying it instead", inst.id, exc)
             with contextlib.suppress(CloudError):
-                await self.cloud.destroy(inst)
+                await self._cloud.destroy(inst)
             return
         claimed = inst.model_copy(
             update={"tags": {**inst.tags, **tags, self.tags.dispatcher: self.dispatcher_id}}
@@ -598,16 +642,16 @@ class WorkerPool:
 
     async def _create_instance(self, worker: Worker, itype: InstanceType) -> None:
         secret = instance_secret(self.master, worker.name)
-        request, _ = self.cloud.create_request(
+        request, _ = self._cloud.create_request(
             name=worker.name,
             instance_type=itype,
-            ssh_public_key=self.client_key.public_key,
+            ssh_public_key=self._key.public_key,
             tags={self.tags.node: worker.name, self.tags.idle_behavior: worker.idle_behavior},
             login_user=self.settings.ssh_user,
             instance_secret=secret,
         )
         try:
-            inst = await self.cloud.create(request)
+            inst = await self._cloud.create(request)
         except CloudError as exc:
             log.warning(
                 "create of %s for WorkerNode %s failed: %s (%s)",
@@ -647,7 +691,7 @@ class WorkerPool:
                 await self._forget(worker, "destroyed before its instance existed")
             return
         try:
-            await self.cloud.destroy(worker.instance)
+            await self._cloud.destroy(worker.instance)
             worker.destroy_error = None
         except CloudError as exc:
             worker.destroy_error = str(exc)
@@ -667,18 +711,24 @@ class WorkerPool:
         }
         tags.pop(self.tags.dispatcher, None)
         with contextlib.suppress(CloudError):
-            await self.cloud.set_tags(worker.instance, tags)
+            await self._cloud.set_tags(worker.instance, tags)
 
     # --- probes -------------------------------------------------------------------------
 
-    def target(self, worker: Worker) -> SshTarget | None:
+    async def target(self, worker: Worker) -> SshTarget | None:
+        """Where and how to reach `worker` over SSH now, or None. Side nodes: through the
+        credential resolver with the node's spec as it is at this moment (admitted
+        address, designated key and known_hosts); a refusal is kept in
+        `worker.target_refusal` and nothing is dialled."""
+        if worker.side:
+            return await self._side_target(worker)
         inst = worker.instance
-        if inst is None:
+        if inst is None or self.cloud is None or self.client_key is None:
             return None
-        host = inst.address(self.cloud.config.use_public_ip)
+        host = inst.address(self._cloud.config.use_public_ip)
         if host is None:
             return None
-        port = self.cloud.config.ssh_port
+        port = self._cloud.config.ssh_port
         trust: KnownHostKeys | InstanceSecretTrust
         # The key learned on first use in this process stays pinned in the prober, so the
         # same trust object is kept (changing it would reopen the connection); after a
@@ -696,6 +746,20 @@ class WorkerPool:
             user=self.settings.ssh_user,
         )
 
+    async def _side_target(self, worker: Worker) -> SshTarget | None:
+        spec = worker.spec
+        if spec is None or self.credentials is None:
+            worker.target_refusal = "no usable spec or no credential resolver"
+            return None
+        creds = await self.credentials.ssh(worker.name, spec)
+        if isinstance(creds, Refusal):
+            if worker.target_refusal != creds.message:
+                log.info("WorkerNode %s: no SSH: %s", worker.name, creds.message)
+            worker.target_refusal = creds.message
+            return None
+        worker.target_refusal = None
+        return creds.target(worker.name)
+
     def _ensure_probe(self, worker: Worker) -> None:
         if self._closing or worker.destroy_requested_at is not None:
             return
@@ -704,12 +768,41 @@ class WorkerPool:
 
     def ensure_probes(self) -> None:
         for worker in self.workers.values():
-            if worker.instance is not None:
+            if worker.instance is not None or worker.side:
                 self._ensure_probe(worker)
+
+    async def destroy_node(self, node: str, reason: str) -> None:
+        """Destroy a cloud node's instance for the power controller (raises CloudError
+        when the cloud refused; the next attempt retries)."""
+        worker = self.workers.get(node)
+        if worker is None or worker.side:
+            return
+        await self.destroy(worker, reason)
+        if worker.destroy_error is not None:
+            raise TransientCloudError(
+                worker.destroy_error, operation="destroy", observed_at=self.clock()
+            )
+
+    def request_sync(self) -> None:
+        """List the cloud at the next round (the power controller wants fresh evidence)."""
+        self.sync_wanted = True
+        self.on_change()
+
+    async def ssh_target(self, node: str) -> SshTarget | None:
+        worker = self.workers.get(node)
+        return await self.target(worker) if worker is not None else None
+
+    def request_probe(self, node: str) -> None:
+        """Probe `node` now (the power controller asks for fresh readiness / work)."""
+        worker = self.workers.get(node)
+        if worker is not None:
+            self._ensure_probe(worker)
+            worker.probe_now.set()
 
     async def _probe_loop(self, worker: Worker) -> None:
         while not self._closing and worker.destroy_requested_at is None:
-            await self.probe_once(worker)
+            if not worker.side or self.observer.should_probe(worker):
+                await self.probe_once(worker)
             interval = (
                 self.settings.probe_interval if worker.ready else self.settings.boot_probe_interval
             )
@@ -718,7 +811,7 @@ class WorkerPool:
                 await asyncio.wait_for(worker.probe_now.wait(), timeout=interval)
 
     async def probe_once(self, worker: Worker) -> ProbeReport | None:
-        target = self.target(worker)
+        target = await self.target(worker)
         if target is None:
             return None
         now = self.clock()
@@ -727,13 +820,15 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
-            report = await self.prober.probe(target)
+            # side nodes: the power gates need inhibitors and the boot time as well
+            report = await self.prober.probe(target, inhibitors=worker.side, uptime=worker.side)
         except SshError as exc:
             PROBE_SECONDS.labels("error").observe(loop.time() - t0)
             worker.attempts_since_success += 1
             worker.probe_result = exc.probe_result
             worker.probe_message = str(exc)[:300]
             log.debug("probe of %s failed: %s", worker.name, exc)
+            self.observer.probed(worker, None, exc)
             self.on_change()
             return None
         PROBE_SECONDS.labels("ready" if report.ready.ready else "booting").observe(loop.time() - t0)
@@ -754,9 +849,13 @@ class WorkerPool:
                 if report.runners.broken and not worker.broken:
                     log.warning("the runner on %s reports the node broken; draining", worker.name)
                     worker.broken = True
-            await self._maybe_tag_probe(worker, report.finished_at)
+            if not worker.side:
+                await self._maybe_tag_probe(worker, report.finished_at)
         else:
             worker.attempts_since_success += 1
+            if worker.side:
+                worker.ready = False  # a side node that powered off boots again
+        self.observer.probed(worker, report, None)
         self.on_change()
         return report
 
@@ -783,7 +882,7 @@ class WorkerPool:
         tags.pop(self.tags.dispatcher, None)
         worker.last_tag_at = now  # remembered in memory even if tagging fails
         try:
-            await self.cloud.set_tags(worker.instance, tags)
+            await self._cloud.set_tags(worker.instance, tags)
         except CloudError as exc:
             log.info("tagging %s with its probe time failed: %s", worker.instance.id, exc)
 

@@ -1,12 +1,12 @@
-"""Validation handlers: acknowledge every object (observedGeneration) and keep its `Valid` condition.
+"""Validation handlers: acknowledge PowerPolicies and PowerIntents and keep their `Valid` condition.
 
 Checks come from `nodewarden.validation` (pure); this module fetches the facts they need
-(which policies, nodes and Secrets exist), writes one status patch per reconcile only when
-something changed, and posts a Warning Event when an object becomes invalid. A PowerPolicy
-appearing or disappearing re-validates the WorkerNodes that refer to it at once;
-`resync_loop` re-validates everything every `resync_interval` (one LIST per kind, not one
-timer per object) in case a Secret changed. WorkerNodes created by the dispatcher (label
-`nodewarden.io/dispatcher`) are validated by the dispatcher in its own status writes.
+(which nodes exist and which policy each uses -- from the power controller, which holds
+every WorkerNode), writes one status patch per reconcile only when something changed, and
+posts a Warning Event when an object becomes invalid. A PowerIntent for a node that does
+not exist is Failed. `resync_loop` re-validates both kinds every `resync_interval` (one
+LIST per kind). WorkerNodes are validated by the power controller (their status has one
+writer) and ContainerDispatches by the dispatcher.
 """
 
 from __future__ import annotations
@@ -16,17 +16,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
 from nodewarden.api.base import GROUP, VERSION, Condition, set_condition
 from nodewarden.api.containerdispatch import ContainerDispatchSpec
-from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY, WORKER_NODE, Kind
-from nodewarden.api.powerintent import PowerIntentSpec
+from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY, Kind
+from nodewarden.api.powerintent import TERMINAL_INTENT_PHASES, PowerIntentSpec
 from nodewarden.api.powerpolicy import PowerPolicySpec, spec_hash
-from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.dispatch.workers import DISPATCHER_LABEL
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.kube.client import KubeError
 from nodewarden.metrics import INVALID_OBJECTS, RECONCILE_SECONDS, RECONCILE_TOTAL
@@ -37,7 +35,6 @@ from nodewarden.validation import (
     validate_containerdispatch,
     validate_powerintent,
     validate_powerpolicy,
-    validate_workernode,
 )
 
 log = logging.getLogger(__name__)
@@ -134,26 +131,6 @@ async def _apply(
         log.info("%s %s/%s is valid again", kind.kind, meta.get("namespace"), meta.get("name"))
 
 
-async def reconcile_workernode(
-    ctx: HandlerContext, body: Mapping[str, Any], policies: Collection[str]
-) -> Verdict:
-    namespace = body["metadata"]["namespace"]
-    parsed = parse_spec(WorkerNodeSpec, body.get("spec"))
-    if isinstance(parsed, Verdict):
-        verdict = parsed
-    else:
-        refusals = await ctx.credentials.check(body["metadata"]["name"], parsed)
-        verdict = validate_workernode(
-            parsed,
-            namespace=namespace,
-            policies=policies,
-            default_policy=ctx.config.default_policy,
-            credential_problems=[(r.reason, r.message) for r in refusals],
-        )
-    await _apply(ctx, WORKER_NODE, body, verdict)
-    return verdict
-
-
 async def reconcile_powerpolicy(
     ctx: HandlerContext, body: Mapping[str, Any], node_count: int
 ) -> Verdict:
@@ -177,7 +154,11 @@ async def reconcile_powerintent(
     else:
         verdict = validate_powerintent(parsed, namespace=body["metadata"]["namespace"], nodes=nodes)
     extra: dict[str, Any] = {}
-    if not (body.get("status") or {}).get("phase"):
+    phase = (body.get("status") or {}).get("phase")
+    if not verdict.valid and phase not in TERMINAL_INTENT_PHASES:
+        extra["phase"] = "Failed"
+        extra["message"] = verdict.message
+    elif not phase:
         extra["phase"] = "Pending"
     await _apply(ctx, POWER_INTENT, body, verdict, extra)
     return verdict
@@ -204,41 +185,27 @@ def _timed(kind: Kind, fn: Callable[..., Awaitable[Verdict]]) -> Callable[..., A
     return wrapper
 
 
-async def resync_loop(ctx: HandlerContext, namespace: str) -> None:
-    """Re-validate every WorkerNode, PowerPolicy and PowerIntent every `resync_interval`."""
+async def resync_loop(ctx: HandlerContext, namespace: str, fleet: NodeIndex) -> None:
+    """Re-validate every PowerPolicy and PowerIntent every `resync_interval`."""
     interval = max(1.0, parse_duration(ctx.config.resync_interval).total_seconds())
-    node_reconcile = _timed(WORKER_NODE, reconcile_workernode)
     policy_reconcile = _timed(POWER_POLICY, reconcile_powerpolicy)
     intent_reconcile = _timed(POWER_INTENT, reconcile_powerintent)
     while True:
         await asyncio.sleep(interval)
         try:
             policies = await ctx.kube.list(POWER_POLICY, namespace)
-            nodes = await ctx.kube.list(WORKER_NODE, namespace)
             intents = await ctx.kube.list(POWER_INTENT, namespace)
         except KubeError as exc:
             log.warning("re-validation skipped: %s", exc)
             continue
-        policy_set = {p["metadata"]["name"] for p in policies}
-        node_set = {n["metadata"]["name"] for n in nodes}
-        invalid = {WORKER_NODE.kind: 0, POWER_POLICY.kind: 0, POWER_INTENT.kind: 0}
-        for node in nodes:
-            if DISPATCHER_LABEL in (node["metadata"].get("labels") or {}):
-                continue
-            node["metadata"].setdefault("namespace", namespace)
-            with contextlib.suppress(KubeError):
-                if not (await node_reconcile(ctx, node, policy_set)).valid:
-                    invalid[WORKER_NODE.kind] += 1
+        node_set = fleet.node_names()
+        users = fleet.policy_users()
+        invalid = {POWER_POLICY.kind: 0, POWER_INTENT.kind: 0}
         for policy in policies:
             policy["metadata"].setdefault("namespace", namespace)
             name = policy["metadata"]["name"]
-            users = sum(
-                1
-                for n in nodes
-                if ((n.get("spec") or {}).get("policyRef") or {}).get("name") == name
-            )
             with contextlib.suppress(KubeError):
-                if not (await policy_reconcile(ctx, policy, users)).valid:
+                if not (await policy_reconcile(ctx, policy, users.get(name, 0))).valid:
                     invalid[POWER_POLICY.kind] += 1
         for intent in intents:
             intent["metadata"].setdefault("namespace", namespace)
@@ -249,80 +216,41 @@ async def resync_loop(ctx: HandlerContext, namespace: str) -> None:
             INVALID_OBJECTS.labels(kind).set(count)
 
 
-def register(registry: kopf.OperatorRegistry, ctx: HandlerContext, containers: bool = True) -> None:
+class NodeIndex(Protocol):
+    """What validation needs to know of the WorkerNodes (the power controller holds them)."""
+
+    def node_names(self) -> set[str]: ...
+
+    def policy_users(self) -> dict[str, int]: ...
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    ctx: HandlerContext,
+    fleet: NodeIndex,
+    containers: bool = True,
+) -> None:
     """Register the validation handlers into `registry` (ContainerDispatch only if asked)."""
-    wn = (GROUP, VERSION, WORKER_NODE.plural)
     pp = (GROUP, VERSION, POWER_POLICY.plural)
     pi = (GROUP, VERSION, POWER_INTENT.plural)
     cd = (GROUP, VERSION, CONTAINER_DISPATCH.plural)
-    node_reconcile = _timed(WORKER_NODE, reconcile_workernode)
     policy_reconcile = _timed(POWER_POLICY, reconcile_powerpolicy)
     intent_reconcile = _timed(POWER_INTENT, reconcile_powerintent)
     dispatch_reconcile = _timed(CONTAINER_DISPATCH, reconcile_containerdispatch)
-
-    @kopf.index(*pp, id="nw_policies", registry=registry)  # type: ignore[arg-type]
-    def nw_policies(namespace: str, name: str, **_: Any) -> dict[str, str]:
-        return {namespace: name}
-
-    @kopf.index(*wn, id="nw_nodes", registry=registry)  # type: ignore[arg-type]
-    def nw_nodes(
-        namespace: str, name: str, spec: Mapping[str, Any], **_: Any
-    ) -> dict[str, tuple[str, str | None]]:
-        ref = (spec.get("policyRef") or {}).get("name")
-        return {namespace: (name, ref)}
-
-    def policy_names(index: Any, namespace: str) -> set[str]:
-        return set(index.get(namespace, []))
-
-    def node_names(index: Any, namespace: str) -> set[str]:
-        return {n for n, _ in index.get(namespace, [])}
-
-    # --- WorkerNode ---------------------------------------------------------------------
-    unmanaged = {DISPATCHER_LABEL: kopf.ABSENT}
-
-    @kopf.on.resume(*wn, id="workernode_valid", labels=unmanaged, registry=registry)
-    @kopf.on.create(*wn, id="workernode_valid", labels=unmanaged, registry=registry)
-    @kopf.on.update(*wn, id="workernode_valid", labels=unmanaged, registry=registry)
-    async def workernode_valid(body: kopf.Body, **kw: Any) -> None:
-        namespace = body.metadata.namespace or ""
-        await node_reconcile(ctx, body, policy_names(kw["nw_policies"], namespace))
 
     # --- PowerPolicy --------------------------------------------------------------------
     @kopf.on.resume(*pp, id="powerpolicy_valid", registry=registry)
     @kopf.on.create(*pp, id="powerpolicy_valid", registry=registry)
     @kopf.on.update(*pp, id="powerpolicy_valid", registry=registry)
-    async def powerpolicy_valid(body: kopf.Body, **kw: Any) -> None:
-        nw_nodes = kw["nw_nodes"]
-        namespace = body.metadata.namespace or ""
-        name = body.metadata.name
-        users = [n for n, ref in nw_nodes.get(namespace, []) if ref == name]
-        await policy_reconcile(ctx, body, len(users))
-
-    @kopf.on.create(*pp, id="powerpolicy_changed_nodes", registry=registry)
-    @kopf.on.delete(*pp, id="powerpolicy_changed_nodes", registry=registry, optional=True)
-    async def powerpolicy_changed_nodes(body: kopf.Body, reason: str, **kw: Any) -> None:
-        """Re-validate the WorkerNodes that refer to a policy that appeared or went away."""
-        nw_nodes, nw_policies = kw["nw_nodes"], kw["nw_policies"]
-        namespace = body.metadata.namespace or ""
-        name = body.metadata.name
-        policies = policy_names(nw_policies, namespace)
-        if reason == "delete":
-            policies.discard(name)
-        else:
-            policies.add(name or "")
-        for node_name, ref in list(nw_nodes.get(namespace, [])):
-            if ref != name:
-                continue
-            node = await ctx.kube.get(WORKER_NODE, namespace, node_name)
-            if node is not None:
-                await node_reconcile(ctx, node, policies)
+    async def powerpolicy_valid(body: kopf.Body, **_: Any) -> None:
+        name = body.metadata.name or ""
+        await policy_reconcile(ctx, body, fleet.policy_users().get(name, 0))
 
     # --- PowerIntent --------------------------------------------------------------------
     @kopf.on.resume(*pi, id="powerintent_valid", registry=registry)
     @kopf.on.create(*pi, id="powerintent_valid", registry=registry)
-    async def powerintent_valid(body: kopf.Body, **kw: Any) -> None:
-        namespace = body.metadata.namespace or ""
-        await intent_reconcile(ctx, body, node_names(kw["nw_nodes"], namespace))
+    async def powerintent_valid(body: kopf.Body, **_: Any) -> None:
+        await intent_reconcile(ctx, body, fleet.node_names())
 
     if not containers:
         return

@@ -21,6 +21,7 @@ from pydantic import SecretStr
 
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import Kind
+from nodewarden.kube.useragent import identify
 from nodewarden.logs import register_secret
 from nodewarden.metrics import KUBE_REQUESTS
 
@@ -74,7 +75,7 @@ async def api_client_from(kubeconfig: Path | None) -> client.ApiClient:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             await config.load_kube_config(client_configuration=cfg)
-    return client.ApiClient(configuration=cfg)
+    return identify(client.ApiClient(configuration=cfg))
 
 
 class Kube:
@@ -153,10 +154,19 @@ class Kube:
             raise _wrap(exc, f"patch {kind.kind} {namespace}/{name}") from exc
 
     async def patch_status(
-        self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
-        """Merge-patch the status subresource (one patch per reconcile)."""
+        """Merge-patch the status subresource (one patch per reconcile). With
+        `resource_version` the write applies only to that version (else Conflict)."""
         KUBE_REQUESTS.labels("patch_status").inc()
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -164,7 +174,7 @@ class Kube:
                 namespace,
                 kind.plural,
                 name,
-                {"status": dict(status)},
+                body,
                 field_manager=self.field_manager,
                 _content_type=MERGE_PATCH,  # type: ignore[call-arg]
             )

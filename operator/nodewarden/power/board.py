@@ -1,0 +1,69 @@
+"""The power board: what the dispatcher may know about power, per node, in memory.
+
+The power controller owns every power decision; the dispatcher asks only whether it may
+place work on a node (`admission_open`) and how to count it (`view`: state, readiness,
+whether an off side node can be woken). Closing admission is a handshake: the controller
+`close`s, the dispatcher `acknowledge`s at the start of a round once no runner start is
+in flight for the node, and the controller turns the acknowledgement into the state
+machine's AdmissionClosed event. Nothing here is I/O; both sides run in one event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from nodewarden.policy.state import PowerState
+
+
+@dataclass(frozen=True, slots=True)
+class NodePowerView:
+    """One node's power as the dispatcher sees it."""
+
+    state: PowerState
+    admission_open: bool
+    ready: bool
+    wakeable: bool = False
+    """A side node that is off (or waking) and that the controller may wake for demand."""
+
+
+@dataclass
+class PowerBoard:
+    views: dict[str, NodePowerView] = field(default_factory=dict)
+    closing: dict[str, datetime] = field(default_factory=dict)
+    """Nodes whose admission was closed and not yet acknowledged (name -> when closed)."""
+    acknowledged: dict[str, datetime] = field(default_factory=dict)
+    """Acknowledgements not yet consumed by the controller (name -> when)."""
+
+    def view(self, node: str) -> NodePowerView | None:
+        return self.views.get(node)
+
+    def admission_open(self, node: str) -> bool:
+        view = self.views.get(node)
+        return view is not None and view.admission_open
+
+    def set(self, node: str, view: NodePowerView) -> None:
+        self.views[node] = view
+        if view.admission_open:
+            self.closing.pop(node, None)
+
+    def close(self, node: str, at: datetime) -> None:
+        """Admission closes now; the dispatcher acknowledges it (see the module docstring)."""
+        view = self.views.get(node)
+        if view is not None and view.admission_open:
+            self.views[node] = NodePowerView(view.state, False, view.ready, view.wakeable)
+        self.closing[node] = at
+
+    def acknowledge(self, node: str, at: datetime) -> None:
+        """The dispatcher binds no more work to `node` (no start in flight)."""
+        if self.closing.pop(node, None) is not None:
+            self.acknowledged[node] = at
+
+    def take_acknowledgements(self) -> dict[str, datetime]:
+        out, self.acknowledged = self.acknowledged, {}
+        return out
+
+    def forget(self, node: str) -> None:
+        self.views.pop(node, None)
+        self.closing.pop(node, None)
+        self.acknowledged.pop(node, None)

@@ -1,0 +1,71 @@
+"""Composing the power controller beside the dispatcher (shared pool, board, status writer)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from nodewarden.config import OperatorConfig
+from nodewarden.credentials import CredentialResolver
+from nodewarden.dispatch import Dispatcher
+from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.kube.client import Kube
+from nodewarden.power.board import PowerBoard
+from nodewarden.power.control import PowerControl
+from nodewarden.power.controller import ControllerSettings, PowerController
+from nodewarden.power.status import NodeStatusWriter
+from nodewarden.scheduling.instancetypes import Catalogue
+from nodewarden.units import parse_duration
+
+
+def _now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+def build_controller(
+    config: OperatorConfig,
+    kube: Kube,
+    namespace: str,
+    credentials: CredentialResolver,
+    policies: PolicyBook,
+    board: PowerBoard,
+    status: NodeStatusWriter,
+    dispatcher: Dispatcher | None,
+) -> PowerController:
+    """The power controller for `namespace`, wired to the dispatcher's pool (if any)."""
+    pool = dispatcher.pool if dispatcher is not None else None
+    cloud = dispatcher.cloud if dispatcher is not None else None
+    control = PowerControl(
+        credentials,
+        dispatcher.prober if dispatcher is not None else None,
+        pool,
+        _now,
+        request_timeout=config.power.request_timeout,
+    )
+    settings = ControllerSettings(
+        power_poll_interval=config.power.power_poll_interval,
+        capability_interval=config.power.capability_interval,
+        evaluate_interval=config.power.evaluate_interval,
+        resync_interval=parse_duration(config.resync_interval).total_seconds(),
+        keep_finished_intents=config.power.keep_finished_intents,
+    )
+    controller = PowerController(
+        kube=kube,
+        namespace=namespace,
+        dispatcher_id=config.dispatcher_id,
+        default_policy=config.default_policy,
+        credentials=credentials,
+        policies=policies,
+        pool=pool,
+        board=board,
+        status=status,
+        control=control,
+        settings=settings,
+        clock=_now,
+        catalogue=Catalogue(types=tuple(cloud.catalogue)) if cloud is not None else None,
+        type_policy=cloud.config.instance_type_policy if cloud is not None else None,
+    )
+    if pool is not None:
+        pool.observer = controller
+    if dispatcher is not None:
+        dispatcher.planned = controller.planned
+    return controller

@@ -1,0 +1,1306 @@
+"""The power controller: every power decision for every WorkerNode, through one path.
+
+Side nodes and cloud VMs alike: facts in (probes, BMC, cloud list, queue, spec, intents),
+`policy.machine.step` decides, the actions it returns are carried out by adapters
+(`power.control`), and every decision leaves a Safety Record -- in the transition's
+PowerIntent, summarised on the WorkerNode, and as an Event when the decision changes.
+
+The loop (`run`), each round:
+
+1. take the dispatcher's admission acknowledgements (AdmissionClosed events);
+2. step every node that has events or whose recheck time has come, in event order:
+   a step that is the same decision as before costs no record and no write;
+3. for a step whose actions include a power request, persist the new power state
+   (resourceVersion precondition) *before* sending it: a replica that resumes from
+   status never sends a request the state machine did not ask for;
+4. write the WorkerNode statuses that changed (one patch each) and the metrics;
+5. sleep until an event arrives or the next recheck time.
+
+Observations arrive as they happen: probe results (`probed`), the cloud list (`listed`,
+`gone`), BMC reads and request outcomes (adapter tasks), the dispatcher's plan (demand),
+PowerIntent and PowerPolicy events. The controller also owns the WorkerNode `Valid`,
+`Ready` and `PowerSource` conditions.
+
+Shadow mode (`PowerPolicy.spec.mode: Shadow`): every decision is made and recorded; a
+step that would begin a power transition is recorded as a PowerIntent in phase Shadow
+with its Safety Record and an Event, and is not applied: nothing is requested, admission
+is not closed. Observing (BMC reads, probes) continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from nodewarden.api.base import GROUP, VERSION, Condition, ConditionStatus, set_condition
+from nodewarden.api.containerdispatch import ContainerDispatchSpec, ContainerDispatchStatus
+from nodewarden.api.kinds import CONTAINER_DISPATCH
+from nodewarden.api.powerintent import PowerAction
+from nodewarden.api.workernode import NodeState as ApiNodeState
+from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.cloud.model import CloudInstance
+from nodewarden.credentials import CredentialResolver, Refusal
+from nodewarden.dispatch.policies import Policy, PolicyBook
+from nodewarden.dispatch.workers import Worker, WorkerPool
+from nodewarden.kube.client import Kube, KubeError
+from nodewarden.metrics import (
+    NODES,
+    POWER_CONFIRM_SECONDS,
+    POWER_DECISIONS,
+    POWER_REQUESTS,
+    POWER_STALE_NODES,
+    POWER_TRANSITIONS,
+    POWER_UNRECORDED_TRANSITIONS,
+)
+from nodewarden.policy.actions import (
+    Action,
+    CloseAdmission,
+    CloseTransition,
+    OpenTransition,
+    PollObservedPower,
+    RefreshFacts,
+    RequestPower,
+    RereadDemand,
+    RunReadyProbe,
+    ScheduleRecheck,
+)
+from nodewarden.policy.events import (
+    AdmissionClosed,
+    DeadlineReached,
+    DemandReread,
+    Evaluate,
+    Event,
+    ManualOverride,
+    PolicyChanged,
+    PowerObserved,
+    ReadyProbeResult,
+)
+from nodewarden.policy.facts import (
+    CapabilityReading,
+    DemandReading,
+    DesiredReading,
+    FleetReading,
+    ManualIntent,
+    NodeFacts,
+    VmReading,
+)
+from nodewarden.policy.machine import Step, step
+from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.record import SafetyRecord, event_summary
+from nodewarden.policy.state import (
+    NON_TERMINAL_STATES,
+    ON_STATES,
+    NodePowerState,
+    PowerState,
+    TransitionKind,
+    api_admission,
+    api_state,
+)
+from nodewarden.policy.view import PolicyView
+from nodewarden.power.board import NodePowerView, PowerBoard
+from nodewarden.power.control import NodeRef, PowerControl
+from nodewarden.power.intents import Intent, IntentBook, record_fields
+from nodewarden.power.readings import (
+    cloud_gone,
+    cloud_power,
+    cloud_uptime,
+    inhibitor_reading,
+    ready_reading,
+    ssh_power,
+    uptime_reading,
+    work_reading,
+)
+from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
+from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
+from nodewarden.scheduling.scheduler import (
+    Capacity,
+    ContainerView,
+    NodeState,
+    NodeView,
+    Phase,
+    Plan,
+    qualified_demand,
+)
+from nodewarden.ssh.errors import SshError
+from nodewarden.ssh.facts import ProbeReport
+from nodewarden.units import parse_quantity
+from nodewarden.validation import Verdict, validate_workernode
+
+log = logging.getLogger(__name__)
+R = ReasonCode
+
+_SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """Timing of the controller (operator config `power`)."""
+
+    power_poll_interval: float = 15.0
+    """Seconds between BMC PowerState reads of a side node outside transitions."""
+    capability_interval: float = 600.0
+    """Seconds between re-discoveries of a node's power control (and after errors)."""
+    evaluate_interval: float = 30.0
+    """A node whose last decision was DEFER is evaluated again at least this often."""
+    resync_interval: float = 30.0
+    """Re-validation of every WorkerNode (credentials may have changed)."""
+    keep_finished_intents: int = 5
+
+
+@dataclass
+class NodeRuntime:
+    """Everything the controller holds about one node between steps."""
+
+    name: str
+    spec: WorkerNodeSpec | None
+    meta: dict[str, Any]
+    state: NodePowerState
+    facts: NodeFacts
+    spec_seen_at: datetime
+    events: deque[Event] = field(default_factory=deque)
+    due_at: datetime | None = None
+    headline: tuple[Any, ...] | None = None
+    record: SafetyRecord | None = None
+    busy: set[str] = field(default_factory=set)
+    next_poll: datetime | None = None
+    next_discovery: datetime | None = None
+    idle_since: datetime | None = None
+    verdict: Verdict | None = None
+    validated_generation: int | None = None
+    shadow_key: tuple[Any, ...] | None = None
+    transition_intent: str | None = None
+
+    @property
+    def node_type(self) -> str:
+        return self.spec.node_type if self.spec is not None else "SideNode"
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.meta.get("generation")
+        return int(gen) if gen is not None else None
+
+    def ref(self) -> NodeRef | None:
+        return NodeRef(self.name, self.spec) if self.spec is not None else None
+
+
+class PowerController:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        kube: Kube,
+        namespace: str,
+        dispatcher_id: str,
+        default_policy: str,
+        credentials: CredentialResolver,
+        policies: PolicyBook,
+        pool: WorkerPool | None,
+        board: PowerBoard,
+        status: NodeStatusWriter,
+        control: PowerControl,
+        settings: ControllerSettings,
+        clock: Callable[[], datetime],
+        catalogue: Catalogue | None = None,
+        type_policy: InstanceTypePolicy | None = None,
+        acknowledge_admission: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.dispatcher_id = dispatcher_id
+        self.default_policy = default_policy
+        self.credentials = credentials
+        self.policies = policies
+        self.pool = pool
+        self.board = board
+        self.status = status
+        self.control = control
+        self.settings = settings
+        self.clock = clock
+        self.catalogue = catalogue or Catalogue()
+        self.type_policy = type_policy or InstanceTypePolicy()
+        self.acknowledge_admission = acknowledge_admission
+        """No dispatcher places work: closing admission is acknowledged at once."""
+        self.intents = IntentBook(kube, namespace, dispatcher_id, settings.keep_finished_intents)
+        self.nodes: dict[str, NodeRuntime] = {}
+        self.wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._plan: tuple[list[ContainerView], Plan, datetime] | None = None
+        self._reread_wanted: set[str] = set()
+        self._next_resync: datetime | None = None
+        self.steps = 0
+        self.started = False
+
+    # ------------------------------------------------------------------ inputs
+
+    def observe_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A WorkerNode watch event."""
+        meta = dict(body.get("metadata") or {})
+        name = meta.get("name")
+        if not name or (meta.get("namespace") or self.namespace) != self.namespace:
+            return
+        if deleted:
+            self._forget(name)
+            return
+        self.status.observe(name, body)
+        now = self.clock()
+        try:
+            spec: WorkerNodeSpec | None = WorkerNodeSpec.model_validate(body.get("spec") or {})
+        except ValidationError:
+            spec = None
+        rt = self.nodes.get(name)
+        if rt is None:
+            rt = self._new_runtime(name, spec, meta, body.get("status") or {}, now)
+            self.nodes[name] = rt
+            rt.events.append(Evaluate())
+        else:
+            changed = rt.generation != meta.get("generation")
+            deleting = bool(meta.get("deletionTimestamp")) != bool(rt.meta.get("deletionTimestamp"))
+            rt.meta = meta
+            if changed:
+                rt.spec = spec
+                rt.spec_seen_at = now
+                rt.next_discovery = now
+                self.control.last_error.pop(name, None)
+            if changed or deleting:
+                rt.events.append(Evaluate())
+        if rt.validated_generation != rt.generation:
+            self._spawn(self._validate(rt))
+        self.wake.set()
+
+    def _new_runtime(
+        self,
+        name: str,
+        spec: WorkerNodeSpec | None,
+        meta: dict[str, Any],
+        status: Mapping[str, Any],
+        now: datetime,
+    ) -> NodeRuntime:
+        state = NodePowerState.initial(name)
+        stored = status.get("powerState")
+        if isinstance(stored, Mapping):
+            try:
+                state = NodePowerState.model_validate(stored)
+            except ValidationError as exc:
+                log.warning(
+                    "WorkerNode %s: stored power state unreadable (%s); verifying", name, exc
+                )
+        node_type = spec.node_type if spec is not None else "SideNode"
+        facts = NodeFacts(node=name, node_type=node_type)
+        control = status.get("powerControl")
+        if isinstance(control, Mapping):
+            with contextlib.suppress(ValidationError):
+                facts = facts.model_copy(
+                    update={"capability": CapabilityReading.model_validate(control)}
+                )
+        rt = NodeRuntime(name, spec, meta, state, facts, spec_seen_at=now)
+        rt.next_discovery = now
+        rt.next_poll = now
+        if state.transition is not None:
+            rt.transition_intent = state.transition.intent or None
+        return rt
+
+    def _forget(self, name: str) -> None:
+        rt = self.nodes.pop(name, None)
+        self.board.forget(name)
+        self.status.observe(name, None)
+        if rt is not None:
+            self._spawn(self.control.forget(name))
+
+    def observe_intent(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A PowerIntent event (manual or policy-made)."""
+        node = self.intents.observe(body, deleted)
+        if node is not None and node in self.nodes:
+            self._sync_intent(self.nodes[node])
+            self.wake.set()
+
+    def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A PowerPolicy event: the book is updated by its owner; every node under it
+        re-evaluates with the new version (records carry it from now on)."""
+        name = (body.get("metadata") or {}).get("name")
+        for rt in self.nodes.values():
+            if self._policy_name(rt) == name or (
+                rt.spec is not None and rt.spec.policy_ref is None and name == self.default_policy
+            ):
+                rt.events.append(PolicyChanged())
+        self.wake.set()
+
+    def planned(self, containers: list[ContainerView], plan: Plan, now: datetime) -> None:
+        """The dispatcher's round: queued demand for every node, by the plan's fit rules."""
+        self._plan = (containers, plan, now)
+        self._update_demand(now)
+        self.wake.set()
+
+    # -- what validation asks (handlers.validation.NodeIndex) ---------------------------
+
+    def node_names(self) -> set[str]:
+        return set(self.nodes)
+
+    def policy_users(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rt in self.nodes.values():
+            name = self._policy_name(rt)
+            if name is not None:
+                out[name] = out.get(name, 0) + 1
+        return out
+
+    async def start(self) -> None:
+        """LIST every WorkerNode once before the first round, so fleet counts (disruption
+        budget, min warm) see the whole fleet from the start."""
+        from nodewarden.api.kinds import WORKER_NODE
+
+        delay = 0.5
+        while True:
+            try:
+                bodies = await self.kube.list(WORKER_NODE, self.namespace)
+                break
+            except KubeError as exc:
+                log.warning("initial WorkerNode listing failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        for body in bodies:
+            body.setdefault("metadata", {}).setdefault("namespace", self.namespace)
+            self.observe_node(body)
+        log.info("power controller started", extra={"nodes": len(self.nodes)})
+
+    # -- the worker pool's observations (WorkerObserver) -------------------------------
+
+    def probed(self, worker: Worker, report: ProbeReport | None, error: SshError | None) -> None:
+        rt = self.nodes.get(worker.name)
+        if rt is None:
+            return
+        if rt.node_type == "CloudVM":
+            self._update_vm(rt, worker)
+        if report is None:
+            if rt.node_type == "CloudVM":
+                rt.events.append(Evaluate())
+                self.wake.set()
+            return
+        facts = rt.facts
+        updates: dict[str, Any] = {}
+        runners = report.runners
+        if runners is not None:
+            active = max(len(runners.runners), self._queued_on(worker.name))
+            reading = work_reading(
+                active, runners.source, runners.observed_at, rt.idle_since if active == 0 else None
+            )
+            rt.idle_since = reading.idle_since
+            updates["work"] = reading
+        if report.inhibitors is not None:
+            updates["inhibitors"] = inhibitor_reading(report.inhibitors)
+        if report.uptime is not None:
+            updates["uptime"] = uptime_reading(report.uptime)
+        if rt.spec is not None and rt.spec.bmc is None and rt.node_type == "SideNode":
+            updates["power"] = ssh_power(report.ready)  # the login itself is the evidence
+        if updates:
+            rt.facts = facts.model_copy(update=updates)
+        rt.events.append(ReadyProbeResult(reading=ready_reading(report.ready)))
+        self.wake.set()
+
+    def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
+        for name, inst in instances.items():
+            rt = self.nodes.get(name)
+            if rt is None or rt.node_type != "CloudVM":
+                continue
+            reading = cloud_power(inst)
+            previous = rt.facts.power
+            updates: dict[str, Any] = {"power": reading}
+            uptime = cloud_uptime(inst)
+            if uptime is not None:
+                updates["uptime"] = uptime
+            rt.facts = rt.facts.model_copy(update=updates)
+            if self.pool is not None and name in self.pool.workers:
+                self._update_vm(rt, self.pool.workers[name])
+            waiting = rt.state.state in NON_TERMINAL_STATES
+            if previous is None or previous.power != reading.power or waiting:
+                rt.events.append(PowerObserved(reading=reading))
+        self.wake.set()
+
+    async def gone(self, worker: Worker, at: datetime) -> None:
+        """The instance left the cloud list: its Off is observed now, before the WorkerNode
+        goes, so the transition's record is closed with the confirmation."""
+        rt = self.nodes.get(worker.name)
+        if rt is None:
+            return
+        source = self.pool.cloud.config.driver if self.pool and self.pool.cloud else "cloud"
+        instance_id = worker.instance.id if worker.instance is not None else None
+        rt.events.append(PowerObserved(reading=cloud_gone(f"cloud:{source}", instance_id, at)))
+        await self._process(rt, self.clock())
+        await self.status.flush()
+
+    def should_probe(self, worker: Worker) -> bool:
+        """Probe a side node unless its trusted power source says it is Off."""
+        rt = self.nodes.get(worker.name)
+        if rt is None:
+            return False
+        power = rt.facts.power
+        if rt.spec is not None and rt.spec.bmc is None:
+            return True  # SSH is the only evidence a BMC-less node gives
+        return power is None or power.power != "Off" or rt.state.state is PowerState.WAKING
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(self) -> None:
+        """Rounds until `stop()`; see the module docstring."""
+        self.started = True
+        while not self._stop.is_set():
+            self.wake.clear()
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("power controller round failed; retrying")
+            timeout = self._sleep_for(self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=timeout)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self.wake.set()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.control.close()
+
+    async def round(self) -> None:
+        now = self.clock()
+        for name, at in self.board.take_acknowledgements().items():
+            rt = self.nodes.get(name)
+            if rt is not None:
+                rt.events.append(AdmissionClosed(at=at, source="dispatcher"))
+        if self._next_resync is None or now >= self._next_resync:
+            self._next_resync = now + timedelta(seconds=self.settings.resync_interval)
+            for rt in self.nodes.values():
+                self._spawn(self._validate(rt))
+        self._schedule_observations(now)
+        fleet = self._fleet(now)
+        for rt in list(self.nodes.values()):
+            due = rt.due_at is not None and now >= rt.due_at
+            if not rt.events and not due:
+                continue
+            if due:
+                rt.due_at = None
+            rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(self._policy_name(rt))})
+            await self._process(rt, now, due=due)
+        if self._reread_wanted:
+            self._spawn(self._reread_demand(set(self._reread_wanted)))
+            self._reread_wanted.clear()
+        await self.status.flush()
+        self._metrics()
+
+    def _sleep_for(self, now: datetime) -> float:
+        soonest = 5.0
+        for rt in self.nodes.values():
+            if rt.events:
+                return 0.0
+            for at in (rt.due_at, rt.next_poll, rt.next_discovery):
+                if at is not None:
+                    soonest = min(soonest, (at - now).total_seconds())
+        return max(0.05, soonest)
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ one node
+
+    def _policy_name(self, rt: NodeRuntime) -> str | None:
+        spec = rt.spec
+        return spec.policy_ref.name if spec is not None and spec.policy_ref else None
+
+    def _policy(self, rt: NodeRuntime) -> Policy:
+        return self.policies.for_node(self._policy_name(rt))
+
+    async def _process(self, rt: NodeRuntime, now: datetime, due: bool = False) -> None:
+        if rt.spec is None:
+            rt.events.clear()
+            return
+        policy = self._policy(rt)
+        view = policy.view
+        self._static_facts(rt, now)
+        events: list[Event] = list(rt.events)
+        rt.events.clear()
+        if not events:
+            t = rt.state.transition
+            events = [DeadlineReached(transition_id=t.id) if t is not None else Evaluate()]
+        for event in events:
+            result = step(rt.state, rt.facts, event, now, view, with_record=False)
+            self.steps += 1
+            if view.shadow and self._acts(result):
+                await self._shadow(rt, result, event, view, now)
+                continue
+            headline = (result.decision, result.reasons, result.next.state, result.next.admission)
+            opens_or_closes = any(
+                isinstance(a, (OpenTransition, CloseTransition)) for a in result.actions
+            )
+            record: SafetyRecord | None = None
+            if headline != rt.headline or opens_or_closes:
+                record = step(rt.state, rt.facts, event, now, view).record
+            before = rt.state
+            rt.state, rt.facts = result.next, result.facts
+            if not await self._apply(rt, before, result, record, headline, view, now):
+                return
+
+    def _acts(self, result: Step) -> bool:
+        """Would this step act on the node (begin a power transition)?"""
+        for a in result.actions:
+            if isinstance(a, OpenTransition) and a.kind is not TransitionKind.VERIFY:
+                return True
+            if isinstance(a, _SKIP_IN_SHADOW):
+                return True
+        return False
+
+    async def _shadow(
+        self, rt: NodeRuntime, result: Step, event: Event, view: PolicyView, now: datetime
+    ) -> None:
+        """Record what would have happened (PowerIntent phase Shadow), do nothing."""
+        key = (result.decision, result.reasons)
+        rt.due_at = now + timedelta(seconds=self.settings.evaluate_interval)
+        if key == rt.shadow_key:
+            return
+        rt.shadow_key = key
+        record = step(rt.state, rt.facts, event, now, view).record
+        assert record is not None
+        opened = next((a for a in result.actions if isinstance(a, OpenTransition)), None)
+        action: PowerAction = (
+            "Wake" if opened is not None and opened.kind is TransitionKind.WAKE else "Shutdown"
+        )
+        tid = opened.transition_id if opened is not None else f"shadow-{now:%Y%m%d-%H%M%S}"
+        intent = await self.intents.create_policy_intent(
+            rt.name, f"shadow-{tid}", action, "shadow mode: not acted on", now
+        )
+        fields = record_fields(record)
+        fields["reasons"] = [*fields["reasons"], R.SHADOW_MODE.value]
+        fields.update(
+            phase="Shadow",
+            message="shadow mode: decided and recorded, not acted on",
+            startedAt=_iso(now),
+            finishedAt=_iso(now),
+        )
+        await self.intents.write(intent, fields)
+        self._event(rt, record, extra=" (shadow mode: not acted on)")
+
+    async def _apply(
+        self,
+        rt: NodeRuntime,
+        before: NodePowerState,
+        result: Step,
+        record: SafetyRecord | None,
+        headline: tuple[Any, ...],
+        view: PolicyView,
+        now: datetime,
+    ) -> bool:
+        """Carry out one step. Returns False when the node must reload its state."""
+        state = rt.state
+        self.board.set(rt.name, self._board_view(rt))
+        self.status.contribute(rt.name, self._power_status(rt, record))
+        requests = [a for a in result.actions if isinstance(a, RequestPower)]
+        if requests:
+            try:
+                await self.status.persist(rt.name)
+            except (PowerStateConflict, KubeError) as exc:
+                log.warning(
+                    "WorkerNode %s: power state not persisted (%s); no request sent, reloading",
+                    rt.name,
+                    exc,
+                )
+                self._reload(rt)
+                return False
+        for action in result.actions:
+            if isinstance(action, OpenTransition):
+                await self._open(rt, action, now)
+            elif isinstance(action, CloseTransition):
+                await self._close(rt, action, record, now)
+        if record is not None:
+            await self._record(rt, record, headline, now)
+        self._reflect_manual(rt, result, record, now)
+        for action in result.actions:
+            self._execute(rt, action, now)
+        if result.decision is Decision.DEFER and not any(
+            isinstance(a, ScheduleRecheck) for a in result.actions
+        ):
+            rt.due_at = now + timedelta(seconds=self.settings.evaluate_interval)
+        if state.state is not before.state:
+            log.info(
+                "WorkerNode %s: %s -> %s (%s %s)",
+                rt.name,
+                before.state.value,
+                state.state.value,
+                result.decision.value,
+                ",".join(r.value for r in result.reasons),
+            )
+        return True
+
+    def _reload(self, rt: NodeRuntime) -> None:
+        stored = self.status.server_status(rt.name).get("powerState")
+        if isinstance(stored, Mapping):
+            with contextlib.suppress(ValidationError):
+                rt.state = NodePowerState.model_validate(stored)
+        rt.events.append(Evaluate())
+
+    # -- facts that come from the spec, intents, policy, demand -------------------------
+
+    def _static_facts(self, rt: NodeRuntime, now: datetime) -> None:
+        spec = rt.spec
+        assert spec is not None
+        desired = DesiredReading(
+            source=f"WorkerNode/{rt.name} spec (generation {rt.generation})",
+            observed_at=rt.spec_seen_at,
+            power=spec.power,
+            idle_behavior=spec.idle_behavior,
+        )
+        updates: dict[str, Any] = {}
+        if rt.facts.desired != desired:
+            updates["desired"] = desired
+        if rt.facts.node_type != spec.node_type:
+            updates["node_type"] = spec.node_type
+        if updates:
+            rt.facts = rt.facts.model_copy(update=updates)
+        self._sync_intent(rt)
+
+    def _sync_intent(self, rt: NodeRuntime) -> None:
+        active = self.intents.active(rt.name)
+        manual: ManualIntent | None = active.manual() if active is not None else None
+        current = rt.facts.intent
+        if (current.name if current else None) != (manual.name if manual else None):
+            rt.events.append(ManualOverride(intent=manual))
+
+    def _update_vm(self, rt: NodeRuntime, worker: Worker) -> None:
+        booted = worker.booted_at
+        pool = self.pool
+        listed_at = pool.last_sync if pool is not None and pool.last_sync else self.clock()
+        observed = max(listed_at, worker.last_attempt or listed_at)
+        if booted > observed:
+            booted = observed
+        attempts = worker.attempts_since_success if worker.last_success else worker.attempts_total
+        reading = VmReading(
+            source="cloud list + ssh probes",
+            observed_at=observed,
+            booted_at=booted,
+            paired=worker.last_success is not None,
+            last_heartbeat=worker.last_success,
+            probe_attempts=attempts,
+            broken=worker.broken,
+            deletion_requested=worker.deletion_requested,
+        )
+        if rt.facts.vm != reading:
+            capability = rt.facts.capability
+            updates: dict[str, Any] = {"vm": reading}
+            if capability is None or capability.control_method != "Cloud":
+                updates["capability"] = self.control_capability_cloud(observed)
+            rt.facts = rt.facts.model_copy(update=updates)
+
+    def control_capability_cloud(self, at: datetime) -> CapabilityReading:
+        from nodewarden.power.readings import cloud_capability
+
+        return cloud_capability("cloud", at)
+
+    def _queued_on(self, node: str) -> int:
+        """Containers the dispatcher has Locked or Running on `node` (incl. starts)."""
+        if self._plan is None:
+            return 0
+        containers = self._plan[0]
+        return sum(
+            1 for c in containers if c.node == node and c.phase in (Phase.LOCKED, Phase.RUNNING)
+        )
+
+    def _node_view(self, rt: NodeRuntime) -> NodeView | None:
+        spec = rt.spec
+        if spec is None:
+            return None
+        if spec.node_type == "SideNode":
+            cap = spec.capacity
+            if cap is None:
+                return None
+            capacity = Capacity(
+                cap.vcpus,
+                parse_quantity(cap.ram),
+                parse_quantity(cap.scratch),
+                cap.gpus,
+                cap.gpu_model,
+            )
+            return NodeView(rt.name, NodeState.IDLE, capacity, None, spec.cost_per_hour or 0.0)
+        itype = self.catalogue.by_name(spec.instance_type or "")
+        if itype is None:
+            return None
+        return NodeView(rt.name, NodeState.IDLE, Capacity.of(itype), itype.name, itype.price)
+
+    def _update_demand(self, now: datetime) -> None:
+        assert self._plan is not None
+        containers, plan, at = self._plan
+        queued = [c for c in containers if c.phase is Phase.QUEUED]
+        waiting_for: dict[str, list[str]] = {}
+        for uuid, node in plan.wait_nodes.items():
+            waiting_for.setdefault(node, []).append(uuid)
+        for node, uuids in plan.wakes.items():
+            for uuid in uuids:
+                if uuid not in waiting_for.setdefault(node, []):
+                    waiting_for[node].append(uuid)
+        by_shape: dict[tuple[Any, ...], list[str]] = {}
+        for rt in self.nodes.values():
+            if rt.spec is None:
+                continue
+            if rt.state.state in (PowerState.OFF, PowerState.WAKING):
+                uuids = waiting_for.get(rt.name, [])
+            else:
+                view = self._node_view(rt)
+                if view is None:
+                    continue
+                shape = (view.capacity, view.instance_type, view.price)
+                found = by_shape.get(shape)
+                if found is None:
+                    found = by_shape[shape] = qualified_demand(
+                        view, queued, self.catalogue, self.type_policy
+                    )
+                uuids = found
+            reading = DemandReading(
+                source="queue (dispatcher plan)",
+                observed_at=at,
+                queued=len(uuids),
+                containers=tuple(uuids[:64]),
+            )
+            previous = rt.facts.demand
+            rt.facts = rt.facts.model_copy(update={"demand": reading})
+            if previous is None or previous.queued != reading.queued:
+                rt.events.append(Evaluate())
+
+    async def _reread_demand(self, nodes: set[str]) -> None:
+        """RereadDemand: a live LIST of the queue (not the cache), one for all nodes asking."""
+        try:
+            bodies = await self.kube.list(CONTAINER_DISPATCH, self.namespace)
+        except KubeError as exc:
+            log.warning("live re-read of the queue failed (%s); retrying next round", exc)
+            self._reread_wanted |= nodes
+            return
+        read_at = self.clock()
+        queued: list[ContainerView] = []
+        for body in bodies:
+            try:
+                spec = ContainerDispatchSpec.model_validate(body.get("spec") or {})
+                status = ContainerDispatchStatus.model_validate(body.get("status") or {})
+            except ValidationError:
+                continue
+            if spec.cancel or status.phase not in (None, "Queued"):
+                continue
+            queued.append(
+                ContainerView(spec.uuid, Phase.QUEUED, spec.priority, read_at, spec.resources)
+            )
+        for name in nodes:
+            rt = self.nodes.get(name)
+            if rt is None:
+                continue
+            view = self._node_view(rt)
+            uuids = (
+                qualified_demand(view, queued, self.catalogue, self.type_policy)
+                if view is not None
+                else []
+            )
+            reading = DemandReading(
+                source="queue (live list of ContainerDispatches)",
+                observed_at=read_at,
+                queued=len(uuids),
+                containers=tuple(uuids[:64]),
+            )
+            rt.events.append(DemandReread(reading=reading))
+        self.wake.set()
+
+    def _fleet(self, now: datetime) -> dict[str | None, FleetReading]:
+        counts: dict[str | None, list[int]] = {}
+        for rt in self.nodes.values():
+            key = self._policy_name(rt)
+            c = counts.setdefault(key, [0, 0])
+            t = rt.state.transition
+            if t is not None and t.kind is not TransitionKind.VERIFY:
+                c[0] += 1
+            if rt.state.state is PowerState.ON_IDLE and api_admission(rt.state.admission) == "Open":
+                c[1] += 1
+        return {
+            key: FleetReading(
+                source="power controller (every node under the policy)",
+                observed_at=now,
+                transitions_in_progress=c[0],
+                warm_idle_nodes=c[1],
+            )
+            for key, c in counts.items()
+        }
+
+    # -- observations the controller schedules itself ------------------------------------
+
+    def _schedule_observations(self, now: datetime) -> None:
+        for rt in self.nodes.values():
+            ref = rt.ref()
+            if ref is None:
+                continue
+            if rt.next_discovery is not None and now >= rt.next_discovery:
+                rt.next_discovery = now + timedelta(seconds=self.settings.capability_interval)
+                self._spawn(self._discover(rt, ref))
+            side_bmc = ref.spec.node_type == "SideNode" and ref.spec.bmc is not None
+            if side_bmc and rt.next_poll is not None and now >= rt.next_poll:
+                rt.next_poll = now + timedelta(seconds=self._poll_interval(rt))
+                self._poll(rt, ref)
+
+    def _poll_interval(self, rt: NodeRuntime) -> float:
+        max_age = self._policy(rt).view.telemetry_max_age.total_seconds()
+        return max(1.0, min(self.settings.power_poll_interval, max_age / 3))
+
+    def _poll(self, rt: NodeRuntime, ref: NodeRef) -> None:
+        if "poll" in rt.busy:
+            return
+        rt.busy.add("poll")
+
+        async def poll() -> None:
+            try:
+                reading = await self.control.read_power(ref)
+            finally:
+                rt.busy.discard("poll")
+            if isinstance(reading, Refusal):
+                return  # the capability discovery records the refusal
+            if reading is not None:
+                rt.events.append(PowerObserved(reading=reading))
+            self.status.contribute(rt.name, {"conditions": self._conditions(rt)})
+            self.wake.set()
+
+        self._spawn(poll())
+
+    async def _discover(self, rt: NodeRuntime, ref: NodeRef) -> None:
+        if "discover" in rt.busy:
+            return
+        rt.busy.add("discover")
+        try:
+            ready = rt.facts.ready
+            capability = await self.control.discover(ref, ssh_works=ready is not None)
+        finally:
+            rt.busy.discard("discover")
+        if capability.allowable is None and capability.refusal is None:
+            rt.next_discovery = self.clock() + timedelta(seconds=30)  # failed: retry soon
+        previous = rt.facts.capability
+        kept = previous is not None and previous.allowable is not None
+        if kept and capability.allowable is None and capability.refusal is None:
+            return  # keep the last known capability when rediscovery merely failed
+        rt.facts = rt.facts.model_copy(update={"capability": capability})
+        self.status.contribute(
+            rt.name,
+            {
+                "powerControl": capability.model_dump(mode="json", by_alias=True),
+                "conditions": self._conditions(rt),
+            },
+        )
+        if previous != capability:
+            rt.events.append(Evaluate())
+            self.wake.set()
+
+    # -- actions --------------------------------------------------------------------------
+
+    def _execute(self, rt: NodeRuntime, action: Action, now: datetime) -> None:
+        ref = rt.ref()
+        if isinstance(action, CloseAdmission):
+            self.board.close(rt.name, now)
+            if self.acknowledge_admission or self.pool is None:
+                self.board.acknowledge(rt.name, now)
+            self.wake.set()
+        elif isinstance(action, RereadDemand):
+            self._reread_wanted.add(rt.name)
+        elif isinstance(action, RequestPower) and ref is not None:
+            self._spawn(self._request(rt, ref, action))
+        elif isinstance(action, PollObservedPower) and ref is not None:
+            if ref.spec.node_type == "SideNode" and ref.spec.bmc is not None:
+                self._poll(rt, ref)
+            else:
+                self._spawn(self.control.read_power(ref))
+        elif isinstance(action, RunReadyProbe):
+            if self.pool is not None:
+                self.pool.request_probe(rt.name)
+        elif isinstance(action, RefreshFacts) and ref is not None:
+            names = set(action.facts)
+            if names & {"work", "inhibitors", "uptime", "ready"} and self.pool is not None:
+                self.pool.request_probe(rt.name)
+            if "capability" in names:
+                rt.next_discovery = now
+            if "vm" in names and self.pool is not None:
+                self.pool.request_sync()
+            if "demand" in names:
+                self._reread_wanted.add(rt.name)
+        elif isinstance(action, ScheduleRecheck):
+            rt.due_at = action.at if rt.due_at is None else min(rt.due_at, action.at)
+
+    async def _request(self, rt: NodeRuntime, ref: NodeRef, action: RequestPower) -> None:
+        outcome = await self.control.request(
+            ref, action.transition_id, action.attempt, action.action
+        )
+        result = {
+            "RequestAccepted": "accepted",
+            "RequestRejected": "rejected",
+            "RequestErrored": "errored",
+        }[outcome.type]
+        POWER_REQUESTS.labels(action.action, result, str(action.attempt > 1).lower()).inc()
+        log.info(
+            "WorkerNode %s: %s #%d %s: %s",
+            rt.name,
+            action.action,
+            action.attempt,
+            result,
+            outcome.detail,
+        )
+        rt.events.append(outcome)
+        if ref.spec.node_type == "SideNode" and ref.spec.bmc is not None:
+            rt.next_poll = self.clock()  # look at the BMC soon
+        self.wake.set()
+
+    # -- intents and records ------------------------------------------------------------------
+
+    async def _open(self, rt: NodeRuntime, action: OpenTransition, now: datetime) -> None:
+        if action.kind is TransitionKind.VERIFY:
+            return
+        if action.intent is not None:
+            rt.transition_intent = action.intent
+            intent = self.intents.intents.get(action.intent)
+            if intent is not None:
+                intent.started_at = now
+            return
+        kind: PowerAction = "Wake" if action.kind is TransitionKind.WAKE else "Shutdown"
+        reasons = ",".join(r.value for r in rt.state.last_reasons) or "policy"
+        intent_obj = await self.intents.create_policy_intent(
+            rt.name, action.transition_id, kind, f"policy decision: {reasons}", now
+        )
+        rt.transition_intent = intent_obj.name
+
+    async def _close(
+        self, rt: NodeRuntime, action: CloseTransition, record: SafetyRecord | None, now: datetime
+    ) -> None:
+        name = rt.transition_intent
+        rt.transition_intent = None
+        intent = self.intents.intents.get(name or "")
+        if intent is None:
+            return
+        phase: str = action.outcome
+        manual = rt.facts.intent
+        if action.outcome == "Aborted" and manual is not None and manual.name != intent.name:
+            phase = "Superseded"
+        fields: dict[str, Any] = {
+            "phase": phase,
+            "finishedAt": _iso(now),
+            "message": _phase_message(phase, action.reasons),
+        }
+        if record is not None:
+            fields.update(record_fields(record))
+        await self.intents.write(intent, fields)
+        if action.outcome == "Succeeded" and intent.started_at is not None:
+            kind = "Shutdown" if action.kind is TransitionKind.SHUTDOWN else "Wake"
+            t = record.transition_id if record is not None else None
+            del t
+            POWER_CONFIRM_SECONDS.labels(kind).observe((now - intent.started_at).total_seconds())
+
+    async def _record(
+        self, rt: NodeRuntime, record: SafetyRecord, headline: tuple[Any, ...], now: datetime
+    ) -> None:
+        changed = headline != rt.headline
+        rt.headline = headline
+        rt.record = record
+        if rt.transition_intent is not None:
+            intent = self.intents.intents.get(rt.transition_intent)
+            if intent is not None and not intent.finished:
+                fields = record_fields(record)
+                fields.update(
+                    phase="InProgress",
+                    startedAt=_iso(intent.started_at or now),
+                    message=_phase_message("InProgress", record.reasons),
+                )
+                await self.intents.write(intent, fields)
+        if changed:
+            POWER_DECISIONS.labels(
+                record.decision.value, record.reasons[0].value if record.reasons else ""
+            ).inc()
+            self._event(rt, record)
+
+    def _reflect_manual(
+        self, rt: NodeRuntime, result: Step, record: SafetyRecord | None, now: datetime
+    ) -> None:
+        """The active manual intent's phase from this step; later ones wait behind it."""
+        active = self.intents.active(rt.name)
+        if active is None:
+            return
+        for waiting in self.intents.waiting(rt.name):
+            self._spawn(
+                self.intents.write(
+                    waiting,
+                    {"phase": "Pending", "message": f"waiting behind PowerIntent {active.name}"},
+                )
+            )
+        if active.finished and active.action != "Drain":
+            return
+        phase = self._manual_phase(rt, active, result)
+        if phase is None:
+            return
+        fields: dict[str, Any] = {"phase": phase, "message": _phase_message(phase, result.reasons)}
+        if record is not None or rt.record is not None:
+            fields.update(record_fields(record or rt.record))  # type: ignore[arg-type]
+        if phase in ("Succeeded", "Blocked", "Failed") and active.action != "Drain":
+            fields["finishedAt"] = _iso(now)
+        self._spawn(self.intents.write(active, fields))
+
+    def _manual_phase(self, rt: NodeRuntime, intent: Intent, result: Step) -> str | None:
+        state = result.next
+        t = state.transition
+        if t is not None and t.intent == intent.name:
+            return "InProgress"
+        if t is not None and t.kind is not TransitionKind.VERIFY:
+            return "Pending"  # another transition (policy-made) runs first
+        if intent.action == "Drain":
+            work = rt.facts.work
+            drained = (
+                api_admission(state.admission) == "Closed"
+                and work is not None
+                and work.active_jobs == 0
+            )
+            return "Succeeded" if drained else "InProgress"
+        if intent.action == "Shutdown" and state.state is PowerState.OFF:
+            return "Succeeded" if intent.phase != "InProgress" else None
+        if intent.action == "Wake" and state.state in ON_STATES:
+            return "Succeeded" if intent.phase != "InProgress" else None
+        if state.state in (PowerState.UNKNOWN,):
+            return "Pending"
+        decision = result.decision
+        if decision is Decision.DEFER:
+            return "Deferred"
+        if decision in (Decision.BLOCK, Decision.NONE):
+            return "Blocked"
+        return None
+
+    def _event(self, rt: NodeRuntime, record: SafetyRecord, extra: str = "") -> None:
+        summary = event_summary(record)
+        codes = ",".join(r.value for r in summary.reasons)
+        message = f"{summary.decision.value} [{codes}]{extra}: {summary.message}"
+        obj = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "WorkerNode",
+            "metadata": {**rt.meta, "namespace": self.namespace},
+        }
+        self._spawn(
+            self.kube.emit_event(
+                obj,
+                reason=summary.reason,
+                message=message[:1024],
+                type_=summary.type,
+                action=summary.decision.value.capitalize(),
+            )
+        )
+
+    # -- status ----------------------------------------------------------------------------
+
+    def _board_view(self, rt: NodeRuntime) -> NodePowerView:
+        state = rt.state
+        ready = rt.facts.ready
+        capability = rt.facts.capability
+        wake_actions = {"On", "WakeOnLan"}
+        can_wake = (
+            rt.node_type == "SideNode"
+            and capability is not None
+            and capability.allowable is not None
+            and bool(wake_actions & set(capability.allowable))
+            and self._policy(rt).view.valid
+        )
+        return NodePowerView(
+            state=state.state,
+            admission_open=api_admission(state.admission) == "Open",
+            ready=state.state in ON_STATES and ready is not None and ready.passed,
+            wakeable=can_wake and state.state in (PowerState.OFF, PowerState.WAKING),
+        )
+
+    def _api_state(self, rt: NodeRuntime) -> ApiNodeState:
+        vm = rt.facts.vm
+        unpaired = vm is None or not vm.paired
+        if rt.node_type == "CloudVM" and rt.state.state is PowerState.UNKNOWN and unpaired:
+            return "Booting"
+        return api_state(rt.state.state)
+
+    def _power_status(self, rt: NodeRuntime, record: SafetyRecord | None) -> dict[str, Any]:
+        state = rt.state
+        power = rt.facts.power
+        ready = rt.facts.ready
+        out: dict[str, Any] = {
+            "state": self._api_state(rt),
+            "admission": api_admission(state.admission),
+            "readiness": (
+                "Ready"
+                if ready is not None and ready.passed and state.state in ON_STATES
+                else "NotReady"
+                if ready is not None
+                else "Unknown"
+            ),
+            "powerState": state.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "idleSince": _iso(rt.idle_since) if state.state in ON_STATES else None,
+            "lastTransitionTime": _iso(state.last_transition_at),
+            "conditions": self._conditions(rt),
+        }
+        if power is not None:
+            out["observedPower"] = power.power
+            out["observedPowerSource"] = power.source
+            out["observedPowerTime"] = _iso(power.observed_at)
+        if rt.node_type == "SideNode":
+            out["hourlyPrice"] = rt.spec.cost_per_hour or 0.0 if rt.spec is not None else None
+        if record is not None:
+            out["lastSafetyRecord"] = {
+                "powerIntent": record.power_intent,
+                "decision": record.decision.value,
+                "reasons": [r.value for r in record.reasons],
+                "summary": record.summary()[:1024],
+                "time": _iso(record.decided_at),
+            }
+        return out
+
+    def _conditions(self, rt: NodeRuntime) -> list[dict[str, Any]]:
+        current = [
+            Condition.model_validate(c)
+            for c in self.status.server_status(rt.name).get("conditions") or []
+            if isinstance(c, Mapping) and "lastTransitionTime" in c
+        ]
+        now = self.clock()
+        gen = rt.generation
+        conds = current
+        verdict = rt.verdict
+        if verdict is not None:
+            conds = set_condition(
+                conds, "Valid", verdict.valid, verdict.reason, verdict.message, gen, now
+            )
+        ready = rt.facts.ready
+        if ready is not None:
+            on = rt.state.state in ON_STATES and ready.passed
+            conds = set_condition(
+                conds,
+                "Ready",
+                on,
+                "ProbePassed" if on else ("ProbeFailed" if not ready.passed else "NotOn"),
+                "the ready probe passes" if on else (ready.detail or "not verified on and ready"),
+                gen,
+                now,
+            )
+        error = self.control.last_error.get(rt.name)
+        capability = rt.facts.capability
+        if error is not None:
+            conds = set_condition(
+                conds, "PowerSource", ConditionStatus.FALSE, "BmcError", error, gen, now
+            )
+        elif capability is not None and capability.refusal is not None:
+            conds = set_condition(
+                conds,
+                "PowerSource",
+                ConditionStatus.FALSE,
+                "CredentialsRefused",
+                capability.refusal,
+                gen,
+                now,
+            )
+        elif capability is not None and capability.allowable is not None:
+            conds = set_condition(
+                conds,
+                "PowerSource",
+                ConditionStatus.TRUE,
+                "Answering",
+                f"{capability.control_method}: {', '.join(capability.allowable) or 'no actions'}",
+                gen,
+                now,
+            )
+        return [c.to_wire() for c in conds]
+
+    async def _validate(self, rt: NodeRuntime) -> None:
+        body_spec = rt.spec
+        generation = rt.generation
+        if body_spec is None:
+            verdict = Verdict(False, "InvalidSpec", "spec does not parse")
+        else:
+            refusals = await self.credentials.check(rt.name, body_spec)
+            instance_types = (
+                [t.name for t in self.catalogue.types] if self.catalogue.types else None
+            )
+            verdict = validate_workernode(
+                body_spec,
+                namespace=self.namespace,
+                policies=self.policies.policies.keys(),
+                default_policy=self.default_policy,
+                credential_problems=[(r.reason, r.message) for r in refusals],
+                instance_types=instance_types,
+            )
+        if rt.name not in self.nodes:
+            return
+        previous = rt.verdict
+        rt.verdict = verdict
+        rt.validated_generation = generation
+        self.status.contribute(
+            rt.name, {"conditions": self._conditions(rt), "observedGeneration": generation}
+        )
+        if not verdict.valid and (previous is None or previous.message != verdict.message):
+            log.warning("WorkerNode %s is invalid: %s", rt.name, verdict.message)
+            obj = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "WorkerNode",
+                "metadata": {**rt.meta, "namespace": self.namespace},
+            }
+            await self.kube.emit_event(
+                obj,
+                reason=verdict.reason,
+                message=verdict.message,
+                type_="Warning",
+                action="Validate",
+            )
+        self.wake.set()
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def _metrics(self) -> None:
+        states: dict[tuple[str, str], int] = {}
+        transitions: dict[tuple[str, str], int] = {}
+        stale = 0
+        unrecorded = 0
+        for rt in self.nodes.values():
+            key = (self._api_state(rt), rt.node_type)
+            states[key] = states.get(key, 0) + 1
+            t = rt.state.transition
+            if t is not None:
+                tk = (t.kind.value, rt.state.state.value)
+                transitions[tk] = transitions.get(tk, 0) + 1
+                if t.kind is not TransitionKind.VERIFY and rt.record is None:
+                    unrecorded += 1
+            reasons = rt.state.last_reasons
+            if R.TELEMETRY_STALE in reasons or R.TELEMETRY_MISSING in reasons:
+                stale += 1
+        for state_name in ("Booting", *[api_state(s) for s in PowerState]):
+            for node_type in ("CloudVM", "SideNode"):
+                NODES.labels(state_name, node_type).set(states.get((state_name, node_type), 0))
+        for kind in TransitionKind:
+            for st in PowerState:
+                POWER_TRANSITIONS.labels(kind.value, st.value).set(
+                    transitions.get((kind.value, st.value), 0)
+                )
+        POWER_STALE_NODES.set(stale)
+        POWER_UNRECORDED_TRANSITIONS.set(unrecorded)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def _phase_message(phase: str, reasons: tuple[ReasonCode, ...]) -> str:
+    codes = ", ".join(r.value for r in reasons) or "-"
+    return {
+        "InProgress": f"transition in progress ({codes})",
+        "Succeeded": f"done: the requested state was observed ({codes})",
+        "Blocked": f"blocked: a person must act ({codes})",
+        "Aborted": f"aborted before the irreversible step ({codes})",
+        "Superseded": f"superseded by a newer intent ({codes})",
+        "Deferred": f"waiting for time or fresh evidence ({codes})",
+        "Pending": f"waiting ({codes})",
+        "Failed": f"failed ({codes})",
+    }.get(phase, codes)

@@ -1,0 +1,271 @@
+"""PowerIntents: the manual ones people create, the policy-made ones the controller opens.
+
+Every transition of the state machine has a PowerIntent whose status is its Safety Record:
+a person's intent (source Manual) when one asked for it, else one the controller creates
+(source Policy, named `<node>-<transition id>`). `IntentBook` keeps the live manual
+intents per node in creation order -- the first one not finished is the node's active
+intent (the machine's `facts.intent`), later ones wait behind it (phase Pending, with a
+message naming the one ahead) -- and writes intent status only when something a person
+reads changed (phase, decision, reasons, message), so a transition waiting for its
+confirmation costs no writes.
+
+Phases (docs/state-machine.md, "PowerIntent phases"): Pending -> Deferred / InProgress ->
+Succeeded | Blocked | Aborted | Superseded | Failed, and Shadow for decisions a policy in
+Shadow mode records without acting. A manual Drain intent keeps the node's admission
+closed for as long as it exists; its phase becomes Succeeded once the node has drained.
+Finished policy-made intents are kept (`keep_finished` per node) and then deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from nodewarden.api.kinds import POWER_INTENT
+from nodewarden.api.powerintent import TERMINAL_INTENT_PHASES, PowerAction, PowerIntentSpec
+from nodewarden.kube.client import Kube, KubeError, NotFound
+from nodewarden.metrics import STATUS_WRITES
+from nodewarden.policy.facts import ManualIntent, OverrideRequest
+from nodewarden.policy.record import SafetyRecord
+
+log = logging.getLogger(__name__)
+
+_NAME_OK = re.compile(r"[^a-z0-9.-]+")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def _parse_time(text: object) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass
+class Intent:
+    """One PowerIntent as the controller tracks it."""
+
+    name: str
+    node: str
+    action: PowerAction
+    source: str
+    requested_by: str
+    reason: str
+    override: OverrideRequest | None
+    created: datetime
+    phase: str | None = None
+    written: dict[str, Any] = field(default_factory=dict)
+    started_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in TERMINAL_INTENT_PHASES
+
+    @property
+    def holds(self) -> bool:
+        """Still applied to its node: not finished, or a Drain that exists."""
+        return not self.finished or (self.action == "Drain" and self.phase == "Succeeded")
+
+    def manual(self) -> ManualIntent:
+        return ManualIntent(
+            source=f"PowerIntent/{self.name}",
+            observed_at=self.created,
+            name=self.name,
+            action=self.action,
+            requested_by=self.requested_by,
+            reason=self.reason[:2048],
+            override=self.override,
+        )
+
+
+class IntentBook:
+    """See the module docstring. One per controller."""
+
+    def __init__(
+        self, kube: Kube, namespace: str, dispatcher_id: str, keep_finished: int = 5
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.dispatcher_id = dispatcher_id
+        self.keep_finished = keep_finished
+        self.intents: dict[str, Intent] = {}
+        self._finished_policy: dict[str, deque[str]] = {}
+        self.writes = 0
+
+    # -- the watch ----------------------------------------------------------------------
+
+    def observe(self, body: Mapping[str, Any], deleted: bool = False) -> str | None:
+        """Fold a PowerIntent event in; returns the node it concerns (None if invalid)."""
+        meta = body.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return None
+        if deleted:
+            gone = self.intents.pop(name, None)
+            return gone.node if gone is not None else None
+        try:
+            spec = PowerIntentSpec.model_validate(body.get("spec") or {})
+        except ValidationError:
+            return None  # its Valid condition (validation handler) says why
+        status = body.get("status") or {}
+        created = _parse_time(meta.get("creationTimestamp")) or datetime.now().astimezone()
+        known = self.intents.get(name)
+        override = None
+        if spec.override is not None:
+            override = OverrideRequest(
+                inhibitors=spec.override.inhibitors,
+                force_off=spec.override.force_off,
+                justification=spec.override.justification,
+            )
+        intent = Intent(
+            name=name,
+            node=spec.node_name,
+            action=spec.action,
+            source=spec.source,
+            requested_by=spec.requested_by,
+            reason=spec.reason,
+            override=override,
+            created=created,
+            phase=status.get("phase"),
+            written=known.written if known is not None else {},
+            started_at=_parse_time(status.get("startedAt")),
+        )
+        if known is not None and known.phase in TERMINAL_INTENT_PHASES and not intent.phase:
+            intent.phase = known.phase  # our own write not seen yet
+        self.intents[name] = intent
+        if intent.source == "Policy" and intent.finished:
+            self._remember_finished(intent)
+        return intent.node
+
+    # -- who is active --------------------------------------------------------------------
+
+    def manual_for(self, node: str) -> list[Intent]:
+        out = [i for i in self.intents.values() if i.node == node and i.source == "Manual"]
+        out.sort(key=lambda i: (i.created, i.name))
+        return out
+
+    def active(self, node: str) -> Intent | None:
+        """The manual intent the node's machine acts on (first still applied)."""
+        for intent in self.manual_for(node):
+            if intent.holds:
+                return intent
+        return None
+
+    def waiting(self, node: str) -> list[Intent]:
+        """Live manual intents queued behind the active one."""
+        active = self.active(node)
+        return [
+            i
+            for i in self.manual_for(node)
+            if i is not active and not i.finished and active is not None
+        ]
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def write(self, intent: Intent, fields: Mapping[str, Any]) -> None:
+        """Patch the intent's status with the fields that changed (none: no write)."""
+        changed = {k: v for k, v in fields.items() if intent.written.get(k) != v}
+        if not changed:
+            return
+        try:
+            self.writes += 1
+            STATUS_WRITES.labels("PowerIntent").inc()
+            await self.kube.patch_status(POWER_INTENT, self.namespace, intent.name, changed)
+        except NotFound:
+            self.intents.pop(intent.name, None)
+            return
+        except KubeError as exc:
+            log.warning("status write of PowerIntent %s failed: %s", intent.name, exc)
+            return
+        intent.written.update(changed)
+        if "phase" in changed:
+            intent.phase = changed["phase"]
+        if intent.source == "Policy" and intent.finished:
+            self._remember_finished(intent)
+            await self._expire(intent.node)
+
+    async def create_policy_intent(
+        self, node: str, transition_id: str, action: PowerAction, reason: str, at: datetime
+    ) -> Intent:
+        """A policy-made PowerIntent for a transition the controller opened."""
+        name = policy_intent_name(node, transition_id)
+        body = {
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "app.kubernetes.io/managed-by": "nodewarden",
+                    "nodewarden.io/node": node[:63],
+                },
+            },
+            "spec": {
+                "nodeName": node,
+                "action": action,
+                "source": "Policy",
+                "requestedBy": f"nodewarden/{self.dispatcher_id}",
+                "reason": reason[:2048],
+            },
+        }
+        intent = Intent(
+            name=name,
+            node=node,
+            action=action,
+            source="Policy",
+            requested_by=f"nodewarden/{self.dispatcher_id}",
+            reason=reason,
+            override=None,
+            created=at,
+            started_at=at,
+        )
+        self.intents[name] = intent
+        try:
+            await self.kube.create(POWER_INTENT, self.namespace, body)
+        except KubeError as exc:
+            if getattr(exc, "status", None) != 409:  # exists: a resumed transition
+                log.warning("could not create PowerIntent %s: %s", name, exc)
+        return intent
+
+    def _remember_finished(self, intent: Intent) -> None:
+        done = self._finished_policy.setdefault(intent.node, deque())
+        if intent.name not in done:
+            done.append(intent.name)
+
+    async def _expire(self, node: str) -> None:
+        done = self._finished_policy.get(node)
+        while done is not None and len(done) > self.keep_finished:
+            name = done.popleft()
+            self.intents.pop(name, None)
+            try:
+                await self.kube.delete(POWER_INTENT, self.namespace, name)
+            except KubeError as exc:
+                log.info("could not delete finished PowerIntent %s: %s", name, exc)
+
+
+def policy_intent_name(node: str, transition_id: str) -> str:
+    """`<node>-<transition id>`, DNS-subdomain safe and at most 253 characters."""
+    name = _NAME_OK.sub("-", f"{node}-{transition_id}".lower()).strip("-.")
+    return name[:253].rstrip("-.")
+
+
+def record_fields(record: SafetyRecord) -> dict[str, Any]:
+    """The intent status fields of a record (the full record and its headline)."""
+    return {
+        "decision": record.decision.value,
+        "reasons": [r.value for r in record.reasons],
+        "safetyRecord": record.to_status(),
+        "transitionId": record.transition_id,
+        "deadline": _iso(record.deadline),
+        "recheckAt": _iso(record.recheck_at),
+        "retries": record.request.retries_used if record.request is not None else 0,
+    }

@@ -1,0 +1,193 @@
+"""The one writer of WorkerNode status: owners contribute fields, one merge patch per change.
+
+The power controller owns state, observed power, readiness, admission, idleSince, the
+persisted power state (`powerState`), the last Safety Record summary and the conditions;
+the worker pool owns what it observes of a cloud instance and its runners (instance id,
+address, boot time, running containers, last probe, learned host key, price). Each calls
+`contribute(node, fields)`; a field equal to what the API server already holds is not
+sent, so a node whose status did not change costs no write. `flush()` sends one merge
+patch per node with everything that changed.
+
+A patch that carries `powerState` is sent with a resourceVersion precondition. On a
+conflict the object is read again; the write is retried only if the power state on the
+server is still the one this process last wrote (`seq` unchanged): otherwise someone else
+advanced the machine and `PowerStateConflict` tells the controller to reload instead of
+acting. `persist(node)` writes at once -- the controller persists a transition's request
+*before* sending it, so a restarted or new leader that finds the request in status never
+sends it a second time unless the state machine says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodewarden.api.kinds import WORKER_NODE
+from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
+from nodewarden.metrics import STATUS_WRITES
+
+log = logging.getLogger(__name__)
+
+
+class PowerStateConflict(Exception):
+    """Another writer changed the node's power state; reload it before acting."""
+
+
+@dataclass
+class _Node:
+    resource_version: str | None = None
+    server: dict[str, Any] = field(default_factory=dict)
+    """The status as last seen on the server (watch events and our own write results)."""
+    pending: dict[str, Any] = field(default_factory=dict)
+
+
+def _seq(status: Mapping[str, Any]) -> int | None:
+    state = status.get("powerState")
+    if isinstance(state, Mapping):
+        seq = state.get("seq")
+        return int(seq) if isinstance(seq, int) else None
+    return None
+
+
+class NodeStatusWriter:
+    """See the module docstring. One per operator process."""
+
+    def __init__(self, kube: Kube, namespace: str, concurrency: int = 16) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self._nodes: dict[str, _Node] = {}
+        self._writes = asyncio.Semaphore(concurrency)
+        self._flushing: set[str] = set()
+        self.writes = 0
+
+    # -- what the server holds ---------------------------------------------------------
+
+    def observe(self, name: str, body: Mapping[str, Any] | None) -> None:
+        """A watched or written version of the object (None: deleted)."""
+        if body is None:
+            self._nodes.pop(name, None)
+            return
+        node = self._nodes.setdefault(name, _Node())
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        if (
+            rv is not None
+            and node.resource_version is not None
+            and _newer(node.resource_version, rv)
+        ):
+            return  # an older event than a write we already folded in
+        node.resource_version = rv
+        node.server = dict(body.get("status") or {})
+        for key in list(node.pending):
+            if node.server.get(key) == node.pending[key]:
+                del node.pending[key]
+
+    def server_status(self, name: str) -> Mapping[str, Any]:
+        node = self._nodes.get(name)
+        return node.server if node is not None else {}
+
+    def known(self, name: str) -> bool:
+        return name in self._nodes
+
+    # -- contributions ----------------------------------------------------------------
+
+    def contribute(self, name: str, fields: Mapping[str, Any]) -> bool:
+        """Queue the fields that differ from the server's; returns whether any did."""
+        node = self._nodes.get(name)
+        if node is None:
+            return False
+        changed = False
+        for key, value in fields.items():
+            if node.server.get(key) == value and key not in node.pending:
+                continue
+            if node.pending.get(key, object()) == value and key in node.pending:
+                continue
+            if node.server.get(key) == value:
+                node.pending.pop(key, None)
+                continue
+            node.pending[key] = value
+            changed = True
+        return changed
+
+    def dirty(self) -> list[str]:
+        return [name for name, node in self._nodes.items() if node.pending]
+
+    # -- writes -----------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write every node with pending changes (one patch each, bounded concurrency)."""
+        names = [n for n in self.dirty() if n not in self._flushing]
+        if not names:
+            return
+        await asyncio.gather(*(self._write_guarded(n) for n in names))
+
+    async def persist(self, name: str) -> None:
+        """Write `name`'s pending changes now; raises PowerStateConflict or KubeError."""
+        await self._write(name)
+
+    async def _write_guarded(self, name: str) -> None:
+        try:
+            await self._write(name)
+        except PowerStateConflict:
+            log.warning("WorkerNode %s: power state changed by another writer; reloading", name)
+        except KubeError as exc:
+            log.warning("status write of WorkerNode %s failed: %s", name, exc)
+
+    async def _write(self, name: str) -> None:
+        node = self._nodes.get(name)
+        if node is None or not node.pending:
+            return
+        self._flushing.add(name)
+        try:
+            async with self._writes:
+                await self._send(name, node)
+        finally:
+            self._flushing.discard(name)
+
+    async def _send(self, name: str, node: _Node) -> None:
+        patch = dict(node.pending)
+        guarded = "powerState" in patch
+        expected_seq = _seq(node.server)
+        for attempt in (1, 2):
+            try:
+                self.writes += 1
+                STATUS_WRITES.labels("WorkerNode").inc()
+                body = await self.kube.patch_status(
+                    WORKER_NODE,
+                    self.namespace,
+                    name,
+                    patch,
+                    resource_version=node.resource_version if guarded else None,
+                )
+            except NotFound:
+                node.pending.clear()
+                return
+            except Conflict:
+                if attempt == 2:
+                    raise
+                latest = await self.kube.get(WORKER_NODE, self.namespace, name)
+                if latest is None:
+                    node.pending.clear()
+                    return
+                self.observe(name, latest)
+                if _seq(node.server) != expected_seq:
+                    node.pending.pop("powerState", None)
+                    raise PowerStateConflict(name) from None
+                continue
+            sent = {k: v for k, v in patch.items()}
+            self.observe(name, body)
+            for key, value in sent.items():
+                if node.pending.get(key) == value:
+                    node.pending.pop(key, None)
+            return
+
+
+def _newer(current: str, incoming: str) -> bool:
+    """Whether `current` is a newer resourceVersion than `incoming` (etcd revisions are
+    integers; anything else compares as not newer)."""
+    try:
+        return int(current) > int(incoming)
+    except ValueError:
+        return False
