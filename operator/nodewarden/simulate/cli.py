@@ -251,47 +251,61 @@ async def _list_dispatches(kubeconfig: Path | None, namespace: str) -> list[dict
 def trace_main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    from nodewarden.simulate.export import trace_from_dispatches
-
     out, err = out or sys.stdout, err or sys.stderr
     try:
         args = _trace_parser().parse_args(argv)
-        fmt = _format_of(args.output, args.format)
-        if args.command == "generate":
-            spec = PRESETS[args.preset]
-            if (args.days is not None and args.days <= 0) or (
-                args.scale is not None and args.scale <= 0
-            ):
-                raise InputError("--days and --scale must be greater than 0")
-            trace = generate(spec.scaled(args.days, args.scale), args.seed)
-            if not trace.containers:
-                raise InputError("the generated trace is empty; raise --days or --scale")
-            text = dump_trace(trace, fmt)
-            _write(text, args.output, out)
-            if args.output != "-":
-                err.write(f"wrote {len(trace.containers)} containers to {args.output}\n")
-            return EXIT_OK
+    except InputError as exc:
+        err.write(f"nodewarden trace: {exc}\n")
+        return EXIT_BAD_INPUT
+    if args.command == "generate":
+        return _trace_generate(args, out, err)
+    return _trace_export(args, out, err)
+
+
+def _trace_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        if (args.days is not None and args.days <= 0) or (
+            args.scale is not None and args.scale <= 0
+        ):
+            raise InputError("--days and --scale must be greater than 0")
+        trace = generate(PRESETS[args.preset].scaled(args.days, args.scale), args.seed)
+        if not trace.containers:
+            raise InputError("the generated trace is empty; raise --days or --scale")
+    except InputError as exc:
+        err.write(f"nodewarden trace: {exc}\n")
+        return EXIT_BAD_INPUT
+    try:
+        _write(dump_trace(trace, _format_of(args.output, args.format)), args.output, out)
+    except OSError as exc:
+        err.write(f"nodewarden trace: cannot write {args.output}: {exc.strerror or exc}\n")
+        return EXIT_FAILED
+    if args.output != "-":
+        err.write(f"wrote {len(trace.containers)} containers to {args.output}\n")
+    return EXIT_OK
+
+
+def _trace_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from nodewarden.simulate.export import trace_from_dispatches
+
+    try:
         since = _since(args.since, datetime.now(UTC))
     except InputError as exc:
         err.write(f"nodewarden trace: {exc}\n")
         return EXIT_BAD_INPUT
-    except OSError as exc:
-        err.write(f"nodewarden trace: cannot write {args.output}: {exc.strerror or exc}\n")
-        return EXIT_FAILED
     try:
         objects = asyncio.run(_list_dispatches(args.kubeconfig, args.namespace))
     except Exception as exc:  # the cluster read failed: say why, no traceback
         err.write(f"nodewarden trace export: cannot list ContainerDispatches: {exc}\n")
         return EXIT_FAILED
-    exported, skipped = trace_from_dispatches(objects, since, name=f"{args.namespace} export")
+    trace, skipped = trace_from_dispatches(objects, since, name=f"{args.namespace} export")
     summary = ", ".join(f"{n} {why}" for why, n in sorted(skipped.items())) or "none"
-    if exported is None:
+    if trace is None:
         err.write(
             f"nodewarden trace export: no finished containers to export (skipped: {summary})\n"
         )
         return EXIT_FAILED
     try:
-        _write(dump_trace(trace, fmt), args.output, out)
+        _write(dump_trace(trace, _format_of(args.output, args.format)), args.output, out)
     except OSError as exc:
         err.write(f"nodewarden trace: cannot write {args.output}: {exc.strerror or exc}\n")
         return EXIT_FAILED
