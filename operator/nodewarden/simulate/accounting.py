@@ -12,6 +12,11 @@ Definitions (docs/simulation.md "Reading the table"):
 * idle spend %: the share of the cost not spent while a node ran work: 100 x (cost -
   sum of price x busy time) / cost; billing round-up counts as idle spend.
 * queue wait: from arrival to the start of the container (containers that ran).
+* idle spend by cause: the price of each stretch a node spent on without work, named by
+  what held it there: booting (launch or power-on until it takes work), the reason code
+  of the decision that kept it on (IDLE_WINDOW_NOT_MET = idle threshold, BILLING_WINDOW_CLOSED,
+  MIN_ON_NOT_MET, MIN_WARM_NODES, DISRUPTION_BUDGET_EXHAUSTED, TELEMETRY_STALE, ...),
+  draining / shutting down, BLOCKED; what is left is billing round-up and minimum charges.
 * power cycles: switch-ons (VM launches, side-node wakes); per node: divided by the
   node slots used (each side node is a slot; VMs of one type reuse the lowest free slot
   number, so "vm m5.large #3 was launched 40 times" is a cycle count per slot).
@@ -65,11 +70,17 @@ class Ledger:
     transitions: Counter[str] = field(default_factory=Counter)
     series: list[tuple[int, int, int]] = field(default_factory=list)
     requeued: int = 0
+    idle_by_cause: dict[str, float] = field(default_factory=dict)
 
     def on_interval(self, start: int, end: int, price: float, billed: int | None = None) -> None:
         """A node was on from start to end; `billed` overrides the charged duration."""
         self.on_us += end - start
         self.cost += price * (end - start if billed is None else billed) / _HOUR
+
+    def idle_interval(self, cause: str, start: int, end: int, price: float) -> None:
+        """A node was on without work from start to end, held there by `cause`."""
+        cost = price * (end - start) / _HOUR
+        self.idle_by_cause[cause] = self.idle_by_cause.get(cause, 0.0) + cost
 
     def busy_interval(self, start: int, end: int, price: float) -> None:
         self.busy_us += end - start
@@ -84,6 +95,14 @@ class Ledger:
         else:
             self.series.append((t, nodes_on, queued))
 
+    def _idle_causes(self, idle_spend: float) -> dict[str, float]:
+        causes = dict(self.idle_by_cause)
+        rest = idle_spend - sum(causes.values())
+        if rest > 0.005:
+            causes["billing round-up and minimum"] = rest
+        ranked = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))
+        return {cause: round(cost, 2) for cause, cost in ranked if round(cost, 2) > 0}
+
     def figures(self) -> dict[str, Any]:
         waits = sorted(self.waits)
         node_hours = self.on_us / _HOUR
@@ -91,6 +110,7 @@ class Ledger:
         idle_spend = self.cost - self.busy_cost
         return {
             "cost": round(self.cost, 2),
+            "busyCost": round(self.busy_cost, 2),
             "nodeHours": round(node_hours, 1),
             "idleNodeHours": round(node_hours - busy_hours, 1),
             "idleSpendPercent": round(100 * idle_spend / self.cost, 1) if self.cost > 0 else 0.0,
@@ -108,6 +128,7 @@ class Ledger:
             "unfinished": self.unfinished,
             "requeued": self.requeued,
             "medianBootSeconds": round(percentile(sorted(self.boots), 50), 1),
+            "idleSpendByCause": self._idle_causes(idle_spend),
             "decisions": dict(sorted(self.decisions.items())),
             "transitions": dict(sorted(self.transitions.items())),
         }

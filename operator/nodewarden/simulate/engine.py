@@ -81,8 +81,8 @@ from nodewarden.policy.facts import (
     WorkReading,
 )
 from nodewarden.policy.nodemanager import CloudWorkerFacts
-from nodewarden.policy.reasons import Decision
-from nodewarden.policy.state import NodePowerState, PowerState
+from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.state import ON_STATES, NodePowerState, PowerState
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
 from nodewarden.scheduling.scheduler import (
     Capacity,
@@ -111,6 +111,18 @@ from nodewarden.simulate.trace import Trace, TraceContainer
 _US = 1_000_000
 _SAME_INSTANT_LIMIT = 500
 _READING_FIELDS = tuple(n for n in NodeFacts.model_fields if n not in ("node", "node_type"))
+
+
+_PROGRESS = frozenset(
+    {
+        ReasonCode.GATES_PASSED,
+        ReasonCode.POWER_ON_CONFIRMED,
+        ReasonCode.POWER_OFF_CONFIRMED,
+        ReasonCode.READY_CONFIRMED,
+        ReasonCode.OVERRIDE_APPLIED,
+    }
+)
+"""Codes that report progress, not what holds a node on."""
 
 
 class SimulationError(RuntimeError):
@@ -276,6 +288,7 @@ class Simulation:
     def _close(self) -> RunResult:
         end = self.now
         for node in list(self.nodes.values()):
+            self._cause(node, None)
             if isinstance(node, DispatcherVm):
                 life = end - node.launched
                 self.ledger.on_interval(
@@ -311,6 +324,26 @@ class Simulation:
     def _sample(self) -> None:
         self.ledger.sample(self.now, self._nodes_on, len(self.queued))
 
+    def _cause(self, node: Node, cause: str | None) -> None:
+        """Charge the node's idle stretch so far to its cause; start a new stretch."""
+        if node.idle_cause is not None and self.now > node.idle_cause_since:
+            self.ledger.idle_interval(node.idle_cause, node.idle_cause_since, self.now, node.price)
+        node.idle_cause = cause
+        node.idle_cause_since = self.now
+
+    def _machine_cause(self, node: MachineNode) -> str | None:
+        if not node.powered or node.work.running:
+            return None
+        state = node.state.state
+        if state in (PowerState.WAKING, PowerState.UNKNOWN, PowerState.OFF):
+            return "booting / verifying"
+        if state in (PowerState.DRAINING, PowerState.SHUTTING_DOWN):
+            return "draining / shutting down"
+        if state is PowerState.BLOCKED:
+            return "BLOCKED (needs a person)"
+        held = [r for r in node.state.last_reasons if r not in _PROGRESS]
+        return held[0].value if held else "idle, not yet evaluated"
+
     # -- containers -----------------------------------------------------------------------
 
     def _arrive(self, c: _Container) -> None:
@@ -345,6 +378,7 @@ class Simulation:
         work = node.work
         if not work.running:
             work.busy_since = self.now
+            self._cause(node, None)
         work.running.add(c.spec.uuid)
         work.change(self.now)
         if isinstance(node, DispatcherVm):
@@ -401,6 +435,7 @@ class Simulation:
 
     def _node_idle(self, node: Node) -> None:
         self._touch(node)
+        self._cause(node, "idle, not yet evaluated")
         if isinstance(node, DispatcherVm):
             node.idle_since = self.now
             self._vm_check(node)
@@ -552,6 +587,7 @@ class Simulation:
             probe_phase=rng.randrange(self._probe),
         )
         self.nodes[name] = vm
+        self._cause(vm, "booting / verifying")
         self.ledger.cycles += 1
         self._nodes_on += 1
         self._sample()
@@ -608,6 +644,8 @@ class Simulation:
             for code in verdict.reasons:
                 self.ledger.decisions[f"{verdict.decision} {code}"] += 1
         vm.last_key = key
+        if not busy and vm.paired_at is not None:
+            self._cause(vm, verdict.reasons[0] if verdict.reasons else "idle")
         if verdict.action == "destroy":
             self._destroy_vm(vm)
             return
@@ -627,11 +665,13 @@ class Simulation:
         self._touch(vm)
         if vm.work.running:
             self._requeue(vm)
+        self._cause(vm, "draining / shutting down")
         rng = stream(self.seed, "vm-shutdown", vm.name, str(vm.launched))
         self._schedule(self.now + self.fleet.cloud.shutdown.sample(rng), self._vm_gone, vm)
         self._request_round()
 
     def _vm_gone(self, vm: DispatcherVm) -> None:
+        self._cause(vm, None)
         life = self.now - vm.launched
         self.ledger.on_interval(
             vm.launched,
@@ -778,6 +818,7 @@ class Simulation:
         if powered:
             self._nodes_on += 1
             node.ever_on = node_type == "SideNode"
+            self._cause(node, "booting / verifying")
         if name in self.options.record:
             self._recordings[name] = Recording(name, node.state, node.facts)
             self._stepped[name] = node.facts
@@ -888,6 +929,9 @@ class Simulation:
         if recording is not None:
             self._record(node, recording, before, event, result.decision, key[1])
         self._execute(node, result.actions, result.decision)
+        cause = self._machine_cause(node)
+        if cause != node.idle_cause:
+            self._cause(node, cause)
         if node.node_type == "CloudVM" and node.state.state is PowerState.OFF and node.ever_on:
             self._remove(node)
 
@@ -980,7 +1024,9 @@ class Simulation:
                 rescheduled = True
             else:
                 rescheduled = True
-        if decision is Decision.DEFER and not rescheduled and not waiting:
+        idle_on = node.state.state in ON_STATES and not node.work.running
+        if (decision is Decision.DEFER or idle_on) and not rescheduled and not waiting:
+            # the shell's periodic re-evaluation (nothing else would wake this node up)
             node.timer += 1
             self._schedule(self.now + self._resync, self._m_timer, (node, node.timer))
 
@@ -1077,6 +1123,7 @@ class Simulation:
                 return
             node.powered = True
             node.power_since = self.now
+            self._cause(node, "booting / verifying")
             boot = node.model.boot.sample(node.rng)
             node.ready_at = self.now + boot
             self.ledger.cycles += 1
@@ -1096,6 +1143,7 @@ class Simulation:
             return
         if node.work.running:
             self._requeue(node)
+        self._cause(node, None)
         self._bill_machine(node, self.now)
         node.powered = False
         node.power_since = None

@@ -116,6 +116,9 @@ class MachineNode:
     ever_on: bool = False
     same_instant: tuple[int, int] = (-1, 0)
     last_key: tuple[str, tuple[str, ...]] | None = None
+    idle_cause: str | None = None
+    """Why the node is on without work right now (None: off, or running work)."""
+    idle_cause_since: int = 0
 
     def reachable(self, t: int) -> bool:
         """SSH answers (booted, not shutting down) at t."""
@@ -168,6 +171,8 @@ class DispatcherVm:
     destroy_at: int | None = None
     check_token: int = 0
     last_key: tuple[str, tuple[str, ...]] | None = None
+    idle_cause: str | None = None
+    idle_cause_since: int = 0
 
     def node_view(self, now: int) -> NodeView:
         if self.destroy_at is not None:

@@ -8,7 +8,8 @@ Rows: every policy given, then the baselines (never-off, fixed-timeout-1m), then
 oracle lower bound. Columns (definitions in `nodewarden.simulate.accounting`): total
 cost, cost / oracle, node-hours, idle node-hours, idle spend %, queue wait p50 / p95 /
 p99 / max, power cycles and cycles per node slot, containers that did not run. Below
-it, the decisions by reason code: how many decision episodes (a node's decision and
+it, the idle spend by cause (what kept nodes on without work, and what that cost), and
+the decisions by reason code: how many decision episodes (a node's decision and
 reasons changing) named each code, per policy. Pure: numbers in, text out; floats are
 rounded once, so the same inputs give byte-identical output.
 """
@@ -131,6 +132,18 @@ def render_table(cmp: Comparison) -> str:
         )
     rows.append([ORACLE_NAME, f"{oracle:.2f}", "1.00", *["-"] * 10])
     out.append(_grid(rows, right=set(range(1, len(header)))))
+    causes: dict[str, float] = {}
+    for run in cmp.runs:
+        for cause, cost in run.figures["idleSpendByCause"].items():
+            causes[cause] = max(causes.get(cause, 0.0), cost)
+    if causes:
+        out.append("\nIdle spend by cause (cost of nodes on without work, by what held them on)\n")
+        cause_rows = [["CAUSE", *[_label(r) for r in cmp.runs]]]
+        for cause in sorted(causes, key=lambda c: (-causes[c], c)):
+            cause_rows.append(
+                [cause, *[f"{r.figures['idleSpendByCause'].get(cause, 0.0):.2f}" for r in cmp.runs]]
+            )
+        out.append(_grid(cause_rows, right=set(range(1, len(cmp.runs) + 1))))
     codes = sorted({code for run in cmp.runs for code in run.figures["decisions"]})
     if codes:
         out.append("\nDecisions by reason code (episodes: a node's decision and reasons changed)\n")
