@@ -1024,9 +1024,15 @@ class Simulation:
                 rescheduled = True
             else:
                 rescheduled = True
-        idle_on = node.state.state in ON_STATES and not node.work.running
-        if (decision is Decision.DEFER or idle_on) and not rescheduled and not waiting:
-            # the shell's periodic re-evaluation (nothing else would wake this node up)
+        # An idle node that only just came on (its last reasons report progress, nothing
+        # holds it) has not been judged yet: nothing else would wake it up.
+        unjudged = (
+            node.state.state in ON_STATES
+            and not node.work.running
+            and all(r in _PROGRESS for r in node.state.last_reasons)
+        )
+        if (decision is Decision.DEFER or unjudged) and not rescheduled and not waiting:
+            # the shell's periodic re-evaluation
             node.timer += 1
             self._schedule(self.now + self._resync, self._m_timer, (node, node.timer))
 
