@@ -78,7 +78,25 @@ def _crds(argv: list[str]) -> int:
     return crdgen.main(argv)
 
 
-COMMANDS = {"run": _run, "explain": _explain, "crds": _crds}
+def _simulate(argv: list[str]) -> int:
+    from nodewarden.simulate.cli import simulate_main
+
+    return simulate_main(argv)
+
+
+def _trace(argv: list[str]) -> int:
+    from nodewarden.simulate.cli import trace_main
+
+    return trace_main(argv)
+
+
+COMMANDS = {
+    "run": _run,
+    "explain": _explain,
+    "crds": _crds,
+    "simulate": _simulate,
+    "trace": _trace,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
