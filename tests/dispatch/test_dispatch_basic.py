@@ -83,7 +83,7 @@ def test_broken_runner_report_drains_the_node(env: DispatchEnv) -> None:
 
     status = wait_for(draining, timeout=30, interval=0.5, what="node draining")
     assert status["admission"] == "Closed"
-    assert "RUNNER_REPORTED_BROKEN" in status["lastSafetyRecord"]["reasons"]
+    assert "NODE_BROKEN" in status["lastSafetyRecord"]["reasons"]
     # new work goes elsewhere, never to the broken node
     apply_many(env, [container("next", 22, duration=1)])
     env.wait_phases({"next": "Complete"}, timeout=90)

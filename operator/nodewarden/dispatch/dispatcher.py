@@ -611,14 +611,20 @@ class Dispatcher:
                 ready=power is not None and power.ready,
                 wakeable=power is not None and power.wakeable,
             )
+        leaving = power is not None and power.state in (
+            PowerState.DRAINING,
+            PowerState.SHUTTING_DOWN,
+            PowerState.BLOCKED,
+        )
+        admission_open = power is not None and power.admission_open
         if w.destroy_requested_at is not None:
             state = NodeState.SHUTTING_DOWN
-        elif w.instance is None:
-            state = NodeState.PENDING
-        elif power is None or not power.ready:
-            state = NodeState.BOOTING
-        elif power.state in (PowerState.DRAINING, PowerState.SHUTTING_DOWN):
+        elif leaving:
             state = NodeState.DRAINING
+        elif w.instance is None or power is None or not power.ready:
+            state = NodeState.PENDING if w.instance is None else NodeState.BOOTING
+            # a VM coming up takes the work planned for it once verified ready: count it
+            admission_open = w.idle_behavior == "run" and not w.broken
         else:
             state = NodeState.ACTIVE if power.state is PowerState.ACTIVE else NodeState.IDLE
         itype = w.instance_type
@@ -629,7 +635,7 @@ class Dispatcher:
             capacity=capacity,
             instance_type=itype.name if itype else "unknown",
             price=w.price,
-            admission_open=power is not None and power.admission_open,
+            admission_open=admission_open,
             ready=power is not None and power.ready,
         )
 

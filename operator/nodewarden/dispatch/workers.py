@@ -800,6 +800,9 @@ class WorkerPool:
             worker.probe_now.set()
 
     async def _probe_loop(self, worker: Worker) -> None:
+        # A probe asked for at once (`request_probe`) still waits this long after the last
+        # one, so a caller that asks after every result cannot make probes spin.
+        min_gap = min(self.settings.boot_probe_interval, 1.0)
         while not self._closing and worker.destroy_requested_at is None:
             if not worker.side or self.observer.should_probe(worker):
                 await self.probe_once(worker)
@@ -807,8 +810,11 @@ class WorkerPool:
                 self.settings.probe_interval if worker.ready else self.settings.boot_probe_interval
             )
             worker.probe_now.clear()
+            await asyncio.sleep(min(min_gap, interval))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(worker.probe_now.wait(), timeout=interval)
+                await asyncio.wait_for(
+                    worker.probe_now.wait(), timeout=max(0.0, interval - min_gap)
+                )
 
     async def probe_once(self, worker: Worker) -> ProbeReport | None:
         target = await self.target(worker)

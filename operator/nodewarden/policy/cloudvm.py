@@ -359,7 +359,8 @@ def evaluate_vm_shutdown(
         going = fired.rule is not None and fired.code is not R.IDLE_EXCEEDED
         work_g = work_gate_for(work, admission, admission_since, floor, going, refresh)
         if fired.code is R.IDLE_EXCEEDED:
-            fleet_g = fleet_gate(facts.fleet, policy, False, check_warm=True)
+            # min warm nodes only: the disruption budget protects fixed capacity
+            fleet_g = fleet_gate(facts.fleet, policy, False, check_warm=True, check_budget=False)
         else:
             fleet_g = _skipped(
                 GateName.FLEET, "cloud VMs: the disruption budget protects fixed capacity only"

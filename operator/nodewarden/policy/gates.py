@@ -514,10 +514,15 @@ _FLEET_NOT_SUPPLIED = GateResult(
 
 
 def _fleet_gate(
-    fleet: FleetReading | None, policy: PolicyView, own_transition: bool, check_warm: bool
+    fleet: FleetReading | None,
+    policy: PolicyView,
+    own_transition: bool,
+    check_warm: bool,
+    check_budget: bool = True,
 ) -> GateResult:
     """Disruption budget (a transition of this kind already in progress on the node is
-    counted in it) and, if `check_warm`, the minimum of warm idle nodes."""
+    counted in it; unless `check_budget` is off) and, if `check_warm`, the minimum of warm
+    idle nodes."""
     if fleet is None:
         return _FLEET_NOT_SUPPLIED
     reasons: list[ReasonCode] = []
@@ -526,7 +531,11 @@ def _fleet_gate(
         _ev("maxConcurrentTransitions", policy.max_concurrent_transitions, None),
         _ev("warmIdleNodes", fleet.warm_idle_nodes, fleet),
     )
-    if not own_transition and fleet.transitions_in_progress >= policy.max_concurrent_transitions:
+    if (
+        check_budget
+        and not own_transition
+        and fleet.transitions_in_progress >= policy.max_concurrent_transitions
+    ):
         reasons.append(R.DISRUPTION_BUDGET_EXHAUSTED)
     if check_warm and fleet.warm_idle_nodes < policy.min_warm_nodes:
         reasons.append(R.MIN_WARM_NODES)
@@ -642,9 +651,12 @@ def drain_context(
     floor: datetime | None = None
     if admission is _CLOSED:
         floor = admission_since
-        if floor is not None and draining:
+        if draining:
+            # admission that was never open (a held node) is closed since ever: the
+            # transition's start is then the floor
             assert transition is not None
-            floor = max(floor, transition.started_at)
+            started = transition.started_at
+            floor = started if floor is None else max(floor, started)
     return admission, admission_since, draining, floor
 
 

@@ -177,6 +177,8 @@ class NodeRuntime:
     validated_generation: int | None = None
     shadow_key: tuple[Any, ...] | None = None
     transition_intent: str | None = None
+    persisted: NodePowerState | None = None
+    """The power state last handed to the status writer."""
 
     @property
     def node_type(self) -> str:
@@ -609,6 +611,10 @@ class PowerController:
         self.status.contribute(rt.name, self._power_status(rt, record))
         requests = [a for a in result.actions if isinstance(a, RequestPower)]
         if requests:
+            self.status.contribute(
+                rt.name, {"powerState": state.model_dump(mode="json", by_alias=True)}
+            )
+            rt.persisted = state
             try:
                 await self.status.persist(rt.name)
             except (PowerStateConflict, KubeError) as exc:
@@ -1130,21 +1136,25 @@ class PowerController:
         state = rt.state
         power = rt.facts.power
         ready = rt.facts.ready
+        on = power is not None and power.power == "On"
         out: dict[str, Any] = {
             "state": self._api_state(rt),
             "admission": api_admission(state.admission),
             "readiness": (
                 "Ready"
-                if ready is not None and ready.passed and state.state in ON_STATES
+                if ready is not None and ready.passed and on
                 else "NotReady"
-                if ready is not None
+                if ready is not None and on
                 else "Unknown"
             ),
-            "powerState": state.model_dump(mode="json", by_alias=True, exclude_none=True),
             "idleSince": _iso(rt.idle_since) if state.state in ON_STATES else None,
             "lastTransitionTime": _iso(state.last_transition_at),
             "conditions": self._conditions(rt),
         }
+        if _persist_worthy(rt.persisted, state):
+            # nulls included: a merge patch deletes what the state no longer has
+            out["powerState"] = state.model_dump(mode="json", by_alias=True)
+            rt.persisted = state
         if power is not None:
             out["observedPower"] = power.power
             out["observedPowerSource"] = power.source
@@ -1176,14 +1186,16 @@ class PowerController:
                 conds, "Valid", verdict.valid, verdict.reason, verdict.message, gen, now
             )
         ready = rt.facts.ready
+        power = rt.facts.power
         if ready is not None:
-            on = rt.state.state in ON_STATES and ready.passed
+            powered = power is not None and power.power == "On"
+            on = powered and ready.passed
             conds = set_condition(
                 conds,
                 "Ready",
                 on,
                 "ProbePassed" if on else ("ProbeFailed" if not ready.passed else "NotOn"),
-                "the ready probe passes" if on else (ready.detail or "not verified on and ready"),
+                "the ready probe passes" if on else (ready.detail or "power not observed On"),
                 gen,
                 now,
             )
@@ -1286,6 +1298,21 @@ class PowerController:
                 )
         POWER_STALE_NODES.set(stale)
         POWER_UNRECORDED_TRANSITIONS.set(unrecorded)
+
+
+_UNPERSISTED = frozenset({"seq", "recheck_at"})
+
+
+def _persist_worthy(old: NodePowerState | None, new: NodePowerState) -> bool:
+    """Whether the power state changed in something a restart needs (not only the step
+    counter or the next recheck time, which move at every step)."""
+    if old is None:
+        return True
+    return any(
+        getattr(old, name) != getattr(new, name)
+        for name in NodePowerState.model_fields
+        if name not in _UNPERSISTED
+    )
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -44,6 +44,20 @@ class _Node:
     pending: dict[str, Any] = field(default_factory=dict)
 
 
+def _stripped(value: Any) -> Any:
+    """`value` without null members: a merge patch deletes a key by sending null, so the
+    server never holds nulls, and what we want (with nulls) equals what it holds."""
+    if isinstance(value, Mapping):
+        return {k: _stripped(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_stripped(v) for v in value]
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(_stripped(a) == _stripped(b))
+
+
 def _seq(status: Mapping[str, Any]) -> int | None:
     state = status.get("powerState")
     if isinstance(state, Mapping):
@@ -81,7 +95,7 @@ class NodeStatusWriter:
         node.resource_version = rv
         node.server = dict(body.get("status") or {})
         for key in list(node.pending):
-            if node.server.get(key) == node.pending[key]:
+            if _same(node.server.get(key), node.pending[key]):
                 del node.pending[key]
 
     def server_status(self, name: str) -> Mapping[str, Any]:
@@ -100,12 +114,10 @@ class NodeStatusWriter:
             return False
         changed = False
         for key, value in fields.items():
-            if node.server.get(key) == value and key not in node.pending:
-                continue
-            if node.pending.get(key, object()) == value and key in node.pending:
-                continue
-            if node.server.get(key) == value:
+            if _same(node.server.get(key), value):
                 node.pending.pop(key, None)
+                continue
+            if key in node.pending and _same(node.pending[key], value):
                 continue
             node.pending[key] = value
             changed = True
@@ -179,7 +191,7 @@ class NodeStatusWriter:
             sent = {k: v for k, v in patch.items()}
             self.observe(name, body)
             for key, value in sent.items():
-                if node.pending.get(key) == value:
+                if key in node.pending and _same(node.pending[key], value):
                     node.pending.pop(key, None)
             return
 
