@@ -271,3 +271,23 @@ def test_an_idle_vm_drains_then_is_destroyed_after_demand_is_re_read() -> None:
     reread = step(closed.next, facts, DemandReread(reading=demand(0, when=t2)), t2, POLICY)
     assert reread.next.state is PowerState.SHUTTING_DOWN, reread.reasons
     assert reread.reasons == (R.GATES_PASSED, R.IDLE_EXCEEDED)
+
+
+def test_a_held_vm_set_to_drain_completes_its_drain() -> None:
+    """Admission never opened (idleBehavior hold) counts as closed from the drain's start,
+    so demand and work read after it prove the drain (a node used to wait forever)."""
+    held = NodePowerState(
+        node=VM, state=PowerState.ON_IDLE, on_since=at(-55 * 60), seq=3
+    )  # admission Closed since it was first seen, never opened
+    assert held.admission is AdmissionState.CLOSED and held.admission_since is None
+    drain = vm_facts(desired=desired("Auto", "drain"))
+    first = step(held, drain, Evaluate(), NOW, POLICY)
+    assert first.next.state is PowerState.DRAINING
+    assert first.next.admission_since == NOW
+    t = NOW + timedelta(seconds=1)
+    facts = first.facts.model_copy(
+        update={"work": idle_work(when=t), "vm": vm(observed_at=t), "power": power(when=t)}
+    )
+    done = step(first.next, facts, Evaluate(), t, POLICY)
+    assert done.next.state is PowerState.SHUTTING_DOWN, done.reasons
+    assert R.IDLE_BEHAVIOR_DRAIN in done.reasons

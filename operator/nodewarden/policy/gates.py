@@ -651,12 +651,9 @@ def drain_context(
     floor: datetime | None = None
     if admission is _CLOSED:
         floor = admission_since
-        if draining:
-            # admission that was never open (a held node) is closed since ever: the
-            # transition's start is then the floor
+        if floor is not None and draining:
             assert transition is not None
-            started = transition.started_at
-            floor = started if floor is None else max(floor, started)
+            floor = max(floor, transition.started_at)
     return admission, admission_since, draining, floor
 
 

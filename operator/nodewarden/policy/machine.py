@@ -358,6 +358,7 @@ def _vm_forced_shutdown(c: _Ctx) -> bool:
     t = _open_transition(c, TransitionKind.SHUTDOWN, c.now + c.policy.deadline_shutdown)
     c.set(transition=t, race=False, blocked_reasons=())
     _close_admission(c, t.id)
+    _closed_since_ever(c)
     _request_shutdown(c, t, evaluation.action, 1, evaluation.reasons, ())
     return True
 
@@ -524,9 +525,16 @@ def _handle_on(c: _Ctx) -> None:
     c.set(recheck_at=evaluation.recheck_at)
 
 
+def _closed_since_ever(c: _Ctx) -> None:
+    """Admission that was never opened (a held node) is confirmed closed as of now."""
+    if c.get("admission") is AdmissionState.CLOSED and c.get("admission_since") is None:
+        c.set(admission_since=c.now)
+
+
 def _begin_shutdown(c: _Ctx, evaluation: Evaluation) -> None:
     t = _open_transition(c, TransitionKind.SHUTDOWN, c.now + c.policy.deadline_drain)
     c.set(state=PowerState.DRAINING, transition=t, race=False)
+    _closed_since_ever(c)
     if c.get("admission") is AdmissionState.CLOSED:
         c.act(RereadDemand(transition_id=t.id), RefreshFacts(facts=("work", "inhibitors")))
     else:
@@ -723,9 +731,17 @@ def _resend_shutdown(
         c.decide(Decision.DEFER, *race_codes, *lead, R.CONFIRMATION_PENDING, *evaluation.reasons)
         c.act(PollObservedPower())
         return
+    # Evidence is stale or missing: ask for it, and try the re-send again shortly after
+    # (not only at the next deadline, when the same evidence may be stale again).
     _refresh_actions(c, evaluation.refresh, t.id)
+    retry_at = c.now + min(c.policy.initial_backoff, _RESEND_RECHECK)
+    c.set(transition=t.model_copy(update={"next_attempt_at": retry_at}))
     c.decide(Decision.DEFER, *race_codes, *lead, *evaluation.reasons)
     c.set(recheck_at=evaluation.recheck_at)
+
+
+_RESEND_RECHECK = timedelta(seconds=5)
+"""How soon a re-send held back only by stale evidence is tried again."""
 
 
 def _retry_or_give_up(

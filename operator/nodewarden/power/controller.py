@@ -138,6 +138,7 @@ log = logging.getLogger(__name__)
 R = ReasonCode
 
 _SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
+_MIN_RECHECK = timedelta(seconds=0.25)
 
 
 @dataclass(frozen=True, slots=True)
@@ -940,7 +941,10 @@ class PowerController:
             if "demand" in names:
                 self._reread_wanted.add(rt.name)
         elif isinstance(action, ScheduleRecheck):
-            rt.due_at = action.at if rt.due_at is None else min(rt.due_at, action.at)
+            # never sooner than a moment from now: a recheck due "now" while the evidence
+            # it waits for is still on its way would otherwise step the node in a loop
+            at = max(action.at, now + _MIN_RECHECK)
+            rt.due_at = at if rt.due_at is None else min(rt.due_at, at)
 
     async def _request(self, rt: NodeRuntime, ref: NodeRef, action: RequestPower) -> None:
         outcome = await self.control.request(
