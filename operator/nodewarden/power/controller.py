@@ -632,7 +632,8 @@ class PowerController:
             elif isinstance(action, CloseTransition):
                 await self._close(rt, action, record, now)
         if record is not None:
-            await self._record(rt, record, headline, now)
+            closed = any(isinstance(a, CloseTransition) for a in result.actions)
+            await self._record(rt, record, headline, now, closed)
         self._reflect_manual(rt, result, record, now)
         for action in result.actions:
             self._execute(rt, action, now)
@@ -1014,11 +1015,18 @@ class PowerController:
             POWER_CONFIRM_SECONDS.labels(kind).observe((now - intent.started_at).total_seconds())
 
     async def _record(
-        self, rt: NodeRuntime, record: SafetyRecord, headline: tuple[Any, ...], now: datetime
+        self,
+        rt: NodeRuntime,
+        record: SafetyRecord,
+        headline: tuple[Any, ...],
+        now: datetime,
+        closed: bool = False,
     ) -> None:
         changed = headline != rt.headline
         rt.headline = headline
         rt.record = record
+        if changed and record.decision is Decision.BLOCK and not closed:
+            await self._blocked_without_transition(rt, record, now)
         if rt.transition_intent is not None:
             intent = self.intents.intents.get(rt.transition_intent)
             if intent is not None and not intent.finished:
@@ -1034,6 +1042,29 @@ class PowerController:
                 record.decision.value, record.reasons[0].value if record.reasons else ""
             ).inc()
             self._event(rt, record)
+
+    async def _blocked_without_transition(
+        self, rt: NodeRuntime, record: SafetyRecord, now: datetime
+    ) -> None:
+        """A BLOCK decision outside a transition (a gate forbids what the policy wants,
+        e.g. an inhibitor on an idle node) is a power decision too: it gets a policy-made
+        PowerIntent in phase Blocked carrying the record, once per episode."""
+        if rt.transition_intent is not None or self.intents.active(rt.name) is not None:
+            return
+        if rt.state.state is PowerState.BLOCKED:
+            return  # the transition that ended BLOCKED already closed its intent
+        action: PowerAction = "Wake" if rt.state.state is PowerState.OFF else "Shutdown"
+        intent = await self.intents.create_policy_intent(
+            rt.name, f"blocked-{now:%Y%m%d-%H%M%S}", action, "policy decision blocked", now
+        )
+        fields = record_fields(record)
+        fields.update(
+            phase="Blocked",
+            message=_phase_message("Blocked", record.reasons),
+            startedAt=_iso(now),
+            finishedAt=_iso(now),
+        )
+        await self.intents.write(intent, fields)
 
     def _reflect_manual(
         self, rt: NodeRuntime, result: Step, record: SafetyRecord | None, now: datetime
