@@ -54,6 +54,7 @@ from nodewarden.policy.events import (
     RequestErrored,
     RequestRejected,
 )
+from nodewarden.policy.facts import NodeFacts
 from nodewarden.policy.machine import Step, step, transition_id
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import (
@@ -647,3 +648,22 @@ def test_capability_missing_on_retry_blocks_wake() -> None:
     assert result.next.state is PowerState.BLOCKED and not requests(result)
     assert R.POWER_CONTROL_UNAVAILABLE in result.reasons
     assert ready(True).passed  # builder sanity
+
+
+def test_refused_credentials_block_at_once_and_a_fix_re_verifies() -> None:
+    from nodewarden.policy.facts import CapabilityReading
+
+    refused = CapabilityReading(
+        source="credentials",
+        observed_at=at(-1),
+        control_method="Redfish",
+        refusal="spec.bmc.endpoint: bmc.lab.example:443 is not an admitted BMC endpoint",
+    )
+    facts = NodeFacts(node=NODE, capability=refused)
+    first = step(NodePowerState.initial(NODE), facts, Evaluate(), NOW, policy())
+    assert first.next.state is PowerState.BLOCKED
+    assert first.reasons[:2] == (R.CREDENTIALS_REFUSED, R.POWER_CONTROL_UNAVAILABLE)
+    assert not any(isinstance(a, RequestPower) for a in first.actions)
+    fixed = facts.model_copy(update={"capability": capability()})
+    again = step(first.next, fixed, Evaluate(), NOW, policy())
+    assert again.next.state is PowerState.UNKNOWN and again.decision is Decision.DEFER

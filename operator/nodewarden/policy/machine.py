@@ -363,8 +363,17 @@ def _vm_forced_shutdown(c: _Ctx) -> bool:
     return True
 
 
+def _refused(c: _Ctx) -> bool:
+    cap = c.facts.capability
+    return cap is not None and cap.refusal is not None
+
+
 def _handle_unknown(c: _Ctx) -> None:
     if _vm_forced_shutdown(c):
+        return
+    if _refused(c):
+        # nothing may be sent to the node: its power can be neither observed nor changed
+        _block(c, R.CREDENTIALS_REFUSED, R.POWER_CONTROL_UNAVAILABLE)
         return
     t = c.transition
     if t is None or t.kind is not TransitionKind.VERIFY:
@@ -952,6 +961,9 @@ def _handle_blocked(c: _Ctx) -> None:
         return
     if isinstance(ev, (ManualOverride, PolicyChanged)):
         _enter_verify(c, Decision.DEFER)
+        return
+    if R.CREDENTIALS_REFUSED in c.state.blocked_reasons and not _refused(c):
+        _enter_verify(c, Decision.DEFER)  # an administrator fixed the credentials
         return
     if isinstance(ev, AdmissionClosed):
         c.set(admission=AdmissionState.CLOSED, admission_since=min(ev.at, c.now))
