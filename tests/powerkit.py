@@ -55,7 +55,7 @@ def side_node_entry(name: str, power: str = "fakebmc", **extra: Any) -> dict[str
         "initial_uptime": 3600,
         "gpus": 1,
     }
-    if power == "wol":
+    if power in ("wol", "wol+bmc"):
         entry.setdefault("mac", "52:54:00:aa:00:%02x" % (abs(hash(name)) % 250 + 1))
     entry.update(extra)
     return entry
@@ -108,7 +108,10 @@ class PowerEnv:
         env.config_path = workdir / "operator.yaml"
         env.write_config(config or {})
         for name in env.side.state["nodes"]:
-            env.apply(env.worker_node(name, **(node_specs or {}).get(name, {})))
+            spec = dict((node_specs or {}).get(name, {}))
+            if spec.pop("wakeOnLanWithBmc", False):
+                spec.update(env.wake_on_lan(name))
+            env.apply(env.worker_node(name, **spec))
         return env
 
     # -- objects -------------------------------------------------------------------------
@@ -165,6 +168,17 @@ class PowerEnv:
             "kind": "WorkerNode",
             "metadata": {"name": name},
             "spec": spec,
+        }
+
+    def wake_on_lan(self, name: str) -> dict[str, Any]:
+        """Spec fields making a node woken by Wake-on-LAN (its BMC, if any, still observes)."""
+        return {
+            "controlMethod": "WakeOnLan",
+            "wakeOnLan": {
+                "mac": self.side.node_info(name)["mac"],
+                "broadcastAddress": "127.0.0.1",
+                "port": self.side.wol_port,
+            },
         }
 
     def write_config(self, extra: dict[str, Any]) -> None:

@@ -285,6 +285,7 @@ def _enter_off(c: _Ctx, *reasons: ReasonCode) -> None:
         admission=AdmissionState.CLOSED,
         admission_since=c.now,
         blocked_reasons=(),
+        blocked_transition=None,
     )
     c.act(ScheduleRecheck(at=c.now, reason="evaluate wake after observed Off"))
     c.decide(Decision.NONE, *reasons, R.POWER_OFF_CONFIRMED)
@@ -302,7 +303,7 @@ def _enter_verify(c: _Ctx, decision: Decision, *reasons: ReasonCode) -> None:
         deadline=c.now + c.policy.deadline_ready,
         verify_since=c.now,
     )
-    c.set(state=PowerState.UNKNOWN, transition=t, blocked_reasons=())
+    c.set(state=PowerState.UNKNOWN, transition=t, blocked_reasons=(), blocked_transition=None)
     c.act(PollObservedPower(), RunReadyProbe())
     c.decide(decision, *reasons, R.POWER_STATE_UNKNOWN, R.READY_PROBE_PENDING)
 
@@ -323,7 +324,12 @@ def _block(c: _Ctx, *reasons: ReasonCode) -> None:
         _close_transition(c, t, "Blocked", *reasons)
     _close_admission(c, t.id if t is not None else None)
     codes = tuple(_dedupe(reasons))
-    c.set(state=PowerState.BLOCKED, transition=None, blocked_reasons=codes)
+    c.set(
+        state=PowerState.BLOCKED,
+        transition=None,
+        blocked_reasons=codes,
+        blocked_transition=t.kind if t is not None else None,
+    )
     c.decide(Decision.BLOCK, *codes)
 
 
@@ -954,7 +960,9 @@ def _wake_deadline(c: _Ctx, t: Transition) -> None:
 
 def _handle_blocked(c: _Ctx) -> None:
     ev = c.event
-    if _observed_off(c, None):
+    if _observed_off(c, None) and c.state.blocked_transition is not TransitionKind.WAKE:
+        # a shutdown confirmed late is recorded; a wake that failed stays BLOCKED while
+        # the node stays Off (waking it again needs a person or a policy change)
         _enter_off(c)
         return
     if _vm_forced_shutdown(c):

@@ -128,6 +128,9 @@ class NodePowerState(CoreModel):
     admission_since: AwareDatetime | None = None
     transition: Transition | None = None
     blocked_reasons: tuple[ReasonCode, ...] = ()
+    blocked_transition: TransitionKind | None = Field(
+        default=None, description="The kind of transition that ended BLOCKED, if any."
+    )
     last_transition_at: AwareDatetime | None = Field(
         default=None, description="When the last power transition finished (cooldown)."
     )

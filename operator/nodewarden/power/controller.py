@@ -239,6 +239,7 @@ class PowerController:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._plan: tuple[list[ContainerView], Plan, datetime] | None = None
         self._reread_wanted: set[str] = set()
+        self._policy_generations: dict[str | None, int | None] = {}
         self._next_resync: datetime | None = None
         self.steps = 0
         self.started = False
@@ -329,7 +330,12 @@ class PowerController:
     def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A PowerPolicy event: the book is updated by its owner; every node under it
         re-evaluates with the new version (records carry it from now on)."""
-        name = (body.get("metadata") or {}).get("name")
+        meta = body.get("metadata") or {}
+        name = meta.get("name")
+        generation = None if deleted else meta.get("generation")
+        if name in self._policy_generations and self._policy_generations[name] == generation:
+            return  # a status write (content hash, node count): not a change of the knobs
+        self._policy_generations[name] = generation
         for rt in self.nodes.values():
             if self._policy_name(rt) == name or (
                 rt.spec is not None and rt.spec.policy_ref is None and name == self.default_policy

@@ -80,7 +80,9 @@ class NodeFileConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Node name (lower-case DNS label).")
-    power: Literal["fakebmc", "sushy", "wol"]
+    power: Literal["fakebmc", "sushy", "wol", "wol+bmc"]
+    """wol+bmc: woken by Wake-on-LAN and switched off over SSH like `wol`, with a fake BMC
+    that reports its PowerState (a trusted source to observe Off; its resets work too)."""
     initial_power: Literal["On", "Off"] = "Off"
     ssh_port: int = Field(default=0, ge=0, le=65535)
     boot_delay: float = Field(default=1.0, ge=0, le=3600)
@@ -112,17 +114,17 @@ class NodeFileConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeFileConfig:
-        if self.power == "wol" and self.mac is None:
+        if self.power in ("wol", "wol+bmc") and self.mac is None:
             raise ValueError(f"node {self.name}: a wol node needs a mac")
         if self.secure_on is not None:
-            if self.power != "wol":
+            if self.power not in ("wol", "wol+bmc"):
                 raise ValueError(f"node {self.name}: secure_on is for wol nodes only")
             try:
                 parse_secure_on(self.secure_on.get_secret_value())
             except ValueError as exc:
                 raise ValueError(f"secure_on: {exc}") from None
         if self.fakebmc:
-            if self.power != "fakebmc":
+            if self.power not in ("fakebmc", "wol+bmc"):
                 raise ValueError(f"node {self.name}: fakebmc options are for fakebmc nodes only")
             fixed = sorted(set(self.fakebmc) & _FIXED_BMC_FIELDS)
             if fixed:

@@ -421,14 +421,19 @@ class PoweredSideNode:
     def wake(self) -> WakeOutcome:
         """A magic packet for this node arrived (SecureOn already checked by the listener)."""
         source = self.source
-        if not isinstance(source, WolPower):
+        wol_with_bmc = isinstance(source, FakeBmcPower) and self.settings.mac is not None
+        if not isinstance(source, WolPower) and not wol_with_bmc:
             return "not_wol_node"
         if self.faults.ignore_wake:
             self._event("wake_ignored", reason="fault: ignore_wake")
             return "ignored_fault"
-        if source.power == "On":
+        if source.reading().power == "On":
             return "already_on"
-        source.power = "On"
+        if isinstance(source, WolPower):
+            source.power = "On"
+        else:
+            assert isinstance(source, FakeBmcPower)
+            source.bmc.set_power(source.system_id, "On")  # its BMC reports what the NIC did
         self._event("wake_packet")
         self.step()
         return "woke"

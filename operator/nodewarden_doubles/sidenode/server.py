@@ -192,7 +192,7 @@ class SideNodeServer:
         nodes: list[PoweredSideNode] = []
         for node in config.nodes:
             source: PowerSource
-            if node.power == "fakebmc":
+            if node.power in ("fakebmc", "wol+bmc"):
                 assert config.bmc is not None
                 bmc = FakeBmc(node.bmc_options(config.bmc), ssl_context=context)
                 await bmc.start()
