@@ -172,6 +172,7 @@ def test_helm_install_and_operate_with_the_charts_rbac(
 
     class SA:
         kubeconfig = sa_kubeconfig
+        operator_kubeconfig = sa_kubeconfig
 
     op = start_operator(SA, namespace, tmp_path, f"--config={config_path}", "--log-format=json")  # type: ignore[arg-type]
     try:
