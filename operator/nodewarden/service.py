@@ -237,8 +237,13 @@ async def _act(
                 with contextlib.suppress(asyncio.CancelledError):
                     await loop_task
             for finished in done:
-                if finished is not stopping and finished.exception() is not None:
-                    raise finished.exception()  # type: ignore[misc]
+                if finished is stopping:
+                    continue
+                error = finished.exception()
+                if error is not None:
+                    raise error
+                if not stop.is_set():
+                    raise RuntimeError("a loop of the dispatcher or power controller ended")
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -153,13 +153,13 @@ async def reconcile_powerintent(
         verdict = parsed
     else:
         verdict = validate_powerintent(parsed, namespace=body["metadata"]["namespace"], nodes=nodes)
+    # The power controller owns the phase; validation only fails an intent that cannot be
+    # carried out (its node does not exist), which the controller never touches.
     extra: dict[str, Any] = {}
     phase = (body.get("status") or {}).get("phase")
     if not verdict.valid and phase not in TERMINAL_INTENT_PHASES:
         extra["phase"] = "Failed"
         extra["message"] = verdict.message
-    elif not phase:
-        extra["phase"] = "Pending"
     await _apply(ctx, POWER_INTENT, body, verdict, extra)
     return verdict
 

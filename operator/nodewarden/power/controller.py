@@ -93,7 +93,7 @@ from nodewarden.policy.facts import (
     VmReading,
 )
 from nodewarden.policy.machine import Step, step
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, DecisionClass, ReasonCode, decision_class
 from nodewarden.policy.record import SafetyRecord, event_summary
 from nodewarden.policy.state import (
     NON_TERMINAL_STATES,
@@ -466,7 +466,10 @@ class PowerController:
             try:
                 await self.round()
             except asyncio.CancelledError:
-                raise
+                if self._stop.is_set() or _cancelling():
+                    raise
+                # an awaited future was cancelled under us, not this task: a bug to report
+                log.exception("power controller round was cancelled from inside; retrying")
             except Exception:
                 log.exception("power controller round failed; retrying")
             timeout = self._sleep_for(self.clock())
@@ -549,6 +552,7 @@ class PowerController:
             result = step(rt.state, rt.facts, event, now, view, with_record=False)
             self.steps += 1
             if view.shadow and self._acts(result):
+                rt.facts = result.facts  # observations count; the decision is not carried out
                 await self._shadow(rt, result, event, view, now)
                 continue
             headline = (result.decision, result.reasons, result.next.state, result.next.admission)
@@ -1059,6 +1063,8 @@ class PowerController:
             return
         if rt.state.state is PowerState.BLOCKED:
             return  # the transition that ended BLOCKED already closed its intent
+        if any(decision_class(r) is DecisionClass.DEFER for r in record.reasons):
+            return  # not due yet (time or evidence missing): the block is not what holds it
         action: PowerAction = "Wake" if rt.state.state is PowerState.OFF else "Shutdown"
         intent = await self.intents.create_policy_intent(
             rt.name, f"blocked-{now:%Y%m%d-%H%M%S}", action, "policy decision blocked", now
@@ -1354,6 +1360,11 @@ def _persist_worthy(old: NodePowerState | None, new: NodePowerState) -> bool:
         for name in NodePowerState.model_fields
         if name not in _UNPERSISTED
     )
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _iso(value: datetime | None) -> str | None:
