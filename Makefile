@@ -39,8 +39,11 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff format --check operator tests e2e benchmarks
 	$(VENV)/bin/mypy
 
-test: $(STAMP) controlplane lint ## ruff, mypy and the whole pytest suite (starts its own control plane)
+test: $(STAMP) controlplane lint chart-lint ## ruff, mypy, chart checks and the whole pytest suite (starts its own control plane)
 	$(PY) e2e/run_pytest.py $(PYTEST_ARGS)
+
+chart-lint: $(STAMP) controlplane ## helm lint --strict, kubeconform (offline schemas), checkov, hadolint
+	$(PY) e2e/dataplane/chartlint.py
 
 demo: $(STAMP) controlplane ## start a local control plane, apply the examples, run the operator (Ctrl-C cleans up)
 	$(PY) e2e/demo.py $(DEMO_ARGS)
@@ -73,4 +76,4 @@ lock: ## regenerate requirements.lock (the image's Python dependencies, hashed) 
 e2e: $(STAMP) controlplane ## the chart on a real kubelet in its own network namespaces (root; see README)
 	$(PY) e2e/dataplane/run.py $(E2E_ARGS)
 
-.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e
+.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e chart-lint

@@ -38,6 +38,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -129,6 +130,7 @@ class Scenario:
     prometheus: Prometheus | None = None
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     helm_bin: Path = field(default_factory=lambda: binaries_dir() / "helm")
+    cleanup_paths: list[Path] = field(default_factory=list)
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -213,15 +215,17 @@ class Scenario:
     # --- 3. install ----------------------------------------------------------------------
 
     def plugin_dir(self) -> Path:
-        """The test doubles + the routed driver, for a read-only hostPath in the Pods."""
-        target = self.state / "pod-plugins"
+        """The test doubles + the routed driver, for a read-only hostPath in the Pods (in a
+        directory uid 65532 can reach: the state directory may sit under a private one)."""
+        target = Path(tempfile.mkdtemp(prefix="nwe2e-plugins-"))
+        self.cleanup_paths.append(target)
         shutil.copytree(
             REPO / "operator" / "nodewarden_doubles",
             target / "nodewarden_doubles",
             ignore=shutil.ignore_patterns("__pycache__"),
         )
         shutil.copy(Path(__file__).with_name("routedcloud.py"), target / f"{PLUGIN_MODULE}.py")
-        for path in [self.state, *target.rglob("*"), target]:
+        for path in [*target.rglob("*"), target]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         return target
 
@@ -615,6 +619,8 @@ class Scenario:
             self.stub.stop(timeout=10)
         if self.cluster is not None:
             self.cluster.down(remove_state=False)
+        for path in self.cleanup_paths:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def run_scenario(
