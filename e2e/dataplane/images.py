@@ -49,6 +49,11 @@ PAUSE_REF = "localhost/nwe2e-pause:1"
 OPERATOR_REPOSITORY = "localhost/nodewarden"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 OPERATOR_INPUTS = ["Dockerfile", "requirements.lock", "pyproject.toml", "README.md"]
+BASE_RECIPE = 2  # bump when base_image() changes what it puts in the base
+# What Debian's slim images leave out (dpkg excludes them from later installs too).
+SLIM_EXCLUDES = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*",
+                 "/usr/share/locale/*", "/usr/share/groff/*", "/usr/share/lintian/*",
+                 "/usr/share/linda/*"]  # fmt: skip
 
 
 class ImageError(RuntimeError):
@@ -109,7 +114,7 @@ def base_key() -> str:
     )
     for line in out.stdout.splitlines():
         if line.startswith("Version:"):
-            return f"{SUITE}-{line.split()[1].replace('+', '_')}"
+            return f"{SUITE}-{line.split()[1].replace('+', '_')}-r{BASE_RECIPE}"
     raise ImageError("cannot tell the Debian point release: `apt-cache show base-files` failed")
 
 
@@ -122,6 +127,24 @@ def _debian_sources() -> str:
         f"Types: deb\nURIs: {SECURITY_MIRROR}\nSuites: {SUITE}-security\nComponents: main\n"
         f"Signed-By: {keyring}\n"
     )
+
+
+def _slim(root: Path) -> None:
+    """Drop apt caches, logs, docs, manuals and translations, as Debian's slim images do."""
+    excludes = root / "etc" / "dpkg" / "dpkg.cfg.d" / "nodewarden-slim"
+    excludes.write_text("".join(f"path-exclude {p}\n" for p in SLIM_EXCLUDES)
+                        + "path-include /usr/share/doc/*/copyright\n")  # fmt: skip
+    for junk in (
+        "var/lib/apt/lists",
+        "var/cache/apt",
+        "var/log",
+        *[p[1:-2] for p in SLIM_EXCLUDES],
+    ):
+        for path in (root / junk).rglob("*"):
+            if path.name == "copyright" and "doc" in path.parts:
+                continue
+            if path.is_file() or path.is_symlink():
+                path.unlink()  # directories stay: apt and dpkg expect theirs
 
 
 def base_image() -> str:
@@ -139,16 +162,13 @@ def base_image() -> str:
                 (root / "etc" / "apt" / "sources.list").unlink(missing_ok=True)
                 sources = root / "etc" / "apt" / "sources.list.d" / "debian.sources"
                 sources.write_text(_debian_sources())
-                for junk in ("var/lib/apt/lists", "var/cache/apt", "var/log"):
-                    for child in (root / junk).glob("*"):
-                        if child.is_file():
-                            child.unlink()
+                _slim(root)
                 release_file.write_text((root / "etc" / "debian_version").read_text().strip())
                 partial = tarball.with_suffix(".partial")
                 run("tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), ".",
                     what="tar of the base")  # fmt: skip
                 partial.rename(tarball)
-        ref = f"localhost/nodewarden-base:debian-{release_file.read_text().strip()}"
+        ref = f"localhost/nodewarden-base:debian-{release_file.read_text().strip()}-r{BASE_RECIPE}"
         if not podman_has(ref):
             run("podman", "import", "--change", 'CMD ["/bin/bash"]', str(tarball), ref,
                 what="podman import of the base")  # fmt: skip

@@ -18,6 +18,7 @@ purpose (imports only nodewarden and nodewarden_doubles).
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +30,8 @@ from nodewarden.ssh.addressing import AddressResolver, Endpoint
 from nodewarden_doubles.stubcloud.remote import RemoteStubNodeDriver, RemoteStubResolver
 
 PROVIDER = "nodewarden-stub-routed"
-ROUTED_NETWORK = ipaddress.ip_network("192.0.2.0/24")  # the e2e namespaces' link (RFC 5737)
+# The e2e namespaces' link (RFC 5737); the kind environment names its Docker network.
+ROUTED_NETWORK = ipaddress.ip_network(os.environ.get("NWE2E_ROUTED_NETWORK", "192.0.2.0/24"))
 
 
 def routed_base_url(url: str) -> tuple[str, int]:

@@ -104,16 +104,14 @@ def private_netns_dir(state: Path, cloud_netns: str) -> Path:
 
 
 def inside(args: argparse.Namespace) -> int:
+    from dataplane.envs import NetnsEnvironment
     from dataplane.scenario import run_scenario
 
     prepared = json.loads(args.prepared)
     state = Path(args.state_dir)
+    env = NetnsEnvironment(state, private_netns_dir(state, args.cloud_netns), prepared)
     return run_scenario(
-        state_dir=state,
-        cloud_netns=private_netns_dir(state, args.cloud_netns),
-        prepared=prepared,
-        trimmed=args.trimmed,
-        report_path=Path(args.report),
+        state, env, args.trimmed, Path(args.report), float(prepared["prepare_seconds"])
     )
 
 

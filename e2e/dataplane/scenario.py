@@ -1,10 +1,13 @@
 """What `make e2e` does on the data plane, and what it asserts (the steps print as they go).
 
-1. Cluster: control plane + kube-scheduler + containerd + kubelet + kube-proxy
-   (`dataplane.node`), the pause and operator images imported into containerd.
-2. Cloud: the stub cloud server (test double) in the cloud namespace; the operator Pods
-   reach it through `nwe2e_routedcloud` (`dataplane.routedcloud`), copied with the
-   doubles into a directory mounted read-only into the Pods (never into the image).
+The same on every `dataplane.envs.Environment` (network namespaces here, kind elsewhere):
+
+1. Cluster: a node with a real kubelet (`dataplane.node` here), the operator image known
+   to it under two tags.
+2. Cloud: the stub cloud server (test double) in a network namespace of its own; the
+   operator Pods reach it through `nwe2e_routedcloud` (`dataplane.routedcloud`), copied
+   with the doubles into a directory mounted read-only into the Pods (never into the
+   image).
 3. `helm install` of helm/nodewarden with the locally built image, 2 replicas, status
    API token, ServiceMonitor + PrometheusRule: CRDs come from the chart; both Pods
    Running and Ready as ordinary Pods (own Pod IPs) with the chart's securityContext
@@ -33,6 +36,7 @@ The trimmed form (`make test`) runs all but 7, with four short containers.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import secrets
 import shutil
@@ -42,7 +46,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,12 +53,10 @@ from typing import Any
 
 import yaml
 
+from dataplane.envs import Environment
 from dataplane.monitoring import Prometheus, dashboard_queries
-from dataplane.netns import CLOUD_IP, POD_CIDR, call_in
-from dataplane.node import NodeCluster
 from localcluster import REPO, binaries_dir
 from nodewarden.ssh.credentials import SshClientKey
-from nodewarden_doubles.stubcloud.process import StubCloudProcess
 from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig, StubServerCredentials
 
 CHART = REPO / "helm" / "nodewarden"
@@ -121,12 +122,10 @@ def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 1
 @dataclass
 class Scenario:
     state: Path
-    cloud_netns: Path
-    prepared: dict[str, str]
+    env: Environment
     trimmed: bool
     report: dict[str, Any] = field(default_factory=dict)
-    cluster: NodeCluster | None = None
-    stub: StubCloudProcess | None = None
+    started: bool = False
     prometheus: Prometheus | None = None
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     helm_bin: Path = field(default_factory=lambda: binaries_dir() / "helm")
@@ -135,16 +134,14 @@ class Scenario:
     # --- plumbing ------------------------------------------------------------------------
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        assert self.cluster is not None
-        return self.cluster.kubectl(*args, input=input, check=check, timeout=120).stdout
+        return self.env.kubectl(*args, input=input, check=check)
 
     def get(self, *what: str) -> Any:
         return json.loads(self.kubectl("-n", NAMESPACE, "get", *what, "-o", "json"))
 
     def helm(self, *args: str, timeout: float = 600) -> str:
-        assert self.cluster is not None
         proc = subprocess.run(
-            [str(self.helm_bin), *args, f"--kubeconfig={self.cluster.kubeconfig}"],
+            [str(self.helm_bin), *args, f"--kubeconfig={self.env.kubeconfig}"],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -157,60 +154,30 @@ class Scenario:
     def timed(self, name: str, started: float) -> None:
         self.report.setdefault("seconds", {})[name] = round(time.monotonic() - started, 1)
 
-    def cloud_admin(self, fn: Callable[[Any], Any]) -> Any:
-        """Call the stub cloud's admin API (it listens in the cloud namespace)."""
-        assert self.stub is not None
-        stub = self.stub
-        return call_in(self.cloud_netns, lambda: fn(stub.admin))
-
     # --- 1. cluster ----------------------------------------------------------------------
 
     def start_cluster(self) -> None:
-        t0 = time.monotonic()
-        run_id = uuid.uuid4().hex[:8]
-        self.cluster = NodeCluster(self.state / "cluster", run_id)
-        self.cluster.up()
-        self.timed("control_plane_up", t0)
-        t1 = time.monotonic()
-        self.cluster.import_image(Path(self.prepared["pause_archive"]))
-        self.cluster.import_image(Path(self.prepared["operator_archive"]))
-        ref = self.prepared["operator_ref"]
-        self.next_ref = f"{ref}-next"
-        out = self.cluster.ctr("images", "tag", "--force", ref, self.next_ref)
-        if out.returncode != 0:
-            raise E2EError(f"ctr images tag: {out.stderr}")
-        self.timed("images_imported", t1)
-        t2 = time.monotonic()
-        self.cluster.start_kubelet()
-        self.timed("node_ready", t2)
-        log(f"cluster up: node Ready in {time.monotonic() - t2:.0f}s")
+        self.plugins = self.plugin_dir()
+        self.env.start(self.plugins)
+        self.started = True
+        for name, seconds in self.env.timings.items():
+            self.report.setdefault("seconds", {})[name] = round(seconds, 1)
+        log("cluster up: node Ready, images known to the node")
 
     # --- 2. cloud ------------------------------------------------------------------------
 
     def start_cloud(self) -> None:
-        workdir = self.state / "stub-cloud"
-        workdir.mkdir(parents=True, exist_ok=True)
-        python = workdir / "python-in-cloud-netns"
-        python.write_text(
-            f'#!/bin/sh\nexec nsenter --net={self.cloud_netns} -- {sys.executable} "$@"\n'
-        )
-        python.chmod(0o755)
         self.cloud_key, self.cloud_secret = "AKIAE2ESTUBCLOUD001", secrets.token_hex(20)
-        self.stub = StubCloudProcess(
-            StubServerConfig(
-                name="e2e",
-                credentials=StubServerCredentials(key=self.cloud_key, secret=self.cloud_secret),
-                instance_types=yaml.safe_load((DEMO / "catalogue.yaml").read_text()),
-                faults={"boot_delay": 2.0, "seed": 1},
-            ),
-            workdir=workdir,
-            python=str(python),
-        ).start()
-        port = self.stub.url.rsplit(":", 1)[1]
-        self.cloud_url = f"http://{CLOUD_IP}:{port}"
+        config = StubServerConfig(
+            name="e2e",
+            credentials=StubServerCredentials(key=self.cloud_key, secret=self.cloud_secret),
+            instance_types=yaml.safe_load((DEMO / "catalogue.yaml").read_text()),
+            faults={"boot_delay": 2.0, "seed": 1},
+        )
+        self.cloud_url = self.env.start_cloud(config, self.state / "stub-cloud")
         # A few refused calls, so the dashboards' cloud error panel has something to show.
-        self.cloud_admin(lambda admin: admin.force_rate_limit(3, retry_after=1))
-        log(f"stub cloud in the cloud namespace, reached by the Pods at {self.cloud_url}")
+        self.env.cloud_admin(lambda admin: admin.force_rate_limit(3, retry_after=1))
+        log(f"stub cloud started, reached by the Pods at {self.cloud_url}")
 
     # --- 3. install ----------------------------------------------------------------------
 
@@ -250,13 +217,8 @@ class Scenario:
                 "driver_params": {"cloud": self.cloud_url},
                 "instance_types": yaml.safe_load((DEMO / "catalogue.yaml").read_text()),
             },
-            "extraEnv": [{"name": "PYTHONPATH", "value": PLUGIN_DIR_IN_POD}],
-            "extraVolumes": [
-                {
-                    "name": "e2e-plugins",
-                    "hostPath": {"path": str(self.plugins), "type": "Directory"},
-                }
-            ],
+            "extraEnv": [{"name": "PYTHONPATH", "value": PLUGIN_DIR_IN_POD}, *self.env.pod_env()],
+            "extraVolumes": [{"name": "e2e-plugins", **self.env.plugin_volume(self.plugins)}],
             "extraVolumeMounts": [
                 {"name": "e2e-plugins", "mountPath": PLUGIN_DIR_IN_POD, "readOnly": True}
             ],
@@ -276,18 +238,16 @@ class Scenario:
             self.kubectl("-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(secret))
 
     def install(self) -> None:
-        assert self.cluster is not None
         t0 = time.monotonic()
-        self.plugins = self.plugin_dir()
         self.kubectl("create", "namespace", NAMESPACE)
         self.write_secrets()
         Prometheus.install_monitoring_crds(self.kubectl)
         values = self.state / "values.yaml"
-        values.write_text(yaml.safe_dump(self.values(self.prepared["operator_ref"])))
+        values.write_text(yaml.safe_dump(self.values(self.env.image_ref)))
         self.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values),
                   "--wait", "--timeout=5m")  # fmt: skip
         self.kubectl("-n", NAMESPACE, "apply", "-f", str(DEMO / "policy-default.yaml"))
-        pods = self.check_pods(self.prepared["operator_ref"])
+        pods = self.check_pods(self.env.image_ref)
         self.timed("helm_install_to_ready", t0)
         self.report["pods"] = [
             {"name": p["metadata"]["name"], "ip": p["status"]["podIP"]} for p in pods
@@ -321,8 +281,8 @@ class Scenario:
             if spec.get("hostNetwork"):
                 raise E2EError("operator Pods must be ordinary Pods, not hostNetwork")
             ip = pod["status"]["podIP"]
-            if not ip.startswith(POD_CIDR.rsplit(".", 1)[0] + "."):
-                raise E2EError(f"Pod IP {ip} is not in the Pod network {POD_CIDR}")
+            if ipaddress.ip_address(ip) not in self.env.pod_network:
+                raise E2EError(f"Pod IP {ip} is not in the Pod network {self.env.pod_network}")
             ips.add(ip)
         if len(ips) != 2:
             raise E2EError(f"the two replicas share an address: {ips}")
@@ -417,14 +377,11 @@ class Scenario:
 
     def kill_leader(self) -> float:
         """SIGKILL the leader's container (a crash: no lease release); seconds to handover."""
-        assert self.cluster is not None
         leader = wait_for("a leader Pod", self.leader_pod, timeout=60)
         old = self.lease()["spec"]["holderIdentity"]
         container_id = leader["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
         killed = time.monotonic()
-        out = self.cluster.ctr("tasks", "kill", "--signal=SIGKILL", container_id)
-        if out.returncode != 0:
-            raise E2EError(f"cannot kill the leader's container: {out.stderr}")
+        self.env.kill_container(container_id)
         log(f"killed the leader {leader['metadata']['name']} (SIGKILL)")
 
         def new_holder() -> str | None:
@@ -463,7 +420,7 @@ class Scenario:
             return phases if not pending and len(phases) == len(names) else NotYet(str(pending))
 
         wait_for(f"{len(names)} containers to complete", all_done, timeout=420, interval=2)
-        runs = self.cloud_admin(lambda admin: admin.runs())
+        runs = self.env.cloud_admin(lambda admin: admin.runs())
         wanted = {c["spec"]["uuid"] for c in containers}
         starts: dict[str, int] = {}
         for run in runs:
@@ -481,8 +438,7 @@ class Scenario:
     # --- 6. monitoring ---------------------------------------------------------------------
 
     def start_prometheus(self) -> None:
-        assert self.cluster is not None
-        self.prometheus = Prometheus(self.state / "prometheus", self.cluster.kubeconfig)
+        self.prometheus = Prometheus(self.state / "prometheus", self.env.kubeconfig)
         self.prometheus.configure_from(self.kubectl, NAMESPACE)
         self.prometheus.start()
         wait_for(
@@ -553,13 +509,13 @@ class Scenario:
         if "e2eUpgradeMarker" not in props["properties"]:
             raise E2EError("the upgraded CRD was not applied")
         values = self.state / "values-next.yaml"
-        values.write_text(yaml.safe_dump(self.values(self.next_ref)))
+        values.write_text(yaml.safe_dump(self.values(self.env.next_image_ref)))
         old_pods = {p["metadata"]["name"] for p in self.operator_pods()}
 
         def roll() -> None:
             self.helm("upgrade", RELEASE, str(chart), "-n", NAMESPACE, "-f", str(values),
                       "--wait", "--timeout=5m")  # fmt: skip
-            pods = self.check_pods(self.next_ref)
+            pods = self.check_pods(self.env.next_image_ref)
             if old_pods & {p["metadata"]["name"] for p in pods}:
                 raise E2EError("the rolling update kept an old Pod")
             log("helm upgrade: rolled to the new image tag")
@@ -572,7 +528,7 @@ class Scenario:
         if kept != "kept":
             raise E2EError("a field of the upgraded CRD was pruned: the CRD was not upgraded")
         self.timed("upgrade", t0)
-        self.report["upgrade"] = {"crd_field_applied": True, "image": self.next_ref}
+        self.report["upgrade"] = {"crd_field_applied": True, "image": self.env.next_image_ref}
 
     def side_node_power_cycle(self) -> None:
         """Hook: a side node (fake BMC / sushy in the cloud namespace) powered off when idle
@@ -605,7 +561,7 @@ class Scenario:
         self.side_node_power_cycle()
 
     def diagnostics(self) -> str:
-        if self.cluster is None:
+        if not self.started:
             return ""
         out = self.kubectl("get", "pods,deploy,lease,cd,wn", "-A", "-o", "wide", check=False)
         logs = self.kubectl("-n", NAMESPACE, "logs", "-l", f"app.kubernetes.io/instance={RELEASE}",
@@ -615,19 +571,17 @@ class Scenario:
     def stop(self) -> None:
         if self.prometheus is not None:
             self.prometheus.stop()
-        if self.stub is not None:
-            self.stub.stop(timeout=10)
-        if self.cluster is not None:
-            self.cluster.down(remove_state=False)
+        self.env.stop()
         for path in self.cleanup_paths:
             shutil.rmtree(path, ignore_errors=True)
 
 
 def run_scenario(
-    state_dir: Path, cloud_netns: Path, prepared: dict[str, str], trimmed: bool, report_path: Path
+    state_dir: Path, env: Environment, trimmed: bool, report_path: Path, prepare_seconds: float
 ) -> int:
-    scenario = Scenario(state_dir, cloud_netns, prepared, trimmed)
-    scenario.report = {"trimmed": trimmed, "prepare_seconds": float(prepared["prepare_seconds"])}
+    """Run the scenario on `env`; write the report; 0 if every assertion held."""
+    scenario = Scenario(state_dir, env, trimmed)
+    scenario.report = {"trimmed": trimmed, "prepare_seconds": prepare_seconds}
     t0 = time.monotonic()
     code = 0
     try:
