@@ -166,8 +166,13 @@ class NodeCluster(LocalCluster):
         return self.state_dir / "node"
 
     @property
+    def socket_dir(self) -> Path:
+        """Short path for sockets (a unix socket path has at most 104-108 bytes)."""
+        return Path(f"/run/nwe2e-{self.run_id}")
+
+    @property
     def containerd_socket(self) -> Path:
-        return self.node_dir / "containerd.sock"
+        return self.socket_dir / "containerd.sock"
 
     def up(self, timeout: float = 120.0) -> NodeCluster:
         super().up(timeout)
@@ -232,6 +237,7 @@ class NodeCluster(LocalCluster):
         d = self.node_dir
         for sub in ("containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "logs"):
             (d / sub).mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(mode=0o700, exist_ok=True)
         (d / "cni" / "net.d" / "10-nwe2e.conflist").write_text(
             json.dumps(
                 {
@@ -414,6 +420,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self._stop_named(["containerd"], timeout)
         self._unmount_state()
         self._remove_cgroups()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
         super().down(remove_state=False, timeout=timeout)
         if remove_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
