@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= nodewarden:$(VERSION)
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,8 +39,11 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff format --check operator tests e2e benchmarks
 	$(VENV)/bin/mypy
 
-test: $(STAMP) controlplane lint ## ruff, mypy and the whole pytest suite (starts its own control plane)
+test: $(STAMP) controlplane lint chart-lint ## ruff, mypy, chart checks and the whole pytest suite (starts its own control plane)
 	$(PY) e2e/run_pytest.py $(PYTEST_ARGS)
+
+chart-lint: $(STAMP) controlplane ## helm lint --strict, kubeconform (offline schemas), checkov, hadolint
+	$(PY) e2e/dataplane/chartlint.py
 
 demo: $(STAMP) controlplane ## start a local control plane, apply the examples, run the operator (Ctrl-C cleans up)
 	$(PY) e2e/demo.py $(DEMO_ARGS)
@@ -54,4 +59,21 @@ clean: ## remove .venv and local state (not the control-plane cache)
 	-$(PY) e2e/localcluster.py down 2>/dev/null
 	rm -rf $(VENV) .nodewarden .mypy_cache .ruff_cache .pytest_cache
 
-.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean
+image: $(STAMP) ## build the operator image IMAGE (docker build with Docker, else podman on a local Debian base)
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
+		docker build -t $(IMAGE) . ; \
+	else \
+		$(PY) e2e/dataplane/images.py operator --tag $(IMAGE) ; \
+	fi
+
+lock: ## regenerate requirements.lock (the image's Python dependencies, hashed) from pyproject.toml
+	@test -x .nodewarden/piptools/bin/pip-compile || \
+		(python3 -m venv .nodewarden/piptools && .nodewarden/piptools/bin/pip install --quiet 'pip-tools>=7.4,<8')
+	PIP_FIND_LINKS= .nodewarden/piptools/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+		--strip-extras --build-deps-for=wheel --pip-args='--only-binary=:all:' --no-emit-find-links \
+		--output-file=requirements.lock pyproject.toml
+
+e2e: $(STAMP) controlplane ## the chart on a real kubelet in its own network namespaces (root; see README)
+	$(PY) e2e/dataplane/run.py $(E2E_ARGS)
+
+.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e chart-lint

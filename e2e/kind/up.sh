@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# For people who have Docker: a kind cluster with nodewarden installed by its Helm chart.
-# NOT run by CI (the development machines have no Docker engine); the local control plane
-# in e2e/localcluster.py is what the tests use.
+# For people who have Docker: a kind cluster with nodewarden installed by its Helm chart,
+# to look around. e2e/kind/e2e.sh runs the assertions of `make e2e` on kind.
+# NOT run by CI and cannot run on the development machines (no Docker engine); `make e2e`
+# (e2e/dataplane/) is the same on a local kubelet in network namespaces.
 #
 #   e2e/kind/up.sh            # cluster "nodewarden", image built from the Dockerfile
 #   e2e/kind/down.sh
@@ -18,7 +19,7 @@ docker build -t "$image" "$repo"
 kind load docker-image "$image" --name "$name"
 "$helm" upgrade --install nodewarden "$repo/helm/nodewarden" \
   --kube-context "kind-$name" --namespace nodewarden --create-namespace \
-  --set image.repository=nodewarden --set image.tag=dev --set image.pullPolicy=Never \
+  --set image.repository=docker.io/library/nodewarden --set image.tag=dev --set image.pullPolicy=Never \
   --set replicas=2
 kubectl --context "kind-$name" -n nodewarden apply -f "$repo/examples/01-powerpolicy-default.yaml"
 kubectl --context "kind-$name" -n nodewarden rollout status deploy/nodewarden --timeout=120s

@@ -42,6 +42,9 @@ class LeaderElection(_Config):
 class HttpConfig(_Config):
     host: str = Field(default="0.0.0.0", description="Listen address of the HTTP endpoint.")  # noqa: S104
     port: int = Field(default=8080, ge=0, le=65535, description="0 = pick a free port.")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="/metrics and probes; unset = `port`."
+    )
 
 
 class ManagementConfig(_Config):

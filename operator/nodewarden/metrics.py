@@ -66,8 +66,9 @@ CONTAINERS = Gauge(
 )
 
 HOURLY_SPEND = Gauge(
-    "nodewarden_hourly_spend",
-    "Summed hourly price of the cloud nodes that exist now.",
+    "nodewarden_cloud_spend_per_hour",
+    "Summed hourly price of the cloud nodes that exist now, in the catalogue's billing "
+    "currency per hour.",
     registry=REGISTRY,
 )
 

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials.setup import build_resolver
 from nodewarden.dispatch import Dispatcher, build_dispatcher
 from nodewarden.dispatch.policies import PolicyBook
-from nodewarden.endpoints import Health, build_app, start
+from nodewarden.endpoints import Health, serve
 from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.handlers.validation import resync_loop
@@ -104,8 +105,12 @@ async def run(config: OperatorConfig) -> int:
     namespace = resolve_namespace(config, kube_default)
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     health = Health(extra={"dispatcherId": config.dispatcher_id, "identity": identity})
-    app = build_app(health)
-    runner, port = await start(app, config.http.host, config.http.port)
+    health.identity = identity
+    served = await serve(health, config.http.host, config.http.port, config.http.metrics_port)
+    port = served.port
+    if token_secret := config.management.token_secret_name:  # standbys check and relay too
+        key = config.management.token_secret_key
+        health.token_loader = partial(kube.read_secret, namespace, token_secret, key)
     log.info(
         "nodewarden starting",
         extra={
@@ -136,7 +141,9 @@ async def run(config: OperatorConfig) -> int:
                 lease_duration=config.leader_election.lease_duration,
                 renew_interval=config.leader_election.renew_interval,
                 retry_interval=config.leader_election.retry_interval,
+                annotations=health.lease_annotations,
             )
+            health.leader_lookup = elector.holder
             LEADER.labels(config.dispatcher_id).set(0)
 
             def standing_by() -> None:
@@ -154,7 +161,7 @@ async def run(config: OperatorConfig) -> int:
         if elector is not None:
             await elector.release()
             await elector.api.close()
-        await runner.cleanup()
+        await served.cleanup()
         await kube.close()
         log.info("nodewarden stopped", extra={"exit_code": exit_code})
     return exit_code

@@ -16,6 +16,7 @@ CHART = REPO / "helm" / "nodewarden"
 
 def rendered_role(*sets: str) -> dict[str, Any]:
     args = [str(binaries_dir() / "helm"), "template", "t", str(CHART), "--namespace", "nw"]
+    args += ["--set", "image.repository=registry.example.org/nodewarden"]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120)

@@ -51,6 +51,11 @@ def load_plugin(spec: str, provider: str) -> DriverPlugin:
             f"cloud.driver_plugin {spec!r}: cannot import {module_name!r} ({exc}); "
             "install the package that provides it"
         ) from exc
+    except Exception as exc:  # a plugin module that fails while importing
+        raise PluginError(
+            f"cloud.driver_plugin {spec!r}: importing {module_name!r} failed "
+            f"({type(exc).__name__}: {exc}); fix or replace that module"
+        ) from exc
     plugin = getattr(module, attribute, None)
     if not isinstance(plugin, DriverPlugin):
         raise PluginError(

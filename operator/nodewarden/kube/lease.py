@@ -4,19 +4,31 @@ The replica holding the Lease runs the handlers; the others wait. The holder ren
 `renew_interval`; a Lease not renewed for `lease_duration` may be taken over. If the holder
 fails to renew before its own lease expires it stops acting at once (the caller's
 `on_lost` callback) rather than risk two actors.
+
+The holder may publish annotations on its Lease (`annotations`, evaluated at every
+write: the status endpoint of `nodewarden.endpoints`); keys under `nodewarden.io/status-`
+belong to the current holder and are replaced or removed by each write, others are kept.
+`holder()` tells the other replicas who holds the Lease now and what it published.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
+
+OWN_ANNOTATION_PREFIX = "nodewarden.io/status-"
+
+
+def _foreign(annotations: Mapping[str, str] | None) -> dict[str, str]:
+    """The annotations that are not the holder's own."""
+    return {k: v for k, v in (annotations or {}).items() if not k.startswith(OWN_ANNOTATION_PREFIX)}
 
 
 def _now() -> datetime:
@@ -33,6 +45,7 @@ class LeaderElector:
         lease_duration: float = 15.0,
         renew_interval: float = 5.0,
         retry_interval: float = 2.0,
+        annotations: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.api = api
         self.leases = client.CoordinationV1Api(api)
@@ -44,6 +57,20 @@ class LeaderElector:
         self.retry_interval = retry_interval
         self.is_leader = False
         self._last_renew: datetime | None = None
+        self._annotations = annotations
+
+    def _metadata(self, current: client.V1ObjectMeta | None) -> client.V1ObjectMeta:
+        """Our metadata for a write: the holder's own annotations replaced, others kept."""
+        meta = current or client.V1ObjectMeta(name=self.name, namespace=self.namespace)
+        kept = _foreign(meta.annotations)
+        published = dict(self._annotations()) if self._annotations is not None else {}
+        meta.annotations = {**kept, **published}
+        return meta
+
+    def _expired(self, spec: client.V1LeaseSpec, now: datetime) -> bool:
+        renew = spec.renew_time
+        duration = spec.lease_duration_seconds or int(self.lease_duration)
+        return bool(renew is None or renew + timedelta(seconds=duration) < now)
 
     def _spec(self, now: datetime, transitions: int, acquire: bool) -> client.V1LeaseSpec:
         return client.V1LeaseSpec(
@@ -64,7 +91,7 @@ class LeaderElector:
                 log.warning("lease read failed: HTTP %s", exc.status)
                 return False
             body = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                metadata=self._metadata(None),
                 spec=self._spec(now, 0, acquire=True),
             )
             try:
@@ -76,15 +103,13 @@ class LeaderElector:
             return True
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity
-        renew = spec.renew_time
-        duration = spec.lease_duration_seconds or int(self.lease_duration)
-        expired = renew is None or renew + timedelta(seconds=duration) < now
-        if holder not in (None, "", self.identity) and not expired:
+        if holder not in (None, "", self.identity) and not self._expired(spec, now):
             return False
         transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
         lease.spec = self._spec(now, transitions, acquire=holder != self.identity)
         if holder == self.identity and spec.acquire_time is not None:
             lease.spec.acquire_time = spec.acquire_time
+        lease.metadata = self._metadata(lease.metadata)
         try:
             # replace with the resourceVersion we read: a concurrent writer makes this 409
             await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
@@ -93,6 +118,19 @@ class LeaderElector:
             return False
         self._last_renew = now
         return True
+
+    async def holder(self) -> tuple[str | None, dict[str, str]]:
+        """(identity of the live holder, or None if none or expired; the Lease's annotations)."""
+        try:
+            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            log.info("lease read failed: HTTP %s", exc.status)
+            return None, {}
+        spec = lease.spec or client.V1LeaseSpec()
+        annotations = dict((lease.metadata.annotations if lease.metadata else None) or {})
+        if not spec.holder_identity or self._expired(spec, _now()):
+            return None, annotations
+        return str(spec.holder_identity), annotations
 
     async def acquire(
         self, stop: asyncio.Event | None = None, on_standby: Callable[[], None] | None = None
@@ -154,6 +192,8 @@ class LeaderElector:
                 lease.spec = client.V1LeaseSpec(
                     lease_duration_seconds=1, lease_transitions=lease.spec.lease_transitions
                 )
+                if lease.metadata is not None:
+                    lease.metadata.annotations = _foreign(lease.metadata.annotations)
                 await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
         except ApiException as exc:
             log.warning("lease release failed: HTTP %s", exc.status)

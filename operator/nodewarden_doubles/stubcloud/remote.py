@@ -96,6 +96,11 @@ class RemoteStubNodeDriver(StubNodeDriver):
 
     connectionCls = StubApiConnection
 
+    @staticmethod
+    def server_address(cloud: str) -> tuple[str, int]:
+        """(host, port) of the stub cloud server named by the `cloud` URL (loopback only)."""
+        return wire.loopback_base_url(cloud)
+
     def __init__(
         self,
         key: str,
@@ -106,7 +111,7 @@ class RemoteStubNodeDriver(StubNodeDriver):
         cloud: str = "",
         **kwargs: Any,
     ) -> None:
-        url_host, url_port = wire.loopback_base_url(cloud)
+        url_host, url_port = self.server_address(cloud)
         self._cloud_name = cloud
         # libcloud passes (key, secret, secure, host, port) positionally: the secret
         # must not be None or the arguments shift.

@@ -1,0 +1,3 @@
+module nodewarden.io/e2e/dataplane/pause
+
+go 1.26.0

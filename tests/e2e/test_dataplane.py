@@ -1,0 +1,46 @@
+"""The trimmed `make e2e` inside `make test`: the chart's image as 2 Pods on a real kubelet.
+
+Runs `e2e/dataplane/run.py --trimmed` (its own control plane, node and network namespaces;
+see `dataplane.scenario` for the steps and assertions) and checks its report. Needs root
+(network namespaces, containerd, kubelet), as CI has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from localcluster import REPO
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the e2e data plane needs root")
+def test_trimmed_e2e_on_a_real_kubelet(tmp_path: Path) -> None:
+    report_path = tmp_path / "report.json"
+    log_path = tmp_path / "e2e.log"
+    started = time.monotonic()
+    with log_path.open("w") as log:
+        code = subprocess.call(
+            # state in the default temp dir (short paths: unix sockets live there); kept
+            # there only if the run fails, for its logs
+            [sys.executable, str(REPO / "e2e" / "dataplane" / "run.py"), "--trimmed",
+             f"--report={report_path}"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO, timeout=1200,
+        )  # fmt: skip
+    output = log_path.read_text(errors="replace")
+    assert code == 0, output[-6000:]
+    report = json.loads(report_path.read_text())
+    assert report["passed"] is True and report["trimmed"] is True
+    assert len({p["ip"] for p in report["pods"]}) == 2  # two ordinary Pods, own addresses
+    assert report["handover_seconds"] is not None and report["handover_seconds"] <= 20
+    assert all(b["started_once_each"] for b in report["batches"].values())
+    assert report["monitoring"]["all_return_data"] and len(report["monitoring"]["targets"]) == 2
+    assert set(report["status_api"]["through_service"]) == {200}
+    print(f"trimmed e2e: {time.monotonic() - started:.0f}s, report {json.dumps(report['seconds'])}")
