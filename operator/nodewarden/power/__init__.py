@@ -2,6 +2,11 @@
 
 - `controller` -- `PowerController`: facts in, `policy.machine.step`, actions out, Safety
   Records into PowerIntents, WorkerNode status and Events (the loop is described there).
+- `runtime`    -- `NodeRuntime` (what the controller holds per node) and its settings.
+- `demand`     -- queued demand per node (the scheduler's fit rules) and fleet counts.
+- `nodestatus` -- the status fields and conditions the controller writes, the board view.
+- `phases`     -- PowerIntent phases derived from a step, and their messages.
+- `gauges`     -- the power-path gauges, from every node's runtime.
 - `control`    -- how a node's power is observed and changed (Redfish, Wake-on-LAN, SSH
   poweroff, cloud destroy), always through the credential resolver.
 - `readings`   -- adapter facts -> the core's readings, with provenance and real times.

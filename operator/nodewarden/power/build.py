@@ -11,7 +11,8 @@ from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.kube.client import Kube
 from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import PowerControl
-from nodewarden.power.controller import ControllerSettings, PowerController
+from nodewarden.power.controller import PowerController
+from nodewarden.power.runtime import ControllerSettings
 from nodewarden.power.status import NodeStatusWriter
 from nodewarden.scheduling.instancetypes import Catalogue
 from nodewarden.units import parse_duration

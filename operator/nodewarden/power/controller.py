@@ -32,34 +32,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
-from nodewarden.api.base import GROUP, VERSION, Condition, ConditionStatus, set_condition
-from nodewarden.api.containerdispatch import ContainerDispatchSpec, ContainerDispatchStatus
-from nodewarden.api.kinds import CONTAINER_DISPATCH
+from nodewarden.api.base import GROUP, VERSION
+from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE
 from nodewarden.api.powerintent import PowerAction
-from nodewarden.api.workernode import NodeState as ApiNodeState
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance
 from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.policies import Policy, PolicyBook
 from nodewarden.dispatch.workers import Worker, WorkerPool
 from nodewarden.kube.client import Kube, KubeError
-from nodewarden.metrics import (
-    NODES,
-    POWER_CONFIRM_SECONDS,
-    POWER_DECISIONS,
-    POWER_REQUESTS,
-    POWER_STALE_NODES,
-    POWER_TRANSITIONS,
-    POWER_UNRECORDED_TRANSITIONS,
-)
+from nodewarden.metrics import POWER_CONFIRM_SECONDS, POWER_DECISIONS, POWER_REQUESTS
 from nodewarden.policy.actions import (
     Action,
     CloseAdmission,
@@ -85,9 +73,7 @@ from nodewarden.policy.events import (
 )
 from nodewarden.policy.facts import (
     CapabilityReading,
-    DemandReading,
     DesiredReading,
-    FleetReading,
     ManualIntent,
     NodeFacts,
     VmReading,
@@ -97,18 +83,26 @@ from nodewarden.policy.reasons import Decision, DecisionClass, ReasonCode, decis
 from nodewarden.policy.record import SafetyRecord, event_summary
 from nodewarden.policy.state import (
     NON_TERMINAL_STATES,
-    ON_STATES,
     NodePowerState,
     PowerState,
     TransitionKind,
-    api_admission,
-    api_state,
 )
 from nodewarden.policy.view import PolicyView
-from nodewarden.power.board import NodePowerView, PowerBoard
+from nodewarden.power import gauges
+from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import NodeRef, PowerControl
-from nodewarden.power.intents import Intent, IntentBook, record_fields
+from nodewarden.power.demand import (
+    fleet_readings,
+    placed_on,
+    planned_demand,
+    queued_from_bodies,
+    reread_demand,
+)
+from nodewarden.power.intents import IntentBook, record_fields
+from nodewarden.power.nodestatus import board_view, conditions, power_status
+from nodewarden.power.phases import manual_phase, phase_message
 from nodewarden.power.readings import (
+    cloud_capability,
     cloud_gone,
     cloud_power,
     cloud_uptime,
@@ -118,20 +112,12 @@ from nodewarden.power.readings import (
     uptime_reading,
     work_reading,
 )
+from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso
 from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
-from nodewarden.scheduling.scheduler import (
-    Capacity,
-    ContainerView,
-    NodeState,
-    NodeView,
-    Phase,
-    Plan,
-    qualified_demand,
-)
+from nodewarden.scheduling.scheduler import ContainerView, Plan
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import ProbeReport
-from nodewarden.units import parse_quantity
 from nodewarden.validation import Verdict, validate_workernode
 
 log = logging.getLogger(__name__)
@@ -139,59 +125,6 @@ R = ReasonCode
 
 _SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
 _MIN_RECHECK = timedelta(seconds=0.25)
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerSettings:
-    """Timing of the controller (operator config `power`)."""
-
-    power_poll_interval: float = 15.0
-    """Seconds between BMC PowerState reads of a side node outside transitions."""
-    capability_interval: float = 600.0
-    """Seconds between re-discoveries of a node's power control (and after errors)."""
-    evaluate_interval: float = 30.0
-    """A node whose last decision was DEFER is evaluated again at least this often."""
-    resync_interval: float = 30.0
-    """Re-validation of every WorkerNode (credentials may have changed)."""
-    keep_finished_intents: int = 5
-
-
-@dataclass
-class NodeRuntime:
-    """Everything the controller holds about one node between steps."""
-
-    name: str
-    spec: WorkerNodeSpec | None
-    meta: dict[str, Any]
-    state: NodePowerState
-    facts: NodeFacts
-    spec_seen_at: datetime
-    events: deque[Event] = field(default_factory=deque)
-    due_at: datetime | None = None
-    headline: tuple[Any, ...] | None = None
-    record: SafetyRecord | None = None
-    busy: set[str] = field(default_factory=set)
-    next_poll: datetime | None = None
-    next_discovery: datetime | None = None
-    idle_since: datetime | None = None
-    verdict: Verdict | None = None
-    validated_generation: int | None = None
-    shadow_key: tuple[Any, ...] | None = None
-    transition_intent: str | None = None
-    persisted: NodePowerState | None = None
-    """The power state last handed to the status writer."""
-
-    @property
-    def node_type(self) -> str:
-        return self.spec.node_type if self.spec is not None else "SideNode"
-
-    @property
-    def generation(self) -> int | None:
-        gen = self.meta.get("generation")
-        return int(gen) if gen is not None else None
-
-    def ref(self) -> NodeRef | None:
-        return NodeRef(self.name, self.spec) if self.spec is not None else None
 
 
 class PowerController:
@@ -337,7 +270,7 @@ class PowerController:
             return  # a status write (content hash, node count): not a change of the knobs
         self._policy_generations[name] = generation
         for rt in self.nodes.values():
-            if self._policy_name(rt) == name or (
+            if rt.policy_name == name or (
                 rt.spec is not None and rt.spec.policy_ref is None and name == self.default_policy
             ):
                 rt.events.append(PolicyChanged())
@@ -357,7 +290,7 @@ class PowerController:
     def policy_users(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for rt in self.nodes.values():
-            name = self._policy_name(rt)
+            name = rt.policy_name
             if name is not None:
                 out[name] = out.get(name, 0) + 1
         return out
@@ -365,8 +298,6 @@ class PowerController:
     async def start(self) -> None:
         """LIST every WorkerNode once before the first round, so fleet counts (disruption
         budget, min warm) see the whole fleet from the start."""
-        from nodewarden.api.kinds import WORKER_NODE
-
         delay = 0.5
         while True:
             try:
@@ -398,7 +329,9 @@ class PowerController:
         updates: dict[str, Any] = {}
         runners = report.runners
         if runners is not None:
-            active = max(len(runners.runners), self._queued_on(worker.name))
+            active = max(
+                len(runners.runners), placed_on(self._plan[0], worker.name) if self._plan else 0
+            )
             reading = work_reading(
                 active, runners.source, runners.observed_at, rt.idle_since if active == 0 else None
             )
@@ -497,20 +430,20 @@ class PowerController:
             for rt in self.nodes.values():
                 self._spawn(self._validate(rt))
         self._schedule_observations(now)
-        fleet = self._fleet(now)
+        fleet = fleet_readings(self.nodes.values(), now)
         for rt in list(self.nodes.values()):
             due = rt.due_at is not None and now >= rt.due_at
             if not rt.events and not due:
                 continue
             if due:
                 rt.due_at = None
-            rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(self._policy_name(rt))})
+            rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
             await self._process(rt, now, due=due)
         if self._reread_wanted:
             self._spawn(self._reread_demand(set(self._reread_wanted)))
             self._reread_wanted.clear()
         await self.status.flush()
-        self._metrics()
+        gauges.publish(self.nodes.values())
 
     def _sleep_for(self, now: datetime) -> float:
         soonest = 5.0
@@ -529,12 +462,8 @@ class PowerController:
 
     # ------------------------------------------------------------------ one node
 
-    def _policy_name(self, rt: NodeRuntime) -> str | None:
-        spec = rt.spec
-        return spec.policy_ref.name if spec is not None and spec.policy_ref else None
-
     def _policy(self, rt: NodeRuntime) -> Policy:
-        return self.policies.for_node(self._policy_name(rt))
+        return self.policies.for_node(rt.policy_name)
 
     async def _process(self, rt: NodeRuntime, now: datetime, due: bool = False) -> None:
         if rt.spec is None:
@@ -600,8 +529,8 @@ class PowerController:
         fields.update(
             phase="Shadow",
             message="shadow mode: decided and recorded, not acted on",
-            startedAt=_iso(now),
-            finishedAt=_iso(now),
+            startedAt=iso(now),
+            finishedAt=iso(now),
         )
         await self.intents.write(intent, fields)
         self._event(rt, record, extra=" (shadow mode: not acted on)")
@@ -618,7 +547,7 @@ class PowerController:
     ) -> bool:
         """Carry out one step. Returns False when the node must reload its state."""
         state = rt.state
-        self.board.set(rt.name, self._board_view(rt))
+        self.board.set(rt.name, board_view(rt, self._policy(rt).view.valid))
         self.status.contribute(rt.name, self._power_status(rt, record))
         requests = [a for a in result.actions if isinstance(a, RequestPower)]
         if requests:
@@ -722,74 +651,16 @@ class PowerController:
             rt.facts = rt.facts.model_copy(update=updates)
 
     def control_capability_cloud(self, at: datetime) -> CapabilityReading:
-        from nodewarden.power.readings import cloud_capability
-
         return cloud_capability("cloud", at)
-
-    def _queued_on(self, node: str) -> int:
-        """Containers the dispatcher has Locked or Running on `node` (incl. starts)."""
-        if self._plan is None:
-            return 0
-        containers = self._plan[0]
-        return sum(
-            1 for c in containers if c.node == node and c.phase in (Phase.LOCKED, Phase.RUNNING)
-        )
-
-    def _node_view(self, rt: NodeRuntime) -> NodeView | None:
-        spec = rt.spec
-        if spec is None:
-            return None
-        if spec.node_type == "SideNode":
-            cap = spec.capacity
-            if cap is None:
-                return None
-            capacity = Capacity(
-                cap.vcpus,
-                parse_quantity(cap.ram),
-                parse_quantity(cap.scratch),
-                cap.gpus,
-                cap.gpu_model,
-            )
-            return NodeView(rt.name, NodeState.IDLE, capacity, None, spec.cost_per_hour or 0.0)
-        itype = self.catalogue.by_name(spec.instance_type or "")
-        if itype is None:
-            return None
-        return NodeView(rt.name, NodeState.IDLE, Capacity.of(itype), itype.name, itype.price)
 
     def _update_demand(self, now: datetime) -> None:
         assert self._plan is not None
         containers, plan, at = self._plan
-        queued = [c for c in containers if c.phase is Phase.QUEUED]
-        waiting_for: dict[str, list[str]] = {}
-        for uuid, node in plan.wait_nodes.items():
-            waiting_for.setdefault(node, []).append(uuid)
-        for node, uuids in plan.wakes.items():
-            for uuid in uuids:
-                if uuid not in waiting_for.setdefault(node, []):
-                    waiting_for[node].append(uuid)
-        by_shape: dict[tuple[Any, ...], list[str]] = {}
-        for rt in self.nodes.values():
-            if rt.spec is None:
-                continue
-            if rt.state.state in (PowerState.OFF, PowerState.WAKING):
-                uuids = waiting_for.get(rt.name, [])
-            else:
-                view = self._node_view(rt)
-                if view is None:
-                    continue
-                shape = (view.capacity, view.instance_type, view.price)
-                found = by_shape.get(shape)
-                if found is None:
-                    found = by_shape[shape] = qualified_demand(
-                        view, queued, self.catalogue, self.type_policy
-                    )
-                uuids = found
-            reading = DemandReading(
-                source="queue (dispatcher plan)",
-                observed_at=at,
-                queued=len(uuids),
-                containers=tuple(uuids[:64]),
-            )
+        readings = planned_demand(
+            self.nodes.values(), containers, plan, at, self.catalogue, self.type_policy
+        )
+        for name, reading in readings.items():
+            rt = self.nodes[name]
             previous = rt.facts.demand
             rt.facts = rt.facts.model_copy(update={"demand": reading})
             if previous is None or previous.queued != reading.queued:
@@ -804,56 +675,14 @@ class PowerController:
             self._reread_wanted |= nodes
             return
         read_at = self.clock()
-        queued: list[ContainerView] = []
-        for body in bodies:
-            try:
-                spec = ContainerDispatchSpec.model_validate(body.get("spec") or {})
-                status = ContainerDispatchStatus.model_validate(body.get("status") or {})
-            except ValidationError:
-                continue
-            if spec.cancel or status.phase not in (None, "Queued"):
-                continue
-            queued.append(
-                ContainerView(spec.uuid, Phase.QUEUED, spec.priority, read_at, spec.resources)
-            )
+        queued = queued_from_bodies(bodies, read_at)
         for name in nodes:
             rt = self.nodes.get(name)
             if rt is None:
                 continue
-            view = self._node_view(rt)
-            uuids = (
-                qualified_demand(view, queued, self.catalogue, self.type_policy)
-                if view is not None
-                else []
-            )
-            reading = DemandReading(
-                source="queue (live list of ContainerDispatches)",
-                observed_at=read_at,
-                queued=len(uuids),
-                containers=tuple(uuids[:64]),
-            )
+            reading = reread_demand(rt, queued, read_at, self.catalogue, self.type_policy)
             rt.events.append(DemandReread(reading=reading))
         self.wake.set()
-
-    def _fleet(self, now: datetime) -> dict[str | None, FleetReading]:
-        counts: dict[str | None, list[int]] = {}
-        for rt in self.nodes.values():
-            key = self._policy_name(rt)
-            c = counts.setdefault(key, [0, 0])
-            t = rt.state.transition
-            if t is not None and t.kind is not TransitionKind.VERIFY:
-                c[0] += 1
-            if rt.state.state is PowerState.ON_IDLE and api_admission(rt.state.admission) == "Open":
-                c[1] += 1
-        return {
-            key: FleetReading(
-                source="power controller (every node under the policy)",
-                observed_at=now,
-                transitions_in_progress=c[0],
-                warm_idle_nodes=c[1],
-            )
-            for key, c in counts.items()
-        }
 
     # -- observations the controller schedules itself ------------------------------------
 
@@ -865,8 +694,7 @@ class PowerController:
             if rt.next_discovery is not None and now >= rt.next_discovery:
                 rt.next_discovery = now + timedelta(seconds=self.settings.capability_interval)
                 self._spawn(self._discover(rt, ref))
-            side_bmc = ref.spec.node_type == "SideNode" and ref.spec.bmc is not None
-            if side_bmc and rt.next_poll is not None and now >= rt.next_poll:
+            if rt.has_bmc_side and rt.next_poll is not None and now >= rt.next_poll:
                 rt.next_poll = now + timedelta(seconds=self._poll_interval(rt))
                 self._poll(rt, ref)
 
@@ -934,7 +762,7 @@ class PowerController:
         elif isinstance(action, RequestPower) and ref is not None:
             self._spawn(self._request(rt, ref, action))
         elif isinstance(action, PollObservedPower) and ref is not None:
-            if ref.spec.node_type == "SideNode" and ref.spec.bmc is not None:
+            if rt.has_bmc_side:
                 self._poll(rt, ref)
             else:
                 self._spawn(self.control.read_power(ref))
@@ -976,7 +804,7 @@ class PowerController:
             outcome.detail,
         )
         rt.events.append(outcome)
-        if ref.spec.node_type == "SideNode" and ref.spec.bmc is not None:
+        if rt.has_bmc_side:
             rt.next_poll = self.clock()  # look at the BMC soon
         self.wake.set()
 
@@ -1012,8 +840,8 @@ class PowerController:
             phase = "Superseded"
         fields: dict[str, Any] = {
             "phase": phase,
-            "finishedAt": _iso(now),
-            "message": _phase_message(phase, action.reasons),
+            "finishedAt": iso(now),
+            "message": phase_message(phase, action.reasons),
         }
         if record is not None:
             fields.update(record_fields(record))
@@ -1043,8 +871,8 @@ class PowerController:
                 fields = record_fields(record)
                 fields.update(
                     phase="InProgress",
-                    startedAt=_iso(intent.started_at or now),
-                    message=_phase_message("InProgress", record.reasons),
+                    startedAt=iso(intent.started_at or now),
+                    message=phase_message("InProgress", record.reasons),
                 )
                 await self.intents.write(intent, fields)
         if changed:
@@ -1072,9 +900,9 @@ class PowerController:
         fields = record_fields(record)
         fields.update(
             phase="Blocked",
-            message=_phase_message("Blocked", record.reasons),
-            startedAt=_iso(now),
-            finishedAt=_iso(now),
+            message=phase_message("Blocked", record.reasons),
+            startedAt=iso(now),
+            finishedAt=iso(now),
         )
         await self.intents.write(intent, fields)
 
@@ -1094,43 +922,15 @@ class PowerController:
             )
         if active.finished and active.action != "Drain":
             return
-        phase = self._manual_phase(rt, active, result)
+        phase = manual_phase(active, result, rt.facts.work)
         if phase is None:
             return
-        fields: dict[str, Any] = {"phase": phase, "message": _phase_message(phase, result.reasons)}
+        fields: dict[str, Any] = {"phase": phase, "message": phase_message(phase, result.reasons)}
         if record is not None or rt.record is not None:
             fields.update(record_fields(record or rt.record))  # type: ignore[arg-type]
         if phase in ("Succeeded", "Blocked", "Failed") and active.action != "Drain":
-            fields["finishedAt"] = _iso(now)
+            fields["finishedAt"] = iso(now)
         self._spawn(self.intents.write(active, fields))
-
-    def _manual_phase(self, rt: NodeRuntime, intent: Intent, result: Step) -> str | None:
-        state = result.next
-        t = state.transition
-        if t is not None and t.intent == intent.name:
-            return "InProgress"
-        if t is not None and t.kind is not TransitionKind.VERIFY:
-            return "Pending"  # another transition (policy-made) runs first
-        if intent.action == "Drain":
-            work = rt.facts.work
-            drained = (
-                api_admission(state.admission) == "Closed"
-                and work is not None
-                and work.active_jobs == 0
-            )
-            return "Succeeded" if drained else "InProgress"
-        if intent.action == "Shutdown" and state.state is PowerState.OFF:
-            return "Succeeded" if intent.phase != "InProgress" else None
-        if intent.action == "Wake" and state.state in ON_STATES:
-            return "Succeeded" if intent.phase != "InProgress" else None
-        if state.state in (PowerState.UNKNOWN,):
-            return "Pending"
-        decision = result.decision
-        if decision is Decision.DEFER:
-            return "Deferred"
-        if decision in (Decision.BLOCK, Decision.NONE):
-            return "Blocked"
-        return None
 
     def _event(self, rt: NodeRuntime, record: SafetyRecord, extra: str = "") -> None:
         summary = event_summary(record)
@@ -1153,126 +953,20 @@ class PowerController:
 
     # -- status ----------------------------------------------------------------------------
 
-    def _board_view(self, rt: NodeRuntime) -> NodePowerView:
-        state = rt.state
-        ready = rt.facts.ready
-        capability = rt.facts.capability
-        wake_actions = {"On", "WakeOnLan"}
-        can_wake = (
-            rt.node_type == "SideNode"
-            and capability is not None
-            and capability.allowable is not None
-            and bool(wake_actions & set(capability.allowable))
-            and self._policy(rt).view.valid
+    def _conditions(self, rt: NodeRuntime) -> list[dict[str, Any]]:
+        current = self.status.server_status(rt.name).get("conditions") or []
+        return conditions(
+            rt,
+            [c for c in current if isinstance(c, Mapping)],
+            self.control.last_error.get(rt.name),
+            self.clock(),
         )
-        return NodePowerView(
-            state=state.state,
-            admission_open=api_admission(state.admission) == "Open",
-            ready=state.state in ON_STATES and ready is not None and ready.passed,
-            wakeable=can_wake and state.state in (PowerState.OFF, PowerState.WAKING),
-        )
-
-    def _api_state(self, rt: NodeRuntime) -> ApiNodeState:
-        vm = rt.facts.vm
-        unpaired = vm is None or not vm.paired
-        if rt.node_type == "CloudVM" and rt.state.state is PowerState.UNKNOWN and unpaired:
-            return "Booting"
-        return api_state(rt.state.state)
 
     def _power_status(self, rt: NodeRuntime, record: SafetyRecord | None) -> dict[str, Any]:
-        state = rt.state
-        power = rt.facts.power
-        ready = rt.facts.ready
-        on = power is not None and power.power == "On"
-        out: dict[str, Any] = {
-            "state": self._api_state(rt),
-            "admission": api_admission(state.admission),
-            "readiness": (
-                "Ready"
-                if ready is not None and ready.passed and on
-                else "NotReady"
-                if ready is not None and on
-                else "Unknown"
-            ),
-            "idleSince": _iso(rt.idle_since) if state.state in ON_STATES else None,
-            "lastTransitionTime": _iso(state.last_transition_at),
-            "conditions": self._conditions(rt),
-        }
-        if _persist_worthy(rt.persisted, state):
-            # nulls included: a merge patch deletes what the state no longer has
-            out["powerState"] = state.model_dump(mode="json", by_alias=True)
-            rt.persisted = state
-        if power is not None:
-            out["observedPower"] = power.power
-            out["observedPowerSource"] = power.source
-            out["observedPowerTime"] = _iso(power.observed_at)
-        if rt.node_type == "SideNode":
-            out["hourlyPrice"] = rt.spec.cost_per_hour or 0.0 if rt.spec is not None else None
-        if record is not None:
-            out["lastSafetyRecord"] = {
-                "powerIntent": record.power_intent,
-                "decision": record.decision.value,
-                "reasons": [r.value for r in record.reasons],
-                "summary": record.summary()[:1024],
-                "time": _iso(record.decided_at),
-            }
+        out = power_status(rt, record, self._conditions(rt))
+        if "powerState" in out:
+            rt.persisted = rt.state
         return out
-
-    def _conditions(self, rt: NodeRuntime) -> list[dict[str, Any]]:
-        current = [
-            Condition.model_validate(c)
-            for c in self.status.server_status(rt.name).get("conditions") or []
-            if isinstance(c, Mapping) and "lastTransitionTime" in c
-        ]
-        now = self.clock()
-        gen = rt.generation
-        conds = current
-        verdict = rt.verdict
-        if verdict is not None:
-            conds = set_condition(
-                conds, "Valid", verdict.valid, verdict.reason, verdict.message, gen, now
-            )
-        ready = rt.facts.ready
-        power = rt.facts.power
-        if ready is not None:
-            powered = power is not None and power.power == "On"
-            on = powered and ready.passed
-            conds = set_condition(
-                conds,
-                "Ready",
-                on,
-                "ProbePassed" if on else ("ProbeFailed" if not ready.passed else "NotOn"),
-                "the ready probe passes" if on else (ready.detail or "power not observed On"),
-                gen,
-                now,
-            )
-        error = self.control.last_error.get(rt.name)
-        capability = rt.facts.capability
-        if error is not None:
-            conds = set_condition(
-                conds, "PowerSource", ConditionStatus.FALSE, "BmcError", error, gen, now
-            )
-        elif capability is not None and capability.refusal is not None:
-            conds = set_condition(
-                conds,
-                "PowerSource",
-                ConditionStatus.FALSE,
-                "CredentialsRefused",
-                capability.refusal,
-                gen,
-                now,
-            )
-        elif capability is not None and capability.allowable is not None:
-            conds = set_condition(
-                conds,
-                "PowerSource",
-                ConditionStatus.TRUE,
-                "Answering",
-                f"{capability.control_method}: {', '.join(capability.allowable) or 'no actions'}",
-                gen,
-                now,
-            )
-        return [c.to_wire() for c in conds]
 
     async def _validate(self, rt: NodeRuntime) -> None:
         body_spec = rt.spec
@@ -1316,70 +1010,7 @@ class PowerController:
             )
         self.wake.set()
 
-    # -- metrics ---------------------------------------------------------------------------
-
-    def _metrics(self) -> None:
-        states: dict[tuple[str, str], int] = {}
-        transitions: dict[tuple[str, str], int] = {}
-        stale = 0
-        unrecorded = 0
-        for rt in self.nodes.values():
-            key = (self._api_state(rt), rt.node_type)
-            states[key] = states.get(key, 0) + 1
-            t = rt.state.transition
-            if t is not None:
-                tk = (t.kind.value, rt.state.state.value)
-                transitions[tk] = transitions.get(tk, 0) + 1
-                if t.kind is not TransitionKind.VERIFY and rt.record is None:
-                    unrecorded += 1
-            reasons = rt.state.last_reasons
-            if R.TELEMETRY_STALE in reasons or R.TELEMETRY_MISSING in reasons:
-                stale += 1
-        for state_name in ("Booting", *[api_state(s) for s in PowerState]):
-            for node_type in ("CloudVM", "SideNode"):
-                NODES.labels(state_name, node_type).set(states.get((state_name, node_type), 0))
-        for kind in TransitionKind:
-            for st in PowerState:
-                POWER_TRANSITIONS.labels(kind.value, st.value).set(
-                    transitions.get((kind.value, st.value), 0)
-                )
-        POWER_STALE_NODES.set(stale)
-        POWER_UNRECORDED_TRANSITIONS.set(unrecorded)
-
-
-_UNPERSISTED = frozenset({"seq", "recheck_at"})
-
-
-def _persist_worthy(old: NodePowerState | None, new: NodePowerState) -> bool:
-    """Whether the power state changed in something a restart needs (not only the step
-    counter or the next recheck time, which move at every step)."""
-    if old is None:
-        return True
-    return any(
-        getattr(old, name) != getattr(new, name)
-        for name in NodePowerState.model_fields
-        if name not in _UNPERSISTED
-    )
-
 
 def _cancelling() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
-
-
-def _phase_message(phase: str, reasons: tuple[ReasonCode, ...]) -> str:
-    codes = ", ".join(r.value for r in reasons) or "-"
-    return {
-        "InProgress": f"transition in progress ({codes})",
-        "Succeeded": f"done: the requested state was observed ({codes})",
-        "Blocked": f"blocked: a person must act ({codes})",
-        "Aborted": f"aborted before the irreversible step ({codes})",
-        "Superseded": f"superseded by a newer intent ({codes})",
-        "Deferred": f"waiting for time or fresh evidence ({codes})",
-        "Pending": f"waiting ({codes})",
-        "Failed": f"failed ({codes})",
-    }.get(phase, codes)

@@ -1,0 +1,147 @@
+"""What the power controller writes into a WorkerNode's status, and what it shows the
+dispatcher (the board): state, admission, readiness, observed power, the last Safety
+Record's summary, and the `Valid`, `Ready` and `PowerSource` conditions. Pure: built from
+a node's runtime and what the caller read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from nodewarden.api.base import Condition, ConditionStatus, set_condition
+from nodewarden.api.workernode import NodeState as ApiNodeState
+from nodewarden.policy.record import SafetyRecord
+from nodewarden.policy.state import ON_STATES, PowerState, api_admission, api_state
+from nodewarden.power.board import NodePowerView
+from nodewarden.power.runtime import NodeRuntime, iso, persist_worthy
+
+_WAKE_ACTIONS = frozenset({"On", "WakeOnLan"})
+
+
+def board_view(rt: NodeRuntime, policy_valid: bool) -> NodePowerView:
+    """What the dispatcher may know of the node: admission, state, readiness, wakeability."""
+    state = rt.state
+    ready = rt.facts.ready
+    capability = rt.facts.capability
+    can_wake = (
+        rt.node_type == "SideNode"
+        and capability is not None
+        and capability.allowable is not None
+        and bool(_WAKE_ACTIONS & set(capability.allowable))
+        and policy_valid
+    )
+    return NodePowerView(
+        state=state.state,
+        admission_open=api_admission(state.admission) == "Open",
+        ready=state.state in ON_STATES and ready is not None and ready.passed,
+        wakeable=can_wake and state.state in (PowerState.OFF, PowerState.WAKING),
+    )
+
+
+def api_state_of(rt: NodeRuntime) -> ApiNodeState:
+    """`status.state`: the machine's state, or Booting for a VM not yet paired."""
+    vm = rt.facts.vm
+    unpaired = vm is None or not vm.paired
+    if rt.node_type == "CloudVM" and rt.state.state is PowerState.UNKNOWN and unpaired:
+        return "Booting"
+    return api_state(rt.state.state)
+
+
+def power_status(
+    rt: NodeRuntime, record: SafetyRecord | None, conditions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The status fields the controller owns. `powerState` is included only when it
+    changed in something a restart needs (compared with `rt.persisted`)."""
+    state = rt.state
+    power = rt.facts.power
+    ready = rt.facts.ready
+    on = power is not None and power.power == "On"
+    out: dict[str, Any] = {
+        "state": api_state_of(rt),
+        "admission": api_admission(state.admission),
+        "readiness": (
+            "Ready"
+            if ready is not None and ready.passed and on
+            else "NotReady"
+            if ready is not None and on
+            else "Unknown"
+        ),
+        "idleSince": iso(rt.idle_since) if state.state in ON_STATES else None,
+        "lastTransitionTime": iso(state.last_transition_at),
+        "conditions": conditions,
+    }
+    if persist_worthy(rt.persisted, state):
+        # nulls included: a merge patch deletes what the state no longer has
+        out["powerState"] = state.model_dump(mode="json", by_alias=True)
+    if power is not None:
+        out["observedPower"] = power.power
+        out["observedPowerSource"] = power.source
+        out["observedPowerTime"] = iso(power.observed_at)
+    if rt.node_type == "SideNode" and rt.spec is not None:
+        out["hourlyPrice"] = rt.spec.cost_per_hour or 0.0
+    if record is not None:
+        out["lastSafetyRecord"] = {
+            "powerIntent": record.power_intent,
+            "decision": record.decision.value,
+            "reasons": [r.value for r in record.reasons],
+            "summary": record.summary()[:1024],
+            "time": iso(record.decided_at),
+        }
+    return out
+
+
+def conditions(
+    rt: NodeRuntime,
+    current: Sequence[Mapping[str, Any]],
+    bmc_error: str | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """`current` (the server's conditions) with Valid, Ready and PowerSource set from the
+    node's verdict, readiness and power control (last BMC error or credential refusal)."""
+    conds = [Condition.model_validate(c) for c in current if "lastTransitionTime" in c]
+    gen = rt.generation
+    verdict = rt.verdict
+    if verdict is not None:
+        conds = set_condition(
+            conds, "Valid", verdict.valid, verdict.reason, verdict.message, gen, now
+        )
+    ready = rt.facts.ready
+    power = rt.facts.power
+    if ready is not None:
+        on = power is not None and power.power == "On" and ready.passed
+        conds = set_condition(
+            conds,
+            "Ready",
+            on,
+            "ProbePassed" if on else ("ProbeFailed" if not ready.passed else "NotOn"),
+            "the ready probe passes" if on else (ready.detail or "power not observed On"),
+            gen,
+            now,
+        )
+    capability = rt.facts.capability
+    if bmc_error is not None:
+        conds = set_condition(
+            conds, "PowerSource", ConditionStatus.FALSE, "BmcError", bmc_error, gen, now
+        )
+    elif capability is not None and capability.refusal is not None:
+        conds = set_condition(
+            conds,
+            "PowerSource",
+            ConditionStatus.FALSE,
+            "CredentialsRefused",
+            capability.refusal,
+            gen,
+            now,
+        )
+    elif capability is not None and capability.allowable is not None:
+        conds = set_condition(
+            conds,
+            "PowerSource",
+            ConditionStatus.TRUE,
+            "Answering",
+            f"{capability.control_method}: {', '.join(capability.allowable) or 'no actions'}",
+            gen,
+            now,
+        )
+    return [c.to_wire() for c in conds]

@@ -1,0 +1,105 @@
+"""What the power controller holds per node between steps (`NodeRuntime`), its timing
+settings, and the small helpers its other modules share."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.policy.events import Event
+from nodewarden.policy.facts import NodeFacts
+from nodewarden.policy.record import SafetyRecord
+from nodewarden.policy.state import NodePowerState
+from nodewarden.power.control import NodeRef
+from nodewarden.validation import Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """Timing of the controller (operator config `power`)."""
+
+    power_poll_interval: float = 15.0
+    """Seconds between BMC PowerState reads of a side node outside transitions."""
+    capability_interval: float = 600.0
+    """Seconds between re-discoveries of a node's power control (and after errors)."""
+    evaluate_interval: float = 30.0
+    """A node whose last decision was DEFER is evaluated again at least this often."""
+    resync_interval: float = 30.0
+    """Re-validation of every WorkerNode (credentials may have changed)."""
+    keep_finished_intents: int = 5
+
+
+@dataclass
+class NodeRuntime:
+    """Everything the controller holds about one node between steps."""
+
+    name: str
+    spec: WorkerNodeSpec | None
+    meta: dict[str, Any]
+    state: NodePowerState
+    facts: NodeFacts
+    spec_seen_at: datetime
+    events: deque[Event] = field(default_factory=deque)
+    due_at: datetime | None = None
+    headline: tuple[Any, ...] | None = None
+    record: SafetyRecord | None = None
+    busy: set[str] = field(default_factory=set)
+    next_poll: datetime | None = None
+    next_discovery: datetime | None = None
+    idle_since: datetime | None = None
+    verdict: Verdict | None = None
+    validated_generation: int | None = None
+    shadow_key: tuple[Any, ...] | None = None
+    transition_intent: str | None = None
+    persisted: NodePowerState | None = None
+    """The power state last handed to the status writer."""
+
+    @property
+    def node_type(self) -> str:
+        return self.spec.node_type if self.spec is not None else "SideNode"
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.meta.get("generation")
+        return int(gen) if gen is not None else None
+
+    @property
+    def policy_name(self) -> str | None:
+        """The PowerPolicy the node names (None = the default policy)."""
+        spec = self.spec
+        return spec.policy_ref.name if spec is not None and spec.policy_ref else None
+
+    @property
+    def has_bmc_side(self) -> bool:
+        """A side node whose power is read from a BMC."""
+        return (
+            self.spec is not None
+            and self.spec.node_type == "SideNode"
+            and self.spec.bmc is not None
+        )
+
+    def ref(self) -> NodeRef | None:
+        return NodeRef(self.name, self.spec) if self.spec is not None else None
+
+
+_UNPERSISTED = frozenset({"seq", "recheck_at"})
+
+
+def persist_worthy(old: NodePowerState | None, new: NodePowerState) -> bool:
+    """Whether the power state changed in something a restart needs (not only the step
+    counter or the next recheck time, which move at every step)."""
+    if old is None:
+        return True
+    return any(
+        getattr(old, name) != getattr(new, name)
+        for name in NodePowerState.model_fields
+        if name not in _UNPERSISTED
+    )
+
+
+def iso(value: datetime | None) -> str | None:
+    """RFC 3339 with a Z, as Kubernetes writes times."""
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
