@@ -98,7 +98,7 @@ from nodewarden.power.demand import (
     queued_from_bodies,
     reread_demand,
 )
-from nodewarden.power.intents import IntentBook, record_fields
+from nodewarden.power.intents import IntentBook, policy_intent_name, record_fields
 from nodewarden.power.nodestatus import board_view, conditions, power_status
 from nodewarden.power.phases import manual_phase, phase_message
 from nodewarden.power.readings import (
@@ -242,8 +242,10 @@ class PowerController:
         rt = NodeRuntime(name, spec, meta, state, facts, spec_seen_at=now)
         rt.next_discovery = now
         rt.next_poll = now
-        if state.transition is not None:
-            rt.transition_intent = state.transition.intent or None
+        t = state.transition
+        if t is not None and t.kind is not TransitionKind.VERIFY:
+            # a manual intent's name, or the policy-made one named after the transition
+            rt.transition_intent = t.intent or policy_intent_name(name, t.id)
         return rt
 
     def _forget(self, name: str) -> None:
