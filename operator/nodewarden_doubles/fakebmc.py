@@ -110,6 +110,9 @@ class FakeBmcOptions:
     """After reaching Off by a shutdown, drop (accept but ignore) any On for this long."""
     response_delay: float = 0.0
     """Delay every answer (for client timeouts)."""
+    garbage_reads: bool = False
+    """Answer every GET of a system with 200 and an HTML page (a BMC's web UI or a proxy's
+    error page where Redfish JSON should be)."""
     unavailable_reads: int = 0
     """Answer this many GETs of a system with 503 + Retry-After (a BMC busy or rebooting)."""
     failing_resets: int = 0
@@ -436,6 +439,12 @@ class FakeBmc:
         )
 
     async def _system(self, request: web.Request) -> web.Response:
+        if self.options.garbage_reads:
+            return web.Response(
+                status=200,
+                text="<html><body>BMC maintenance</body></html>",
+                content_type="text/html",
+            )
         if self.options.unavailable_reads > 0:
             self.options.unavailable_reads -= 1
             response = _error(503, "Base.1.8.ServiceTemporarilyUnavailable", "BMC busy")

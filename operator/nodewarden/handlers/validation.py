@@ -198,7 +198,7 @@ async def resync_loop(ctx: HandlerContext, namespace: str, fleet: NodeIndex) -> 
         except KubeError as exc:
             log.warning("re-validation skipped: %s", exc)
             continue
-        node_set = fleet.node_names()
+        await fleet.synced()
         users = fleet.policy_users()
         invalid = {POWER_POLICY.kind: 0, POWER_INTENT.kind: 0}
         for policy in policies:
@@ -210,10 +210,20 @@ async def resync_loop(ctx: HandlerContext, namespace: str, fleet: NodeIndex) -> 
         for intent in intents:
             intent["metadata"].setdefault("namespace", namespace)
             with contextlib.suppress(KubeError):
-                if not (await intent_reconcile(ctx, intent, node_set)).valid:
+                nodes = await _nodes_for(fleet, intent)
+                if not (await intent_reconcile(ctx, intent, nodes)).valid:
                     invalid[POWER_INTENT.kind] += 1
         for kind, count in invalid.items():
             INVALID_OBJECTS.labels(kind).set(count)
+
+
+async def _nodes_for(fleet: NodeIndex, body: Mapping[str, Any]) -> set[str]:
+    """The intent's node, if it exists (never judged before the fleet is known: an intent
+    failed for a node the operator had not listed yet could never recover)."""
+    name = (body.get("spec") or {}).get("nodeName")
+    if not isinstance(name, str) or not name:
+        return set()
+    return {name} if await fleet.node_exists(name) else set()
 
 
 class NodeIndex(Protocol):
@@ -222,6 +232,12 @@ class NodeIndex(Protocol):
     def node_names(self) -> set[str]: ...
 
     def policy_users(self) -> dict[str, int]: ...
+
+    async def synced(self) -> None:
+        """Return once the index holds the whole fleet."""
+
+    async def node_exists(self, name: str) -> bool:
+        """Known, or found by a live read (an event still on its way)."""
 
 
 def register(
@@ -250,7 +266,7 @@ def register(
     @kopf.on.resume(*pi, id="powerintent_valid", registry=registry)
     @kopf.on.create(*pi, id="powerintent_valid", registry=registry)
     async def powerintent_valid(body: kopf.Body, **_: Any) -> None:
-        await intent_reconcile(ctx, body, fleet.node_names())
+        await intent_reconcile(ctx, body, await _nodes_for(fleet, body))
 
     if not containers:
         return

@@ -176,6 +176,7 @@ class PowerController:
         self._next_resync: datetime | None = None
         self.steps = 0
         self.started = False
+        self._synced = asyncio.Event()
 
     # ------------------------------------------------------------------ inputs
 
@@ -312,7 +313,20 @@ class PowerController:
         for body in bodies:
             body.setdefault("metadata", {}).setdefault("namespace", self.namespace)
             self.observe_node(body)
+        self._synced.set()
         log.info("power controller started", extra={"nodes": len(self.nodes)})
+
+    async def synced(self) -> None:
+        """Return once the controller holds the whole fleet (after `start`)."""
+        await self._synced.wait()
+
+    async def node_exists(self, name: str) -> bool:
+        """Whether WorkerNode `name` exists: known here, or (a node created a moment ago
+        whose event has not arrived yet) found by a live GET."""
+        await self._synced.wait()
+        if name in self.nodes:
+            return True
+        return await self.kube.get(WORKER_NODE, self.namespace, name) is not None
 
     # -- the worker pool's observations (WorkerObserver) -------------------------------
 
@@ -718,6 +732,7 @@ class PowerController:
                 return  # the capability discovery records the refusal
             if reading is not None:
                 rt.events.append(PowerObserved(reading=reading))
+            self._announce_power_source_error(rt)
             self.status.contribute(rt.name, {"conditions": self._conditions(rt)})
             self.wake.set()
 
@@ -739,6 +754,7 @@ class PowerController:
         if kept and capability.allowable is None and capability.refusal is None:
             return  # keep the last known capability when rediscovery merely failed
         rt.facts = rt.facts.model_copy(update={"capability": capability})
+        self._announce_power_source_error(rt)
         self.status.contribute(
             rt.name,
             {
@@ -934,18 +950,40 @@ class PowerController:
             fields["finishedAt"] = iso(now)
         self._spawn(self.intents.write(active, fields))
 
-    def _event(self, rt: NodeRuntime, record: SafetyRecord, extra: str = "") -> None:
-        summary = event_summary(record)
-        codes = ",".join(r.value for r in summary.reasons)
-        message = f"{summary.decision.value} [{codes}]{extra}: {summary.message}"
-        obj = {
+    def _announce_power_source_error(self, rt: NodeRuntime) -> None:
+        """A Warning Event when the node's power source starts failing or fails
+        differently (the PowerSource condition carries the same text); none while the
+        same error repeats."""
+        error = self.control.last_error.get(rt.name)
+        if error == rt.reported_error:
+            return
+        rt.reported_error = error
+        if error is None:
+            return
+        self._spawn(
+            self.kube.emit_event(
+                self._event_object(rt),
+                reason="PowerSourceError",
+                message=error[:1024],
+                type_="Warning",
+                action="Observe",
+            )
+        )
+
+    def _event_object(self, rt: NodeRuntime) -> dict[str, Any]:
+        return {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "WorkerNode",
             "metadata": {**rt.meta, "namespace": self.namespace},
         }
+
+    def _event(self, rt: NodeRuntime, record: SafetyRecord, extra: str = "") -> None:
+        summary = event_summary(record)
+        codes = ",".join(r.value for r in summary.reasons)
+        message = f"{summary.decision.value} [{codes}]{extra}: {summary.message}"
         self._spawn(
             self.kube.emit_event(
-                obj,
+                self._event_object(rt),
                 reason=summary.reason,
                 message=message[:1024],
                 type_=summary.type,
@@ -998,13 +1036,8 @@ class PowerController:
         )
         if not verdict.valid and (previous is None or previous.message != verdict.message):
             log.warning("WorkerNode %s is invalid: %s", rt.name, verdict.message)
-            obj = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "WorkerNode",
-                "metadata": {**rt.meta, "namespace": self.namespace},
-            }
             await self.kube.emit_event(
-                obj,
+                self._event_object(rt),
                 reason=verdict.reason,
                 message=verdict.message,
                 type_="Warning",

@@ -56,6 +56,8 @@ class NodeRuntime:
     transition_intent: str | None = None
     persisted: NodePowerState | None = None
     """The power state last handed to the status writer."""
+    reported_error: str | None = None
+    """The power-source error last announced by a Warning Event."""
 
     @property
     def node_type(self) -> str:
