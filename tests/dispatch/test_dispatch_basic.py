@@ -41,6 +41,30 @@ def test_containers_run_complete_and_idle_nodes_go_away(env: DispatchEnv) -> Non
         assert status["node"]
     # idle nodes are shut down by the matrix (idle threshold 3s, per-second billing)
     env.wait_no_nodes(timeout=120)
+    # each shutdown is a policy-made PowerIntent whose Safety Record is confirmed by the
+    # instance leaving the cloud list (the destroy call itself proves nothing)
+    used = {status["node"] for status in by_name.values()}
+    intents = env.cluster.get_json(env.namespace, "pi")["items"]
+    for node in used:
+        mine = [i for i in intents if i["spec"]["nodeName"] == node]
+        assert [i["spec"]["action"] for i in mine] == ["Shutdown"], mine
+        (intent,) = mine
+        st = intent["status"]
+        assert intent["spec"]["source"] == "Policy"
+        assert st["phase"] == "Succeeded", st
+        assert "POWER_OFF_CONFIRMED" in st["reasons"]
+        record = st["safetyRecord"]
+        assert record["nodeType"] == "CloudVM"
+        # the decision that sent the destroy: the node-manager rule and every gate
+        sent = st["requestRecord"]
+        assert sent["decision"] == "SHUTDOWN" and "IDLE_EXCEEDED" in sent["reasons"], sent
+        assert sent["gates"] and all(g["verdict"] != "FAIL" for g in sent["gates"]), sent["gates"]
+        assert record["request"]["action"] == "GracefulShutdown"
+        assert record["request"]["detail"] == "destroy accepted (not proof of Off)"
+        confirmation = record["confirmation"]
+        assert confirmation["confirmed"] is True and confirmation["observed"] == "Off"
+        assert confirmation["source"].startswith("cloud:"), confirmation
+        assert "no longer listed" in confirmation["source"], confirmation
 
 
 def test_declared_cloud_node_gets_an_instance_and_deleting_it_destroys_the_instance(

@@ -69,6 +69,11 @@ def test_an_idle_side_node_is_drained_and_switched_off_only_on_observed_off(
     assert "redfish:https://127.0.0.1" in record["confirmation"]["source"]
     assert record["request"]["action"] == "GracefulShutdown"
     assert record["policy"]["name"] == "default"
+    # the record of the decision that sent the request stays beside the confirmation
+    sent = status["requestRecord"]
+    assert sent["decision"] == "SHUTDOWN" and "GATES_PASSED" in sent["reasons"], sent
+    assert {g["gate"] for g in sent["gates"]} >= {"work", "telemetry", "inhibitors", "timing"}
+    assert all(g["verdict"] != "FAIL" for g in sent["gates"])
     # the node is OFF, its admission closed, and the BMC got exactly one shutdown
     status_wn = env.wait_state("gpu-a", "Off")
     assert status_wn["admission"] == "Closed" and status_wn["observedPower"] == "Off"

@@ -136,4 +136,13 @@ class PowerIntentStatus(StatusModel):
         ),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
+    request_record: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The Safety Record of the decision that sent the latest power request: every "
+            "gate with the evidence it passed on at that moment (safetyRecord moves on to "
+            "the confirmation)."
+        ),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
     conditions: list[Condition] = Field(default_factory=list, description="Standard conditions.")

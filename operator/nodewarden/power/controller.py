@@ -502,7 +502,8 @@ class PowerController:
                 continue
             headline = (result.decision, result.reasons, result.next.state, result.next.admission)
             opens_or_closes = any(
-                isinstance(a, (OpenTransition, CloseTransition)) for a in result.actions
+                isinstance(a, (OpenTransition, CloseTransition, RequestPower))
+                for a in result.actions
             )
             record: SafetyRecord | None = None
             if headline != rt.headline or opens_or_closes:
@@ -588,7 +589,7 @@ class PowerController:
                 await self._close(rt, action, record, now)
         if record is not None:
             closed = any(isinstance(a, CloseTransition) for a in result.actions)
-            await self._record(rt, record, headline, now, closed)
+            await self._record(rt, record, headline, now, closed, requested=bool(requests))
         self._reflect_manual(rt, result, record, now)
         for action in result.actions:
             self._execute(rt, action, now)
@@ -877,6 +878,7 @@ class PowerController:
         headline: tuple[Any, ...],
         now: datetime,
         closed: bool = False,
+        requested: bool = False,
     ) -> None:
         changed = headline != rt.headline
         rt.headline = headline
@@ -892,6 +894,9 @@ class PowerController:
                     startedAt=iso(intent.started_at or now),
                     message=phase_message("InProgress", record.reasons),
                 )
+                if requested:
+                    # kept when later records (the confirmation) replace safetyRecord
+                    fields["requestRecord"] = fields["safetyRecord"]
                 await self.intents.write(intent, fields)
         if changed:
             POWER_DECISIONS.labels(

@@ -139,7 +139,12 @@ class IntentBook:
             override=override,
             created=created,
             phase=status.get("phase"),
-            written=known.written if known is not None else {},
+            # what the server holds of the records: a later record replaces it key by key
+            written=(
+                known.written
+                if known is not None
+                else {k: status[k] for k in RECORD_KEYS if isinstance(status.get(k), dict)}
+            ),
             started_at=_parse_time(status.get("startedAt")),
         )
         if known is not None and known.phase in TERMINAL_INTENT_PHASES and not intent.phase:
@@ -179,10 +184,15 @@ class IntentBook:
         changed = {k: v for k, v in fields.items() if intent.written.get(k) != v}
         if not changed:
             return
+        patch = dict(changed)
+        for key in RECORD_KEYS:
+            old = intent.written.get(key)
+            if key in patch and isinstance(old, dict) and isinstance(patch[key], dict):
+                patch[key] = replacing(old, patch[key])
         try:
             self.writes += 1
             STATUS_WRITES.labels("PowerIntent").inc()
-            await self.kube.patch_status(POWER_INTENT, self.namespace, intent.name, changed)
+            await self.kube.patch_status(POWER_INTENT, self.namespace, intent.name, patch)
         except NotFound:
             self.intents.pop(intent.name, None)
             return
@@ -256,6 +266,26 @@ def policy_intent_name(node: str, transition_id: str) -> str:
     """`<node>-<transition id>`, DNS-subdomain safe and at most 253 characters."""
     name = _NAME_OK.sub("-", f"{node}-{transition_id}".lower()).strip("-.")
     return name[:253].rstrip("-.")
+
+
+RECORD_KEYS = ("safetyRecord", "requestRecord")
+"""Status fields holding a whole Safety Record (replaced, never merged, by a later one)."""
+
+
+def replacing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch turning `old` into exactly `new`: keys `new` lacks become null
+    (a merge patch would otherwise keep them), nested objects likewise."""
+    out: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            out[key] = replacing(before, value)
+        else:
+            out[key] = value
+    for key in old:
+        if key not in new:
+            out[key] = None
+    return out
 
 
 def record_fields(record: SafetyRecord) -> dict[str, Any]:
