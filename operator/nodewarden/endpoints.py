@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 Role = Literal["starting", "standby", "leader", "stopping"]
 
 STATUS_PATH = "/api/v1/status"
+EXPLAIN_PATH = "/api/v1/explain/workernode/{name}"
 STATUS_URL_ANNOTATION = "nodewarden.io/status-url"
 STATUS_SIGNATURE_ANNOTATION = "nodewarden.io/status-url-signature"
 POD_IP_ENV = "NODEWARDEN_POD_IP"
@@ -90,6 +91,8 @@ class Health:
     handlers_ready: bool = False
     extra: dict[str, str] = field(default_factory=dict)
     status_provider: Callable[[], dict[str, Any]] | None = None
+    explain_provider: Callable[[str], dict[str, Any] | None] | None = None
+    """The power controller's live explain document of one WorkerNode (None: unknown)."""
     status_token: SecretStr | None = None
     token_loader: TokenLoader | None = None
     """Reads the status token on first use (standbys need it to check callers)."""
@@ -142,7 +145,7 @@ async def _relay(health: Health, request: web.Request) -> web.Response:
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url.rstrip("/") + STATUS_PATH, headers=headers) as answer,
+            session.get(url.rstrip("/") + request.rel_url.raw_path, headers=headers) as answer,
         ):
             body = await answer.read()
             served_by = answer.headers.get(SERVED_BY, holder)
@@ -175,12 +178,11 @@ def build_app(health: Health, routes: Literal["all", "api", "ops"] = "all") -> w
         data = generate_latest(REGISTRY)
         return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def status(request: web.Request) -> web.Response:
-        """Management status: live view of instances and containers (token required)."""
+    async def admit(request: web.Request) -> web.Response | None:
+        """None when the caller may be answered here (the leader, right token); else the
+        answer: disabled, token unreadable or wrong, or the leader's (relayed)."""
         if health.status_token is None and health.token_loader is None:
-            return _error(
-                404, "the status endpoint is disabled (management.token_secret_name unset)"
-            )
+            return _error(404, "the status API is disabled (management.token_secret_name unset)")
         try:
             token = await health.token()
         except Exception as exc:  # the Secret could not be read: say so, never the value
@@ -193,14 +195,37 @@ def build_app(health: Health, routes: Literal["all", "api", "ops"] = "all") -> w
             return _error(401, "missing or wrong token", **{"WWW-Authenticate": "Bearer"})
         if health.role != "leader":
             return await _relay(health, request)
+        return None
+
+    def served_by() -> dict[str, str] | None:
+        return {SERVED_BY: health.identity} if health.identity else None
+
+    async def status(request: web.Request) -> web.Response:
+        """Management status: live view of instances and containers (token required)."""
+        refused = await admit(request)
+        if refused is not None:
+            return refused
         if health.status_provider is None:
             return _error(503, "this replica leads but runs no dispatcher (dispatch disabled)")
-        served_by = {SERVED_BY: health.identity} if health.identity else None
-        return web.json_response(health.status_provider(), headers=served_by)
+        return web.json_response(health.status_provider(), headers=served_by())
+
+    async def explain(request: web.Request) -> web.Response:
+        """The power controller's live view of one WorkerNode (token required)."""
+        refused = await admit(request)
+        if refused is not None:
+            return refused
+        if health.explain_provider is None:
+            return _error(503, "this replica leads but its power controller is not running yet")
+        name = request.match_info["name"]
+        doc = health.explain_provider(name)
+        if doc is None:
+            return _error(404, f"the power controller holds no WorkerNode {name!r}")
+        return web.json_response(doc, headers=served_by())
 
     app = web.Application()
     if routes in ("all", "api"):
         app.router.add_get(STATUS_PATH, status)
+        app.router.add_get(EXPLAIN_PATH, explain)
     if routes in ("all", "ops"):
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)

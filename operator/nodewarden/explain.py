@@ -2,6 +2,7 @@
 
     nodewarden explain --scenario FILE [-o table|json|yaml]
     python -m nodewarden.explain --scenario FILE -o json
+    nodewarden explain workernode NAME [-n NS]     (live: see nodewarden.explain_live)
 
 Reads a scenario (YAML or JSON; format in docs/scenarios.md, examples in
 examples/scenarios/), evaluates or replays it with `nodewarden.policy` and prints the
@@ -29,6 +30,8 @@ from nodewarden.policy.actions import describe
 from nodewarden.policy.gates import Evaluation
 from nodewarden.policy.scenario import ScenarioError, ScenarioResult, load_scenario, run_scenario
 
+LIVE_KINDS = ("workernode", "workernodes", "wn")
+"""`nodewarden explain workernode NAME`: the live form (nodewarden.explain_live)."""
 EXIT_OK = 0
 EXIT_EXPECTATION_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -224,6 +227,10 @@ def main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
     """Entry point of `nodewarden explain`; returns the exit code."""
+    if argv and argv[0] in LIVE_KINDS:
+        from nodewarden import explain_live
+
+        return explain_live.main(argv[1:], out, err)
     out = out or sys.stdout
     err = err or sys.stderr
     args = _build_parser().parse_args(argv)

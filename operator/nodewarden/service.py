@@ -198,6 +198,7 @@ async def _act(
     controller = build_controller(
         config, kube, namespace, credentials, policies, board, status, dispatcher
     )
+    health.explain_provider = controller.explain
     if config.management.token_secret_name:
         try:
             token = await kube.read_secret(

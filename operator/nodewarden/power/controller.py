@@ -98,6 +98,7 @@ from nodewarden.power.demand import (
     queued_from_bodies,
     reread_demand,
 )
+from nodewarden.power.explain import explain_node
 from nodewarden.power.intents import IntentBook, policy_intent_name, record_fields
 from nodewarden.power.nodestatus import board_view, conditions, power_status
 from nodewarden.power.phases import manual_phase, phase_message
@@ -315,6 +316,13 @@ class PowerController:
             self.observe_node(body)
         self._synced.set()
         log.info("power controller started", extra={"nodes": len(self.nodes)})
+
+    def explain(self, name: str) -> dict[str, Any] | None:
+        """The live explain document of WorkerNode `name` (None: not known here)."""
+        rt = self.nodes.get(name)
+        if rt is None:
+            return None
+        return explain_node(rt, self._policy(rt).view, self.clock())
 
     async def synced(self) -> None:
         """Return once the controller holds the whole fleet (after `start`)."""
@@ -899,6 +907,17 @@ class PowerController:
                     fields["requestRecord"] = fields["safetyRecord"]
                 await self.intents.write(intent, fields)
         if changed:
+            rt.history.append(
+                {
+                    "time": iso(record.decided_at),
+                    "decision": record.decision.value,
+                    "reasons": [r.value for r in record.reasons],
+                    "stateBefore": record.state_before.value,
+                    "stateAfter": record.state_after.value,
+                    "event": record.event,
+                    "powerIntent": record.power_intent,
+                }
+            )
             POWER_DECISIONS.labels(
                 record.decision.value, record.reasons[0].value if record.reasons else ""
             ).inc()

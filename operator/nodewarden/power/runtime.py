@@ -16,6 +16,9 @@ from nodewarden.policy.state import NodePowerState
 from nodewarden.power.control import NodeRef
 from nodewarden.validation import Verdict
 
+HISTORY = 10
+"""Decisions kept per node for `nodewarden explain workernode`."""
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
@@ -58,6 +61,8 @@ class NodeRuntime:
     """The power state last handed to the status writer."""
     reported_error: str | None = None
     """The power-source error last announced by a Warning Event."""
+    history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    """The last decisions that changed the headline (time, decision, reasons, states)."""
 
     @property
     def node_type(self) -> str:
