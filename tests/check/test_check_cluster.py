@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import urllib.request
 import uuid
@@ -347,6 +348,7 @@ def test_a_missing_verb_is_named_with_the_fix(
     cluster: ClusterHandle, healthy: Installation
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
+    level = logging.getLogger("nodewarden").level
     code = check_main(
         [
             f"--kubeconfig={cluster.kubeconfig}",
@@ -359,6 +361,7 @@ def test_a_missing_verb_is_named_with_the_fix(
         out,
         err,
     )
+    assert logging.getLogger("nodewarden").level == level, "check_main leaked its log level"
     doc = json.loads(out.getvalue())
     rbac = [c for c in doc["checks"] if c["check"] == "rbac"]
     assert code == 1 and doc["exitCode"] == 1

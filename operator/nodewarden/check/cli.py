@@ -74,9 +74,14 @@ def check_main(
         service_account=args.as_serviceaccount,
         timeout=args.timeout,
     )
-    # the report is the output; library logs (e.g. a refused Secret) stay quiet
-    logging.getLogger("nodewarden").setLevel(logging.ERROR)
-    report = asyncio.run(run_checks(options))
+    # the report is the output; library logs (e.g. a refused Secret) stay quiet meanwhile
+    logger = logging.getLogger("nodewarden")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        report = asyncio.run(run_checks(options))
+    finally:
+        logger.setLevel(level)
     out.write(render_json(report) if options.output == "json" else render_table(report))
     if report.exit_code != EXIT_OK:
         err.write(f"nodewarden check: {summary(report)}\n")
