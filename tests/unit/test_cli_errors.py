@@ -1,15 +1,19 @@
 """Every `nodewarden` command answers each kind of wrong input with one line and exit 2.
 
-Each case runs the real command line in a subprocess (the cases run a few at a time) and
-asserts: the exit code (2: bad input or "could not run"), exactly one line on stderr,
-that the line names the input (flag, file or variable), and no traceback anywhere. A
-case list per command of `nodewarden.cli.COMMANDS` -- a command added there without
-cases here fails the completeness test. The wrapper for unexpected errors is tested
-in-process: one line and the NODEWARDEN_DEBUG hint, or the traceback when it is set.
+Each case runs the command line through `nodewarden.cli.main` and asserts: the exit code
+(2: bad input or "could not run"), exactly one line on stderr, that the line names the
+input (flag, file or variable), and no traceback (in-process, an exception escaping
+`main` is what would print one). The cases run in-process to keep the suite fast; the
+first case of every command also runs as a real `python -m nodewarden` subprocess and
+must give the same answer. A command added to `nodewarden.cli.COMMANDS` without cases here
+fails the completeness test. The wrapper for unexpected errors: one line and the
+NODEWARDEN_DEBUG hint, or the traceback when it is set.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import subprocess
@@ -22,6 +26,9 @@ from pathlib import Path
 import pytest
 
 from nodewarden import cli
+
+# a case whose input slipped through would start the operator in-process: fail, don't hang
+pytestmark = pytest.mark.timeout(120)
 
 NO_FILE = "/nonexistent/nodewarden-input"
 
@@ -183,15 +190,34 @@ def _cases(f: dict[str, str], busy_port: int) -> list[Case]:
     ]
 
 
-def _run(case: Case, home: Path) -> Outcome:
+def _environment(home: Path, case: Case) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "NODEWARDEN_"))}
     env.update(HOME=str(home), **dict(case.env))
+    return env
+
+
+def _in_process(case: Case, home: Path) -> Outcome:
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith(("KUBECONFIG", "NODEWARDEN_"))]:
+            patch.delenv(key)
+        for key, value in {"HOME": str(home), **dict(case.env)}.items():
+            patch.setenv(key, value)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(case.argv))
+            except SystemExit as exc:  # argparse's own exit: a usage block, not one line
+                code = int(exc.code or 0)
+    return Outcome(code, out.getvalue(), err.getvalue())
+
+
+def _subprocess(case: Case, home: Path) -> Outcome:
     proc = subprocess.run(
         [sys.executable, "-m", "nodewarden", *case.argv],
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env=_environment(home, case),
         check=False,
     )
     return Outcome(proc.returncode, proc.stdout, proc.stderr)
@@ -206,13 +232,30 @@ def busy_port() -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> dict[Case, Outcome]:
-    root = tmp_path_factory.mktemp("cli-inputs")
-    home = tmp_path_factory.mktemp("home")  # no ~/.kube/config
-    cases = _cases(_files(root), busy_port)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda c: _run(c, home), cases))
-    return dict(zip(cases, results, strict=True))
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("home")  # no ~/.kube/config
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> list[Case]:
+    return _cases(_files(tmp_path_factory.mktemp("cli-inputs")), busy_port)
+
+
+@pytest.fixture(scope="module")
+def outcomes(cases: list[Case], home: Path) -> dict[Case, Outcome]:
+    return {case: _in_process(case, home) for case in cases}
+
+
+def _problem(case: Case, got: Outcome) -> str | None:
+    lines = got.stderr.splitlines()
+    if (
+        got.code != case.code
+        or len(lines) != 1
+        or case.names not in lines[0]
+        or "Traceback" in got.stderr + got.stdout
+    ):
+        return f"{case.id!r}: exit {got.code}, stderr {got.stderr!r}"
+    return None
 
 
 def test_every_command_has_wrong_input_cases(outcomes: dict[Case, Outcome]) -> None:
@@ -223,16 +266,18 @@ def test_every_command_has_wrong_input_cases(outcomes: dict[Case, Outcome]) -> N
 def test_each_wrong_input_is_one_line_naming_it_with_exit_2(
     outcomes: dict[Case, Outcome],
 ) -> None:
-    problems = []
-    for case, got in outcomes.items():
-        lines = got.stderr.splitlines()
-        if (
-            got.code != case.code
-            or len(lines) != 1
-            or case.names not in lines[0]
-            or "Traceback" in got.stderr + got.stdout
-        ):
-            problems.append(f"{case.id!r}: exit {got.code}, stderr {got.stderr!r}")
+    problems = [p for p in (_problem(c, o) for c, o in outcomes.items()) if p]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_real_command_line_answers_the_same(cases: list[Case], home: Path) -> None:
+    """One case per command as a subprocess: the entry point adds no traceback or lines."""
+    first = {}
+    for case in cases:
+        first.setdefault(case.argv[0], case)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda c: (c, _subprocess(c, home)), first.values()))
+    problems = [p for p in (_problem(c, o) for c, o in results) if p]
     assert problems == [], "\n".join(problems)
 
 
@@ -271,7 +316,7 @@ def test_unreadable_kubeconfig_is_named(tmp_path: Path) -> None:
     path = tmp_path / "kubeconfig"
     path.write_text("current-context: c\n")
     path.chmod(0)
-    got = _run(Case(("run", "--kubeconfig", str(path)), ""), tmp_path)
+    got = _subprocess(Case(("run", "--kubeconfig", str(path)), ""), tmp_path)
     assert got.code == 2 and got.stderr.startswith(
         f"nodewarden run: kubeconfig {path}: cannot read"
     )
