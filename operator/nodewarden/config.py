@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
+from nodewarden.cliargs import yaml_mistake
 from nodewarden.cloud.config import CloudConfig
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.units import Duration
@@ -236,8 +237,10 @@ def load_config(path: Path | None, overrides: dict[str, object] | None = None) -
     if path is not None:
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path}: {yaml_mistake(exc)}") from exc
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: expected a mapping at the top level")
         data.update({str(k): v for k, v in loaded.items()})

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from nodewarden.cliargs import Parser, yaml_mistake
 from nodewarden.policy.actions import describe
 from nodewarden.policy.gates import Evaluation
 from nodewarden.policy.scenario import ScenarioError, ScenarioResult, load_scenario, run_scenario
@@ -38,7 +39,7 @@ EXIT_BAD_INPUT = 2
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nodewarden explain",
         description="Print the power decision, gate table and Safety Record for a scenario file.",
     )
@@ -243,7 +244,7 @@ def main(
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        err.write(f"nodewarden explain: {path}: not valid YAML/JSON: {exc}\n")
+        err.write(f"nodewarden explain: {path}: {yaml_mistake(exc)}\n")
         return EXIT_BAD_INPUT
     try:
         scenario, policy = load_scenario(data)

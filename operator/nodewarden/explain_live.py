@@ -41,8 +41,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import SecretStr
 
 from nodewarden.api.kinds import POWER_INTENT, WORKER_NODE
+from nodewarden.cliargs import Parser
 from nodewarden.endpoints import STATUS_URL_ANNOTATION
 from nodewarden.kube.client import Kube, KubeError, api_client_from
+from nodewarden.kube.kubeconfig import context_namespace, default_kubeconfig
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -57,7 +59,7 @@ class ExplainError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nodewarden explain workernode",
         description="Why is this WorkerNode (not) off: its facts, gate table, decision "
         "and last records, from the live cluster and the leading operator.",
@@ -157,14 +159,13 @@ async def _live(url: str, token: SecretStr, name: str) -> dict[str, Any]:
 
 async def gather(args: argparse.Namespace) -> dict[str, Any]:
     """The whole explain document (cluster part always; live part when reachable)."""
-    try:
-        api = await api_client_from(args.kubeconfig)
-    except Exception as exc:  # unreadable kubeconfig, no context: one line
-        where = args.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise ExplainError(f"kubeconfig {where}: {type(exc).__name__}: {exc}") from None
+    api = await api_client_from(args.kubeconfig)  # KubeconfigError: one line, exit 2
     kube = Kube(api)
     try:
-        namespace = args.namespace or _kubeconfig_namespace(args.kubeconfig) or "default"
+        config_path = args.kubeconfig or default_kubeconfig()
+        namespace = (
+            args.namespace or (context_namespace(config_path) if config_path else None) or "default"
+        )
         try:
             node = await kube.get(WORKER_NODE, namespace, args.name)
         except KubeError as exc:
@@ -218,28 +219,6 @@ async def gather(args: argparse.Namespace) -> dict[str, Any]:
         return doc
     finally:
         await kube.close()
-
-
-def _kubeconfig_namespace(path: Path | None) -> str | None:
-    candidates = [path] if path is not None else []
-    if path is None:
-        env = os.environ.get("KUBECONFIG", "")
-        candidates = [Path(p) for p in env.split(os.pathsep) if p] or [
-            Path.home() / ".kube" / "config"
-        ]
-    for candidate in candidates:
-        try:
-            data = yaml.safe_load(candidate.read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        if not isinstance(data, dict):
-            continue
-        current = data.get("current-context")
-        for ctx in data.get("contexts") or []:
-            if isinstance(ctx, dict) and ctx.get("name") == current:
-                namespace = (ctx.get("context") or {}).get("namespace")
-                return str(namespace) if namespace else None
-    return None
 
 
 async def _events(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:

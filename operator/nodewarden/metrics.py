@@ -236,3 +236,11 @@ POWER_UNRECORDED_TRANSITIONS = Gauge(
     "Open power transitions whose PowerIntent has no Safety Record yet (should be 0).",
     registry=REGISTRY,
 )
+
+KUBE_CONFLICTS = Counter(
+    "nodewarden_kube_conflicts_total",
+    "Expected write conflicts (HTTP 409: the object changed since it was read; the write is "
+    "skipped and the next round works from the newer object), by kind and verb.",
+    ["kind", "verb"],
+    registry=REGISTRY,
+)

@@ -1,10 +1,10 @@
 """The operator process: configuration, logging, HTTP endpoint, leader election, kopf.
 
 `nodewarden run` calls `run()`. Order: load config → structured logging → connect to the
-API server → serve /healthz /readyz /metrics → wait for the dispatcher's Lease (standby
-until then) → run kopf with the handler registry while renewing the Lease. Losing the
-Lease stops the handlers and exits non-zero so the Deployment restarts the replica as a
-standby; two replicas never both act.
+API server → serve /healthz /readyz /metrics → wait until the CRDs are served (not ready
+meanwhile) → wait for the dispatcher's Lease (standby until then) → run kopf with the
+handler registry while renewing the Lease. Losing the Lease stops the handlers and exits
+non-zero so the Deployment restarts the replica as a standby; two replicas never both act.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.handlers.validation import resync_loop
 from nodewarden.kube.client import Kube, KubeError, api_client_from
+from nodewarden.kube.discovery import wait_for_crds
 from nodewarden.kube.lease import LeaderElector
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
@@ -130,6 +131,9 @@ async def run(config: OperatorConfig) -> int:
     elector: LeaderElector | None = None
     exit_code = 0
     try:
+        # not ready (/readyz 503, role "starting") until the CRDs are served
+        if not await wait_for_crds(api, stop, health.extra):
+            return 0
         if config.leader_election.enabled:
             # its own client (connection pool), so a burst of status writes never delays it
             lease_api = await api_client_from(config.kubeconfig)

@@ -30,7 +30,7 @@ from nodewarden.api.containerdispatch import (
 )
 from nodewarden.api.kinds import CONTAINER_DISPATCH
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
-from nodewarden.metrics import KUBE_REQUESTS
+from nodewarden.metrics import KUBE_CONFLICTS, KUBE_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,9 @@ class ContainerQueue:
             except Exception as exc:
                 err = _as_kube_error(exc, c)
                 if isinstance(err, Conflict | NotFound):
-                    log.info("status write to %s skipped: %s", c.name, err)
+                    if isinstance(err, Conflict):
+                        KUBE_CONFLICTS.labels(CONTAINER_DISPATCH.kind, "patch_status").inc()
+                    log.debug("status write to %s skipped: %s", c.name, err)
                     return False
                 raise err from exc
         self.observe(obj)
@@ -231,7 +233,9 @@ class ContainerQueue:
                     },
                 )
             except (Conflict, NotFound) as exc:
-                log.info("finalizer update of %s skipped: %s", c.name, exc)
+                if isinstance(exc, Conflict):
+                    KUBE_CONFLICTS.labels(CONTAINER_DISPATCH.kind, "patch").inc()
+                log.debug("finalizer update of %s skipped: %s", c.name, exc)
                 return False
         if obj.get("metadata", {}).get("deletionTimestamp") and not finalizers:
             self.observe(obj, deleted=True)

@@ -21,6 +21,12 @@ from pydantic import SecretStr
 
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import Kind
+from nodewarden.kube.kubeconfig import (
+    KubeconfigError,
+    default_kubeconfig,
+    kubeconfig_problem,
+    one_line,
+)
 from nodewarden.kube.useragent import identify
 from nodewarden.logs import register_secret
 from nodewarden.metrics import KUBE_REQUESTS
@@ -66,15 +72,34 @@ def _wrap(exc: ApiException, what: str) -> KubeError:
 
 
 async def api_client_from(kubeconfig: Path | None) -> client.ApiClient:
-    """An ApiClient for the given kubeconfig, $KUBECONFIG, or the in-cluster service account."""
+    """An ApiClient for the given kubeconfig, $KUBECONFIG, or the in-cluster service account.
+
+    Raises KubeconfigError with one line naming the file and the fix when the kubeconfig
+    is missing, unreadable, malformed or has no usable current context.
+    """
     cfg = client.Configuration()
-    if kubeconfig is not None:
-        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    else:
+    if kubeconfig is None:
         try:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            return identify(client.ApiClient(configuration=cfg))
         except config.ConfigException:
-            await config.load_kube_config(client_configuration=cfg)
+            kubeconfig = default_kubeconfig()
+        if kubeconfig is not None and not kubeconfig.exists():
+            raise KubeconfigError(
+                f"no kubeconfig: not running in a cluster and {kubeconfig} does not exist; "
+                "pass --kubeconfig FILE or set KUBECONFIG"
+            )
+    problem = kubeconfig_problem(kubeconfig) if kubeconfig is not None else None
+    if problem is not None:
+        raise KubeconfigError(problem)
+    where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "kubeconfig ($KUBECONFIG)"
+    try:
+        await config.load_kube_config(
+            config_file=str(kubeconfig) if kubeconfig is not None else None,
+            client_configuration=cfg,
+        )
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        raise KubeconfigError(f"{where}: {one_line(str(exc))}") from None
     return identify(client.ApiClient(configuration=cfg))
 
 
