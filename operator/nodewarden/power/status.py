@@ -42,6 +42,9 @@ class _Node:
     server: dict[str, Any] = field(default_factory=dict)
     """The status as last seen on the server (watch events and our own write results)."""
     pending: dict[str, Any] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One write per node at a time: a second write waits and then sends against the
+    resourceVersion the first one produced (never a false conflict with itself)."""
 
 
 def _stripped(value: Any) -> Any:
@@ -153,8 +156,9 @@ class NodeStatusWriter:
             return
         self._flushing.add(name)
         try:
-            async with self._writes:
-                await self._send(name, node)
+            async with node.lock, self._writes:
+                if node.pending:
+                    await self._send(name, node)
         finally:
             self._flushing.discard(name)
 
