@@ -69,9 +69,18 @@ WORKER_NODE = Kind(
             "Instance", ".status.instanceId", description="Cloud instance id.", priority=1
         ),
         PrinterColumn(
+            "Admission", ".status.admission", description="Open: takes work.", priority=1
+        ),
+        PrinterColumn(
             "Decision",
             ".status.lastSafetyRecord.decision",
             description="Last power decision.",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Reasons",
+            ".status.lastSafetyRecord.reasons",
+            description="Reason codes of the last power decision.",
             priority=1,
         ),
     ),
