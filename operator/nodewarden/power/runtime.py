@@ -56,6 +56,9 @@ class NodeRuntime:
     transition_intent: str | None = None
     persisted: NodePowerState | None = None
     """The power state last handed to the status writer."""
+    stale_since: datetime | None = None
+    """Since when the node's decisions are held back by stale or missing telemetry
+    (kept by `gauges.publish`)."""
 
     @property
     def node_type(self) -> str:
