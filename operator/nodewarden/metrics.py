@@ -6,9 +6,12 @@ second operator instance in the same process (tests) does not collide.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from nodewarden import __version__
+from nodewarden.api.powerpolicy import ResetAction
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -202,25 +205,49 @@ POWER_TRANSITIONS = Gauge(
 
 POWER_REQUESTS = Counter(
     "nodewarden_power_requests_total",
-    "Power requests sent (Redfish reset, Wake-on-LAN packet, SSH poweroff, cloud destroy) "
-    "by action and result (accepted, rejected, errored); attempt > 1 is a re-send.",
+    "Power requests sent (Redfish reset, Wake-on-LAN packet, SSH poweroff, cloud destroy = "
+    "GracefulShutdown) by action, result (accepted, rejected, errored) and resend (true for "
+    "a transition's second and later attempts).",
     ["action", "result", "resend"],
     registry=REGISTRY,
 )
 
 POWER_CONFIRM_SECONDS = Histogram(
     "nodewarden_power_confirm_seconds",
-    "From the first power request of a transition to the trusted source confirming it "
-    "(kind Shutdown: observed Off; Wake: observed On; WakeReady: ready probe passed).",
+    "From the first power request of a transition to the trusted source confirming its "
+    "effect (kind Shutdown: observed Off; Wake: observed On).",
     ["kind"],
     registry=REGISTRY,
     buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200),
 )
 
+POWER_READY_SECONDS = Histogram(
+    "nodewarden_power_ready_seconds",
+    "From the first wake request of a transition to the node's ready probe passing (the "
+    "moment admission may open), by the wake action (On, WakeOnLan).",
+    ["action"],
+    registry=REGISTRY,
+    buckets=(5, 10, 20, 30, 60, 120, 180, 300, 600, 1200, 1800, 3600),
+)
+
+BMC_ERROR_CLASSES = (
+    "auth",
+    "tls",
+    "timeout",
+    "connection",
+    "protocol",
+    "rejected",
+    "http",
+    "discovery",
+    "other",
+)
+
 BMC_ERRORS = Counter(
     "nodewarden_bmc_errors_total",
-    "Errors talking to BMCs (Redfish) by class (auth, tls, timeout, connection, http, "
-    "protocol, refused).",
+    "Errors talking to BMCs (Redfish) by class: auth (401/403), tls (certificate not "
+    "accepted), timeout, connection (refused, reset, unreachable), protocol (not Redfish), "
+    "rejected (the BMC refused the request: 409, reset type not supported, task failed), "
+    "http (any other HTTP error: 5xx, 429, 404), discovery (no unique ComputerSystem), other.",
     ["class"],
     registry=REGISTRY,
 )
@@ -244,3 +271,57 @@ KUBE_CONFLICTS = Counter(
     ["kind", "verb"],
     registry=REGISTRY,
 )
+
+POWER_TRANSITION_STATE_SINCE = Gauge(
+    "nodewarden_power_transition_state_since_seconds",
+    "Per transition kind and machine state with a transition in flight: when (Unix time) "
+    "the node that has been in that state longest entered it, that node in label node. "
+    "No series when none is in flight; alert on time() - value.",
+    ["kind", "state", "node"],
+    registry=REGISTRY,
+)
+
+POWER_TRANSITION_DEADLINE = Gauge(
+    "nodewarden_power_transition_deadline_seconds",
+    "Per transition kind and machine state with a transition in flight: the earliest "
+    "deadline (Unix time), its node in label node. The controller acts at a deadline "
+    "(re-send, abort or BLOCK), so a deadline long past means it is not acting.",
+    ["kind", "state", "node"],
+    registry=REGISTRY,
+)
+
+POWER_BLOCKED_NODES = Gauge(
+    "nodewarden_power_blocked_nodes",
+    "Nodes whose latest power decision is BLOCK (a person or a policy change must act), "
+    "by machine state (BLOCKED: a transition ended blocked; other states: a gate blocks "
+    "the wanted transition) and first reason code.",
+    ["state", "reason"],
+    registry=REGISTRY,
+)
+
+POWER_STALE_SINCE = Gauge(
+    "nodewarden_power_stale_telemetry_since_seconds",
+    "Since when (Unix time) the node held back longest by stale or missing telemetry has "
+    "been held back, that node in label node. No series when none is; alert on "
+    "time() - value.",
+    ["node"],
+    registry=REGISTRY,
+)
+
+
+def _zero_children() -> None:
+    """Create the power metrics' children for every known label value, at 0, so that
+    rate() and increase() count the first event and dashboards show 0, not "no data"."""
+    for kind in ("Shutdown", "Wake"):
+        POWER_CONFIRM_SECONDS.labels(kind)
+    for action in ("On", "WakeOnLan"):
+        POWER_READY_SECONDS.labels(action)
+    for cls in BMC_ERROR_CLASSES:
+        BMC_ERRORS.labels(cls)
+    for action in get_args(ResetAction):
+        for result in ("accepted", "rejected", "errored"):
+            for resend in ("false", "true"):
+                POWER_REQUESTS.labels(action, result, resend)
+
+
+_zero_children()

@@ -311,8 +311,6 @@ tests:
         values: '1x10'
       - series: 'nodewarden_invalid_objects{namespace="ns1", job="a-nodewarden-metrics", kind="WorkerNode"}'
         values: '2x20'
-      - series: 'nodewarden_power_decisions_total{namespace="ns1", job="a-nodewarden-metrics", decision="BLOCK", reason="INHIBITOR_ACTIVE"}'
-        values: '0 1 2'
       - series: 'nodewarden_reconcile_total{namespace="ns1", job="a-nodewarden-metrics", kind="PowerIntent", result="error"}'
         values: '0+60x20'
       - series: 'nodewarden_leader{namespace="ns2", job="b-nodewarden-metrics", dispatcher_id="other"}'
@@ -342,13 +340,6 @@ tests:
             exp_annotations:
               summary: "2 invalid WorkerNode object(s)"
               description: "Objects with Valid=False are not acted on. kubectl get workernode -o wide; the condition message names the field to fix."
-      - eval_time: 2m
-        alertname: NodewardenPowerBlocked
-        exp_alerts:
-          - exp_labels: {severity: warning, namespace: ns1, release: a, team: t, reason: INHIBITOR_ACTIVE}
-            exp_annotations:
-              summary: "power transitions blocked: INHIBITOR_ACTIVE"
-              description: "A power transition was blocked (reason INHIBITOR_ACTIVE). kubectl get pi; the Safety Record says which gate and evidence."
       - eval_time: 20m
         alertname: NodewardenReconcileErrors
         exp_alerts:
@@ -362,7 +353,7 @@ tests:
 def test_alert_rules_pass_promtool_and_fire_per_release(tmp_path: Path) -> None:
     """promtool checks the rendered rules and their firing conditions: release a's
     NodewardenDown fires although release b is up, and b's leaderless metrics never
-    raise a's NodewardenNoLeader."""
+    raise a's NodewardenNoLeader. The power path's rules: tests/monitoring."""
     docs = _rendered("alerts.enabled=true", "alerts.alertLabels.team=t", release="a",
                      namespace="ns1")  # fmt: skip
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(_one(docs, "PrometheusRule")["spec"]))

@@ -257,3 +257,18 @@ def observed(value: str, seconds: float) -> PowerObserved:
 
 def probed(passed: bool, seconds: float) -> ReadyProbeResult:
     return ReadyProbeResult(reading=ready(passed, when=at(seconds)))
+
+
+def baseline_wake(pol: PolicyView, ready_passes: bool = True) -> list[Step]:
+    """OFF with queued demand: wake requested (0 s), accepted (1 s), observed On (60 s),
+    ready probe passed (or failed) (90 s). Every step, the request first."""
+    sent = step(off_state(), off_facts(), Evaluate(), NOW, pol)
+    rest = run(
+        sent.next,
+        sent.facts,
+        pol,
+        (1, accepted(sent, 1)),
+        (60, observed("On", 60)),
+        (90, probed(ready_passes, 90)),
+    )
+    return [sent, *rest]

@@ -12,6 +12,7 @@ from policy_builders import (
     NOW,
     accepted,
     at,
+    baseline_wake,
     block_lock,
     capability,
     demand,
@@ -381,18 +382,10 @@ def wake_requested(pol: PolicyView = DEFAULT) -> Step:
 
 
 def test_wake_flow_opens_admission_only_after_on_and_ready() -> None:
-    sent = wake_requested()
+    sent, ack, on, ready_step = baseline_wake(DEFAULT)
+    assert sent.decision is Decision.START and sent.next.state is PowerState.WAKING
     [request] = requests(sent)
     assert request.action == "On" and sent.next.admission is AdmissionState.CLOSED
-    steps = run(
-        sent.next,
-        sent.facts,
-        DEFAULT,
-        (1, accepted(sent, 1)),
-        (60, observed("On", 60)),
-        (90, probed(True, 90)),
-    )
-    ack, on, ready_step = steps
     assert ack.decision is Decision.DEFER and R.CONFIRMATION_PENDING in ack.reasons
     assert on.decision is Decision.DEFER and R.POWER_ON_CONFIRMED in on.reasons
     assert on.next.admission is AdmissionState.CLOSED and any(
@@ -406,15 +399,7 @@ def test_wake_flow_opens_admission_only_after_on_and_ready() -> None:
 
 
 def test_wake_acknowledged_without_passing_ready_probe_is_not_start() -> None:
-    sent = wake_requested()
-    steps = run(
-        sent.next,
-        sent.facts,
-        DEFAULT,
-        (1, accepted(sent, 1)),
-        (60, observed("On", 60)),
-        (90, probed(False, 90)),
-    )
+    steps = baseline_wake(DEFAULT, ready_passes=False)[1:]
     for s in steps:
         assert s.decision is not Decision.START
         assert s.next.admission is not AdmissionState.OPEN

@@ -90,7 +90,7 @@ def test_an_idle_side_node_is_drained_and_switched_off_only_on_observed_off(
 def test_a_gpu_container_that_fits_only_the_off_side_node_wakes_it_and_runs_there_once(
     env: PowerEnv,
 ) -> None:
-    env.start_operator()
+    op = env.start_operator()
     env.wait_state("gpu-b", "Off", timeout=60)
     env.wait_state("gpu-a", "Off", timeout=90)  # idle: switched off by the policy
     apply_many(env, [container("train", 1, gpus=1, duration=2)])  # type: ignore[arg-type]
@@ -120,3 +120,7 @@ def test_a_gpu_container_that_fits_only_the_off_side_node_wakes_it_and_runs_ther
     assert not [i for i in env.intents(other) if i["spec"]["action"] == "Wake"]
     runs = [r for r in env.side.admin.runs(node) if r["uuid"] == "zzzzz-dz642-000000000000001"]
     assert len(runs) == 1
+    # the wake's latency to ready and to confirmed On were observed once each
+    metrics = op.get("/metrics")[1]
+    assert 'nodewarden_power_ready_seconds_count{action="On"} 1.0' in metrics
+    assert 'nodewarden_power_confirm_seconds_count{kind="Wake"} 1.0' in metrics

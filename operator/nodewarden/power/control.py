@@ -54,6 +54,7 @@ from nodewarden.redfish import (
     RedfishHttpError,
     RedfishProtocolError,
     RedfishTimeout,
+    SystemDiscoveryError,
     TaskFailed,
     TlsError,
 )
@@ -92,6 +93,7 @@ class NodeRef:
 
 
 def bmc_error_class(exc: RedfishError) -> str:
+    """The `class` label of `nodewarden_bmc_errors_total` (one of `BMC_ERROR_CLASSES`)."""
     if isinstance(exc, AuthFailed):
         return "auth"
     if isinstance(exc, TlsError):
@@ -102,8 +104,12 @@ def bmc_error_class(exc: RedfishError) -> str:
         return "connection"
     if isinstance(exc, RedfishProtocolError):
         return "protocol"
+    if isinstance(exc, (Conflict409, ActionNotSupported, TaskFailed)):
+        return "rejected"
     if isinstance(exc, RedfishHttpError):
         return "http"
+    if isinstance(exc, SystemDiscoveryError):
+        return "discovery"
     return "other"
 
 

@@ -47,7 +47,7 @@ from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.policies import Policy, PolicyBook
 from nodewarden.dispatch.workers import Worker, WorkerPool
 from nodewarden.kube.client import Kube, KubeError
-from nodewarden.metrics import POWER_CONFIRM_SECONDS, POWER_DECISIONS, POWER_REQUESTS
+from nodewarden.metrics import POWER_DECISIONS, POWER_REQUESTS
 from nodewarden.policy.actions import (
     Action,
     CloseAdmission,
@@ -467,7 +467,7 @@ class PowerController:
             self._spawn(self._reread_demand(set(self._reread_wanted)))
             self._reread_wanted.clear()
         await self.status.flush()
-        gauges.publish(self.nodes.values())
+        gauges.publish(self.nodes.values(), now)
 
     def _sleep_for(self, now: datetime) -> float:
         soonest = 5.0
@@ -572,6 +572,7 @@ class PowerController:
     ) -> bool:
         """Carry out one step. Returns False when the node must reload its state."""
         state = rt.state
+        gauges.observe_step(before, state)
         self.board.set(rt.name, board_view(rt, self._policy(rt).view.valid))
         self.status.contribute(rt.name, self._power_status(rt, record))
         requests = [a for a in result.actions if isinstance(a, RequestPower)]
@@ -873,11 +874,6 @@ class PowerController:
         if record is not None:
             fields.update(record_fields(record))
         await self.intents.write(intent, fields)
-        if action.outcome == "Succeeded" and intent.started_at is not None:
-            kind = "Shutdown" if action.kind is TransitionKind.SHUTDOWN else "Wake"
-            t = record.transition_id if record is not None else None
-            del t
-            POWER_CONFIRM_SECONDS.labels(kind).observe((now - intent.started_at).total_seconds())
 
     async def _record(
         self,

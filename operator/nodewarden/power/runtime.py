@@ -63,6 +63,9 @@ class NodeRuntime:
     """The power-source error last announced by a Warning Event."""
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY))
     """The last decisions that changed the headline (time, decision, reasons, states)."""
+    stale_since: datetime | None = None
+    """Since when the node's decisions are held back by stale or missing telemetry
+    (kept by `gauges.publish`)."""
 
     @property
     def node_type(self) -> str:
