@@ -85,6 +85,11 @@ def valid(cluster: ClusterHandle, ns: str, name: str) -> dict[str, Any] | None:
     return None
 
 
+def condition(cluster: ClusterHandle, ns: str, name: str, kind: str) -> dict[str, Any]:
+    status = cluster.get_json(ns, "wn", name).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
 def side_node(name: str, bmc_url: str, secret: str, ssh_port: int, udp_port: int) -> dict[str, Any]:
     return {
         "apiVersion": "nodewarden.io/v1alpha1",
@@ -165,6 +170,7 @@ def operator_config(path: Path, ns: str, bmc: list[str], ssh: list[str], wol: li
                     "wake_on_lan_targets": wol,
                     "secret_ttl": "1s",
                 },
+                "power": {"power_poll_interval": 1, "evaluate_interval": 1},
             }
         )
     )
@@ -286,6 +292,17 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
         events = cluster.get_json(ns, "events")["items"]
         warned = {e["involvedObject"]["name"] for e in events if e["type"] == "Warning"}
         assert {"steal-secret", "steal-endpoint"} <= warned
+        # the power controller looked at both nodes and was refused their credentials
+        for name in ("steal-secret", "steal-endpoint"):
+            wait_for(
+                lambda name=name: (
+                    condition(cluster, ns, name, "PowerSource").get("reason")
+                    == "CredentialsRefused"
+                ),
+                timeout=30,
+                what=f"{name} PowerSource=CredentialsRefused",
+            )
+        assert bmc.requests == [] and other.requests == []  # the operator sent nothing
 
         # -- the adapters, driven through the resolver, send nothing ------------------------
         api = await api_client_from(cluster.kubeconfig)
@@ -338,6 +355,20 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
                 timeout=30,
                 what=f"steal-secret valid once designated ({valid(cluster, ns, 'steal-secret')})",
             )
+            # ... and the operator itself now reads the BMC with the right credentials
+            wait_for(
+                lambda: (
+                    condition(cluster, ns, "steal-secret", "PowerSource").get("status") == "True"
+                ),
+                timeout=60,
+                what="the operator's power controller reaches the designated BMC",
+            )
+            node_status = cluster.get_json(ns, "wn", "steal-secret")["status"]
+            assert (
+                f"127.0.0.1:{bmc.port}" in node_status.get("powerControl", {}).get("source", "")
+                or node_status.get("observedPower") == "On"
+            ), node_status
+            assert bmc.failed_logins == 0
 
             # -- editing the valid node's endpoint to a non-admitted host stops it ----------
             seen = len(other.requests)
@@ -355,6 +386,15 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
                 timeout=30,
                 what="steal-secret invalid after the endpoint edit",
             )
+            wait_for(
+                lambda: (
+                    condition(cluster, ns, "steal-secret", "PowerSource").get("reason")
+                    == "CredentialsRefused"
+                ),
+                timeout=30,
+                what="the power controller refused the edited endpoint",
+            )
+            assert len(other.requests) == seen  # nothing reached the non-admitted host
         finally:
             await kube.close()
     finally:
