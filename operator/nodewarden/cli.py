@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import ipaddress
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -57,8 +59,17 @@ def kubeconfig_precheck(path: Path | None) -> str | None:
     return kubeconfig_problem(path)
 
 
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
+
+
 def listen_problem(host: str, port_number: int) -> str | None:
-    """Why the HTTP endpoint cannot listen on host:port (bind and release once), or None."""
+    """Why the HTTP endpoint cannot listen on host:port (bind and release once), or None.
+    A value that is neither an IP address nor a host name is refused without a lookup."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOST_NAME.match(host):
+            return f"--http-host {host!r}: not an IP address or host name (e.g. 0.0.0.0, ::)"
     try:
         infos = socket.getaddrinfo(host, port_number, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
