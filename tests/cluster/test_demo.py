@@ -1,22 +1,58 @@
-"""`make demo` works non-interactively and leaves nothing behind."""
+"""`make demo`: its side nodes really power-cycle, and Ctrl-C leaves nothing behind.
+
+One run of e2e/demo.py (what `make demo` runs), watched from outside through the API, the
+side nodes' own BMCs and the side-node process's admin API:
+
+- each demo side node (demo-side-redfish behind sushy-tools, demo-side-wol switched off
+  over SSH and woken by a magic packet) is drained and switched off, and its WorkerNode
+  says Off only once its BMC itself answers PowerState Off;
+- the GPU container that only that node can run (applied by the demo once the node is
+  Off) wakes it and runs there exactly once, after the node was Ready;
+- the Shutdown and Wake PowerIntents are Succeeded and carry their Safety Records (the
+  request proof apart from the BMC's observation);
+- the example side nodes on a lab network stay EndpointNotAdmitted, and no process of the
+  demo looks up a name or sends a packet anywhere but loopback (every Python process
+  records its lookups and outgoing addresses: tests/cluster/netprobe);
+- SIGINT (Ctrl-C) -> exit 0, every recorded process gone, the demo's state removed.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+from pydantic import SecretStr
 
 from clusterkit import wait_for
 from localcluster import REPO, LocalCluster, free_port, kubectl_path
+from nodewarden_doubles.sidenode.process import SideNodeAdmin
+from nodewarden_doubles.sidenode.server import STATE_FILE, TOKEN_FILE
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+# side node -> (its GPU container, the request that switches it off, the one that wakes it)
+SIDE = {
+    "demo-side-redfish": ("demo-gpu-l40s", "GracefulShutdown", "On"),
+    "demo-side-wol": ("demo-gpu-a4000", "SshPoweroff", "WakeOnLan"),
+}
+LAB = ("gpu-a100-01", "ws-rtx-07")
+NETPROBE = Path(__file__).parent / "netprobe"
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+# From the operator's start to both GPU containers Complete: ~85 s on an idle 2-core
+# machine (idle threshold 30 s, min-off 10 s, sushy's 1-11 s reset delay, 20 s runs).
+SEQUENCE_DEADLINE = 240
+WATCH_TEMPLATE = "jsonpath={.metadata.name}={.status.state}{'\\n'}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -27,75 +63,264 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def test_demo_runs_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class Demo:
+    """Read-only views of a running demo (kubectl as admin, the BMCs, the admin API)."""
+
+    def __init__(self, state: Path, workdir: Path) -> None:
+        self.state = state
+        self.kubeconfig = state / "kubeconfig"
+        self.ca_file = workdir / "bmc-ca.pem"
+        self._bmc: tuple[str, str] | None = None
+
+    def kubectl(self, *args: str) -> list[str]:
+        return [kubectl_path(), f"--kubeconfig={self.kubeconfig}", "-n", "nodewarden", *args]
+
+    def kubectl_json(self, *args: str) -> dict[str, Any]:
+        out = subprocess.run(
+            self.kubectl("get", *args, "-o", "json"),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return json.loads(out.stdout) if out.returncode == 0 else {"items": []}
+
+    def items(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o for o in self.kubectl_json(kind)["items"]}
+
+    def bmc_power(self, node: dict[str, Any]) -> str:
+        """PowerState as the node's BMC itself answers it now (Basic auth, its CA)."""
+        if self._bmc is None:
+            login = self.kubectl_json("secret", "demo-side-bmc")["data"]
+            ca = self.kubectl_json("secret", "demo-side-bmc-ca")["data"]["ca.crt"]
+            self.ca_file.write_bytes(base64.b64decode(ca))
+            user, password = (base64.b64decode(login[k]).decode() for k in ("username", "password"))
+            self._bmc = (user, password)
+        bmc = node["spec"]["bmc"]
+        assert bmc["endpoint"].startswith("https://127.0.0.1:")
+        reply = requests.get(
+            f"{bmc['endpoint']}/redfish/v1/Systems/{bmc['systemId']}",
+            auth=self._bmc,
+            verify=str(self.ca_file),
+            timeout=10,
+        )
+        reply.raise_for_status()
+        return str(reply.json()["PowerState"])
+
+    def admin(self) -> SideNodeAdmin:
+        state = self.state / "side-nodes" / "state"
+        url = json.loads((state / STATE_FILE).read_text())["admin_url"]
+        return SideNodeAdmin(url, SecretStr((state / TOKEN_FILE).read_text().strip()))
+
+
+class OffWatch(threading.Thread):
+    """Watches the WorkerNodes; the moment a side node's state first reads Off, asks its BMC.
+
+    A watch, not a poll: the BMC is asked within moments of the state change, so a node
+    recorded Off on the mere acceptance of its request (sushy applies a reset 1-11 s
+    later; the Wake-on-LAN node powers off 2 s after `systemctl poweroff`) is caught.
+    """
+
+    def __init__(self, demo: Demo, nodes: dict[str, dict[str, Any]]) -> None:
+        super().__init__(daemon=True)
+        self.demo = demo
+        self.nodes = nodes
+        self.bmc_when_off: dict[str, str] = {}
+        self.proc = subprocess.Popen(
+            demo.kubectl("get", "wn", "--watch", "-o", WATCH_TEMPLATE),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            name, _, state = line.strip().partition("=")
+            if name in self.nodes and state == "Off" and name not in self.bmc_when_off:
+                self.bmc_when_off[name] = self.demo.bmc_power(self.nodes[name])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def _valid(node: dict[str, Any]) -> dict[str, Any]:
+    conds = (node.get("status") or {}).get("conditions", [])
+    return next((c for c in conds if c["type"] == "Valid"), {})
+
+
+def _intent(intents: dict[str, dict[str, Any]], node: str, action: str) -> dict[str, Any]:
+    found = [
+        i
+        for i in intents.values()
+        if i["spec"]["nodeName"] == node
+        and i["spec"]["action"] == action
+        and (i.get("status") or {}).get("phase") == "Succeeded"
+    ]
+    assert found, f"no Succeeded {action} PowerIntent for {node}"
+    return min(found, key=lambda i: i["metadata"]["creationTimestamp"])
+
+
+def _check_records(node: str, uuid: str, shutdown: dict[str, Any], wake: dict[str, Any]) -> None:
+    _, off_request, on_request = SIDE[node]
+    off = shutdown["status"]["safetyRecord"]
+    assert "POWER_OFF_CONFIRMED" in shutdown["status"]["reasons"]
+    assert off["request"]["action"] == off_request and off["request"]["result"] == "Accepted"
+    # the request proves acceptance only; the BMC's PowerState proves Off
+    assert [e["name"] for e in off["proof"]["request"]] == ["requested", "result"]
+    confirmation = off["confirmation"]
+    assert confirmation["confirmed"] is True and confirmation["observed"] == "Off"
+    assert confirmation["source"].startswith("redfish:https://127.0.0.1:")
+    assert _time(confirmation["observedAt"]) > _time(off["request"]["resultAt"])
+    assert off["policy"]["name"] == "demo-sidenodes"
+    on = wake["status"]["safetyRecord"]
+    assert {"POWER_ON_CONFIRMED", "READY_CONFIRMED"} <= set(wake["status"]["reasons"])
+    assert wake["status"]["decision"] == "START"
+    assert on["request"]["action"] == on_request
+    assert on["readiness"] == "Ready" and on["readyProbe"]["passed"] is True
+    assert on["confirmation"]["observed"] == "On"
+    assert uuid in on["demand"]["containers"]  # woken for the container that only it fits
+    # admission opened only after the observed On and the passing ready probe
+    opened = _time(on["drain"]["admissionSince"])
+    assert opened >= _time(on["confirmation"]["observedAt"])
+    assert opened >= _time(on["readyProbe"]["observedAt"])
+
+
+def _off_loopback(netlog: Path) -> list[dict[str, Any]]:
+    """Recorded lookups / connects / sends whose target is not loopback (unix sockets are)."""
+    out = []
+    for line in netlog.read_text().splitlines():
+        record = json.loads(line)
+        target = record["target"]
+        host = target[0] if isinstance(target, list) else target
+        if not (isinstance(host, str) and (host in LOOPBACK or host.startswith("/"))):
+            out.append(record)
+    return out
+
+
+def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
     state = tmp_path / "demo"
     log = (tmp_path / "demo.log").open("w")
+    netlog = tmp_path / "net.jsonl"
+    pythonpath = os.pathsep.join(filter(None, [str(NETPROBE), os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         [
             sys.executable,
             str(REPO / "e2e" / "demo.py"),
             f"--state-dir={state}",
             f"--http-port={free_port()}",
-            "--duration=300",
+            "--duration=600",  # a backstop only; the test stops it with SIGINT
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": pythonpath,
+            "NETPROBE_LOG": str(netlog),
+        },
     )
+    demo = Demo(state, tmp_path)
+    pids: dict[str, int] = {}
     try:
-        kubeconfig = state / "kubeconfig"
-        wait_for(kubeconfig.exists, timeout=120, what="demo kubeconfig")
-        pids = json.loads((state / "pids.json").read_text())["pids"]
+        wait_for(demo.kubeconfig.exists, timeout=120, what="demo kubeconfig")
+        pids.update(json.loads((state / "pids.json").read_text())["pids"])
         assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager"}
 
-        def kubectl_json(*args: str) -> dict[str, Any]:
-            out = subprocess.run(
-                [
-                    kubectl_path(),
-                    f"--kubeconfig={kubeconfig}",
-                    "-n",
-                    "nodewarden",
-                    "get",
-                    *args,
-                    "-o",
-                    "json",
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
+        def operator_started() -> dict[str, int] | None:
+            try:
+                recorded: dict[str, int] = json.loads((state / "demo-pids.json").read_text())
+            except (OSError, ValueError):
+                return None
+            return recorded if "operator" in recorded else None
+
+        recorded = wait_for(operator_started, timeout=120, what="the demo's operator started")
+        assert set(recorded) == {"stub-cloud", "side-nodes", "sushy-emulator", "operator"}
+        pids.update(recorded)
+        admin = demo.admin()
+
+        # 1. each side node is switched off; its WorkerNode says Off only once its BMC
+        #    answers Off (asked the moment the watch sees Off; the node then stays Off
+        #    until its wake, at least minOff = 10 s later)
+        watch = OffWatch(demo, {n: w for n, w in demo.items("wn").items() if n in SIDE})
+        watch.start()
+        t0 = time.monotonic()
+        try:
+            wait_for(
+                lambda: len(watch.bmc_when_off) == len(SIDE),
+                timeout=SEQUENCE_DEADLINE,
+                interval=0.5,
+                what="side nodes Off",
             )
-            return json.loads(out.stdout) if out.returncode == 0 else {"items": []}
+        finally:
+            watch.stop()
+        assert watch.bmc_when_off == {name: "Off" for name in SIDE}
 
-        def valid(nodes: dict[str, Any], name: str) -> dict[str, Any]:
-            conds = (nodes.get(name, {}).get("status") or {}).get("conditions", [])
-            return next((c for c in conds if c["type"] == "Valid"), {})
+        # 2. the container only it can run wakes it and runs there
+        def containers_complete() -> dict[str, dict[str, Any]] | None:
+            cds = demo.items("cd")
+            done = {c: cds.get(c, {}) for c, _, _ in SIDE.values()}
+            phases = [(c.get("status") or {}).get("phase") for c in done.values()]
+            return done if phases == ["Complete"] * len(SIDE) else None
 
-        def examples_valid_and_work_done() -> bool:
-            nodes = {n["metadata"]["name"]: n for n in kubectl_json("wn")["items"]}
-            if valid(nodes, "vm-m5-large-warm").get("status") != "True":
-                return False
-            # the example side nodes live on a lab network the demo never contacts: their
-            # endpoints are not admitted (operator config credentials.*)
-            for name in ("gpu-a100-01", "ws-rtx-07"):
-                cond = valid(nodes, name)
-                if cond.get("reason") != "EndpointNotAdmitted":
-                    return False
-            phases = [(c.get("status") or {}).get("phase") for c in kubectl_json("cd")["items"]]
-            return phases.count("Complete") >= 3
+        remaining = SEQUENCE_DEADLINE - (time.monotonic() - t0)
+        done = wait_for(containers_complete, timeout=remaining, interval=2, what="GPU containers")
+        elapsed = time.monotonic() - t0
+        print(f"side nodes off, woken and their containers complete in {elapsed:.0f} s")
 
-        wait_for(examples_valid_and_work_done, timeout=150, interval=1, what="demo working")
+        intents = demo.items("pi")
+        nodes = demo.items("wn")
+        for name, (container, _, _) in SIDE.items():
+            status = done[container]["status"]
+            assert status["node"] == name and status["attempts"] == 1
+            uuid = done[container]["spec"]["uuid"]
+            assert [r["uuid"] for r in admin.runs(name)].count(uuid) == 1  # exactly once
+            shutdown = _intent(intents, name, "Shutdown")
+            wake = _intent(intents, name, "Wake")
+            _check_records(name, uuid, shutdown, wake)
+            assert _time(wake["metadata"]["creationTimestamp"]) >= _time(
+                shutdown["status"]["finishedAt"]
+            ).replace(microsecond=0)
+            assert _time(status["startedAt"]) >= _time(
+                wake["status"]["safetyRecord"]["drain"]["admissionSince"]
+            )
+            # `kubectl get wn` columns STATE / POWER / READY are filled for side nodes
+            st = nodes[name]["status"]
+            assert st.get("state") and st.get("observedPower") and st.get("readiness")
+        # the magic packet reached the listener with the designated SecureOn password
+        packets = [p for p in admin.wol_packets() if p["node"] == "demo-side-wol"]
+        assert packets and all(p["secure_on_matched"] is True for p in packets), packets
+
+        # 3. the example side nodes (lab addresses) were never admitted, so never used
+        for name in LAB:
+            assert _valid(nodes[name]).get("reason") == "EndpointNotAdmitted", nodes[name]
+            assert not [
+                i
+                for i in intents.values()
+                if i["spec"]["nodeName"] == name and i["spec"]["source"] == "Policy"
+            ]
+        # the manual intent of examples/ cannot be carried out (nothing is sent to the lab)
+        assert intents["gpu-a100-01-maintenance-off"]["status"]["phase"] == "Blocked"
+        assert _valid(nodes["vm-m5-large-warm"]).get("status") == "True"
+
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        assert proc.wait(timeout=120) == 130
+        assert proc.wait(timeout=120) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-            # never leak a control plane from a failed run
+            for pid in pids.values():  # never leak a process from a failed run
+                if _pid_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
             LocalCluster.load(state).down()
         log.close()
     output = (tmp_path / "demo.log").read_text()
-    assert "kubectl --kubeconfig" in output and "get wn,cd -w" in output
+    assert "kubectl get wn,pi -w" in output and f"KUBECONFIG={demo.kubeconfig}" in output
+    assert ">> demo-side-redfish is Off" in output
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_pid_alive(p) for p in pids.values()):
         time.sleep(0.2)
@@ -111,4 +336,9 @@ def test_demo_runs_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
             if str(state) in cmdline and int(entry.name) != os.getpid():
                 leftovers.append(cmdline.replace("\0", " "))
     assert not leftovers, leftovers
-    assert not (state / "etcd").exists() and not kubeconfig.exists()
+    assert not (state / "etcd").exists() and not demo.kubeconfig.exists()
+    assert not (state / "side-nodes").exists() and not (state / "demo-pids.json").exists()
+    # never a lookup or a packet off loopback; the probe did run in the operator
+    assert not _off_loopback(netlog)
+    probed = {json.loads(line)["pid"] for line in netlog.read_text().splitlines()}
+    assert {pids["operator"], pids["side-nodes"]} <= probed

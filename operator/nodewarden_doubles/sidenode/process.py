@@ -166,7 +166,10 @@ class SideNodeProcess:
         startup_timeout: float = 60.0,
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
+        new_session: bool = False,
     ) -> None:
+        """``new_session``: run the child in a session of its own, so that a terminal's
+        Ctrl-C reaches only the caller, which then stops it in its own order (the demo)."""
         if not isinstance(config, SideNodeFileConfig):
             config = SideNodeFileConfig.model_validate(config)
         self.config = config
@@ -175,6 +178,7 @@ class SideNodeProcess:
         self._startup_timeout = startup_timeout
         self._python = python
         self._env = dict(env) if env is not None else None
+        self._new_session = new_session
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.state: dict[str, Any] = {}
@@ -218,6 +222,7 @@ class SideNodeProcess:
                 stderr=log,
                 env=self._env,
                 cwd=workdir,
+                start_new_session=self._new_session,
             )
         atexit.register(self._kill_at_exit)
         try:

@@ -200,7 +200,10 @@ class StubCloudProcess:
         startup_timeout: float = 30.0,
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
+        new_session: bool = False,
     ) -> None:
+        """``new_session``: run the child in a session of its own, so that a terminal's
+        Ctrl-C reaches only the caller, which then stops it in its own order (the demo)."""
         if config is None:
             config = StubServerConfig()
         elif not isinstance(config, StubServerConfig):
@@ -211,6 +214,7 @@ class StubCloudProcess:
         self._startup_timeout = startup_timeout
         self._python = python
         self._env = dict(env) if env is not None else None
+        self._new_session = new_session
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.url: str = ""
@@ -261,6 +265,7 @@ class StubCloudProcess:
                 stderr=log_file,
                 env=self._env,
                 cwd=workdir,
+                start_new_session=self._new_session,
             )
         self.pid = self.process.pid
         atexit.register(self._kill_at_exit)
