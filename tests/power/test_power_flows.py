@@ -11,7 +11,9 @@ flow (they share nothing but the operator, so they run side by side):
 - notready -- woken, power On, the ready probe never passes -> no container bound,
              deadline -> BLOCK;
 - wolnode -- Wake-on-LAN packets sent, the host never comes up -> no binding, BLOCK
-             (its BMC is only the trusted source that shows it Off).
+             (its BMC is only the trusted source that shows it Off);
+- wolon   -- a Wake-on-LAN node On at start is switched off over SSH (SshPoweroff is
+             learned once SSH logs in, not only at the next capability rediscovery).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def env(cluster: ClusterHandle, namespace: str, tmp_path: Path) -> Iterator[Powe
         side_node_entry(
             "wolnode", power="wol+bmc", initial_power="Off", faults={"ignore_wake": True}
         ),
+        side_node_entry("wolon", power="wol+bmc"),
     ]
     specs = {
         "stale": {"policyRef": {"name": "slow-idle"}},
@@ -87,6 +90,7 @@ def env(cluster: ClusterHandle, namespace: str, tmp_path: Path) -> Iterator[Powe
             "wakeOnLanWithBmc": True,
             **gpu_model("wolnode"),
         },
+        "wolon": {"wakeOnLanWithBmc": True, **gpu_model("wolon")},
     }
     env = PowerEnv.create(cluster, namespace, tmp_path, nodes, node_specs=specs)
     env.apply(policy("slow-idle", idleThreshold="25s", telemetryMaxAge="6s"))
@@ -156,6 +160,12 @@ def test_side_node_fault_flows(env: PowerEnv) -> None:
     assert request["action"] == "WakeOnLan" and request["result"] == "Accepted"
     c = env.cluster.get_json(env.namespace, "cd", "for-wol")
     assert (c.get("status") or {}).get("phase") in (None, "Queued")
+
+    # wolon: a Wake-on-LAN node that is On at start is switched off over SSH (its
+    # capability is rediscovered once SSH logs in; the BMC only observes)
+    done = env.wait_intent("wolon", "Succeeded", "Shutdown", timeout=60)
+    assert record_of(done)["request"]["action"] == "SshPoweroff"
+    assert env.resets("wolon") == []
 
     # stale: never switched off on stale evidence
     def stale_deferred() -> dict[str, Any] | None:

@@ -367,6 +367,10 @@ class PowerController:
             updates["uptime"] = uptime_reading(report.uptime)
         if rt.spec is not None and rt.spec.bmc is None and rt.node_type == "SideNode":
             updates["power"] = ssh_power(report.ready)  # the login itself is the evidence
+        if facts.ready is None and _ssh_may_add_actions(rt):
+            # the first SSH login: what the node allows may now include SshPoweroff (and
+            # ethtool's Wake-on), which the discovery made before the login could not know
+            rt.next_discovery = self.clock()
         if updates:
             rt.facts = facts.model_copy(update=updates)
         rt.events.append(ReadyProbeResult(reading=ready_reading(report.ready)))
@@ -759,6 +763,8 @@ class PowerController:
             rt.busy.discard("discover")
         if capability.allowable is None and capability.refusal is None:
             rt.next_discovery = self.clock() + timedelta(seconds=30)  # failed: retry soon
+        elif ready is None and rt.facts.ready is not None:
+            rt.next_discovery = self.clock()  # SSH logged in meanwhile: look again
         previous = rt.facts.capability
         kept = previous is not None and previous.allowable is not None
         if kept and capability.allowable is None and capability.refusal is None:
@@ -1064,6 +1070,14 @@ class PowerController:
                 action="Validate",
             )
         self.wake.set()
+
+
+def _ssh_may_add_actions(rt: NodeRuntime) -> bool:
+    """A side node whose known capability was discovered without a working SSH login."""
+    capability = rt.facts.capability
+    if rt.node_type != "SideNode" or capability is None or capability.refusal is not None:
+        return False
+    return "SshPoweroff" not in (capability.allowable or ())
 
 
 def _cancelling() -> bool:
