@@ -165,6 +165,12 @@ class PowerSettings(_Config):
     keep_finished_intents: int = Field(
         default=5, ge=0, description="Finished policy-made PowerIntents kept per node."
     )
+    keep_intents_of_gone_nodes: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Seconds the finished policy-made PowerIntents of a deleted WorkerNode "
+        "(e.g. a destroyed VM) are kept before they are deleted.",
+    )
 
 
 class OperatorConfig(_Config):

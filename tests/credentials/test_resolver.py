@@ -12,6 +12,7 @@ from nodewarden.config import CredentialsConfig
 from nodewarden.credentials import LABEL, CredentialResolver, Refusal
 from nodewarden.credentials.resolver import BmcCredentials, SshCredentials, WolCredentials
 from nodewarden.kube.client import SecretRecord
+from nodewarden.logs import redact
 from nodewarden.ssh.credentials import SshClientKey
 
 KEY = SshClientKey.generate()
@@ -100,6 +101,13 @@ async def test_designated_and_admitted_gives_the_credentials(secrets: Secrets) -
     assert ssh.client_key is KEY and (ssh.host, ssh.port) == ("127.0.0.1", 2222)
     assert not ssh.target("n").trust.trusted_for("127.0.0.1", 2222).empty  # type: ignore[union-attr]
     assert await r.check("n", spec()) == []
+
+
+async def test_secret_values_are_masked_in_logs_public_ones_are_not(secrets: Secrets) -> None:
+    secrets.put("bmc", "bmc", user="bmc-operator-7", **{"pass": "bmc-password-2"})
+    assert isinstance(await resolver(secrets).bmc("n", spec()), BmcCredentials)
+    line = "login bmc-operator-7 / bmc-password-2"
+    assert redact(line) == "login bmc-operator-7 / ***"
 
 
 async def test_an_unlabelled_secret_is_refused_and_its_value_never_returned(

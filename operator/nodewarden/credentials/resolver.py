@@ -44,6 +44,7 @@ from nodewarden.credentials.designation import (
     why_not,
 )
 from nodewarden.kube.client import KubeError, SecretRecord
+from nodewarden.logs import register_secret
 from nodewarden.redfish.config import RedfishEndpointConfig
 from nodewarden.ssh.credentials import KnownHostKeys, SshClientKey, SshTarget
 from nodewarden.ssh.errors import InvalidClientKey
@@ -51,6 +52,16 @@ from nodewarden.units import parse_duration
 from nodewarden.wol import InvalidSecureOn, parse_secure_on
 
 log = logging.getLogger(__name__)
+
+SECRET_FIELDS = frozenset(
+    {
+        "spec.bmc.passwordSecretRef",
+        "spec.ssh.privateKeySecretRef",
+        "spec.wakeOnLan.secureOnSecretRef",
+    }
+)
+"""References whose values are secrets, registered for log redaction when used (user
+names, CA bundles and known_hosts lines are public and stay readable)."""
 
 RefusalReason = Literal[
     "CredentialsNotDesignated", "EndpointNotAdmitted", "CredentialsMissing", "CredentialsInvalid"
@@ -219,7 +230,10 @@ class CredentialResolver:
             )
             return Refusal("CredentialsNotDesignated", ref.field, refusal_message(ref))
         assert record is not None
-        return record.values[ref.key]
+        value = record.values[ref.key]
+        if ref.field in SECRET_FIELDS:
+            register_secret(value.get_secret_value())
+        return value
 
     # -- endpoints ----------------------------------------------------------------------
 

@@ -223,6 +223,9 @@ async def _nodes_for(fleet: NodeIndex, body: Mapping[str, Any]) -> set[str]:
     name = (body.get("spec") or {}).get("nodeName")
     if not isinstance(name, str) or not name:
         return set()
+    phase = (body.get("status") or {}).get("phase")
+    if phase in TERMINAL_INTENT_PHASES and phase != "Failed":
+        return {name}  # history (e.g. the shutdown of a VM since destroyed): not judged again
     return {name} if await fleet.node_exists(name) else set()
 
 

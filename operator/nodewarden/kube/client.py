@@ -238,8 +238,10 @@ class Kube:
         return SecretStr(value)
 
     async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None:
-        """A Secret's labels and values (None if it does not exist), values registered for
-        log redaction and wrapped. Only the credential resolver calls this."""
+        """A Secret's labels and values (None if it does not exist), values wrapped. Only
+        the credential resolver calls this; it registers for log redaction the values it
+        uses as secrets (passwords, keys), not the public ones (user names, CA bundles,
+        known_hosts lines), so a BMC user "admin" does not blank every "admin" in the log."""
         KUBE_REQUESTS.labels("get_secret").inc()
         try:
             secret = await self.core.read_namespaced_secret(name, namespace)
@@ -253,7 +255,6 @@ class Kube:
                 value = base64.b64decode(encoded).decode()
             except (ValueError, UnicodeDecodeError):
                 continue  # not text: no credential nodewarden uses is binary
-            register_secret(value)
             values[key] = SecretStr(value)
         labels = dict((secret.metadata.labels or {}) if secret.metadata else {})
         return SecretRecord(name=name, labels=labels, values=values)

@@ -48,6 +48,7 @@ def build_controller(
         evaluate_interval=config.power.evaluate_interval,
         resync_interval=parse_duration(config.resync_interval).total_seconds(),
         keep_finished_intents=config.power.keep_finished_intents,
+        keep_intents_of_gone_nodes=config.power.keep_intents_of_gone_nodes,
     )
     controller = PowerController(
         kube=kube,

@@ -457,6 +457,9 @@ class PowerController:
             self._next_resync = now + timedelta(seconds=self.settings.resync_interval)
             for rt in self.nodes.values():
                 self._spawn(self._validate(rt))
+            if self._synced.is_set():
+                keep = timedelta(seconds=self.settings.keep_intents_of_gone_nodes)
+                self._spawn(self.intents.expire_gone(set(self.nodes), now, keep))
         self._schedule_observations(now)
         fleet = fleet_readings(self.nodes.values(), now)
         for rt in list(self.nodes.values()):

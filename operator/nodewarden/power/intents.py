@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -102,6 +102,7 @@ class IntentBook:
         self.keep_finished = keep_finished
         self.intents: dict[str, Intent] = {}
         self._finished_policy: dict[str, deque[str]] = {}
+        self._gone_since: dict[str, datetime] = {}
         self.writes = 0
 
     # -- the watch ----------------------------------------------------------------------
@@ -250,6 +251,36 @@ class IntentBook:
         done = self._finished_policy.setdefault(intent.node, deque())
         if intent.name not in done:
             done.append(intent.name)
+
+    async def expire_gone(
+        self, live_nodes: Collection[str], now: datetime, keep_for: timedelta
+    ) -> int:
+        """Delete the finished policy-made intents of nodes that no longer exist once they
+        have been gone for `keep_for` (a churning cloud fleet would otherwise pile them up;
+        manual intents are a person's and are kept). Returns how many were deleted."""
+        nodes = {i.node for i in self.intents.values() if i.source == "Policy" and i.finished}
+        for node in list(self._gone_since):
+            if node in live_nodes:
+                del self._gone_since[node]
+        deleted = 0
+        for node in nodes - set(live_nodes):
+            since = self._gone_since.setdefault(node, now)
+            if now - since < keep_for:
+                continue
+            for intent in [
+                i
+                for i in self.intents.values()
+                if i.node == node and i.source == "Policy" and i.finished
+            ]:
+                self.intents.pop(intent.name, None)
+                try:
+                    await self.kube.delete(POWER_INTENT, self.namespace, intent.name)
+                    deleted += 1
+                except KubeError as exc:
+                    log.info("could not delete PowerIntent %s: %s", intent.name, exc)
+            self._finished_policy.pop(node, None)
+            self._gone_since.pop(node, None)
+        return deleted
 
     async def _expire(self, node: str) -> None:
         done = self._finished_policy.get(node)

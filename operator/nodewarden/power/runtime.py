@@ -33,6 +33,8 @@ class ControllerSettings:
     resync_interval: float = 30.0
     """Re-validation of every WorkerNode (credentials may have changed)."""
     keep_finished_intents: int = 5
+    keep_intents_of_gone_nodes: float = 3600.0
+    """Seconds the finished policy-made intents of a deleted node are kept."""
 
 
 @dataclass
