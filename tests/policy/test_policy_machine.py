@@ -183,6 +183,9 @@ def test_off_is_recorded_only_on_an_observed_off_event() -> None:
     assert done.next.state is PowerState.OFF and done.decision is Decision.NONE
     assert done.reasons == (R.POWER_OFF_CONFIRMED,)
     assert done.next.last_transition_at == at(62) and done.next.off_since == at(62)
+    # admission stays dated from the drain that closed it, not from the Off
+    assert done.next.admission_since == sent.next.admission_since is not None
+    assert done.next.admission_since < at(62)
     closes = [a for a in done.actions if isinstance(a, CloseTransition)]
     assert closes and closes[0].outcome == "Succeeded"
     assert done.record is not None and done.record.confirmation.confirmed

@@ -278,12 +278,13 @@ def _enter_off(c: _Ctx, *reasons: ReasonCode) -> None:
     """Record OFF (only ever called on an observed-Off event)."""
     power = c.facts.power
     assert power is not None
+    closed_since = c.get("admission_since") if c.get("admission") is AdmissionState.CLOSED else None
     c.set(
         state=PowerState.OFF,
         transition=None,
         off_since=power.observed_at,
         admission=AdmissionState.CLOSED,
-        admission_since=c.now,
+        admission_since=closed_since or c.now,  # closed since the drain, if it was
         blocked_reasons=(),
         blocked_transition=None,
     )
