@@ -71,6 +71,7 @@ def env(cluster: ClusterHandle, namespace: str, tmp_path: Path) -> Iterator[Powe
             "deadlines": {"shutdown": "90s", "wake": "90s", "ready": "30s", "drain": "60s"},
         },
         node_specs={"down1": gpu("model-down1"), "wake1": gpu("model-wake1")},
+        config={"power": {"keep_finished_intents": 1}},
     )
     try:
         yield env
@@ -182,5 +183,12 @@ def test_a_replica_that_takes_over_mid_transition_never_sends_a_second_request(
     sent = requests(env, "down1")
     assert sent[:2] == ["GracefulShutdown", "On"] and sent.count("On") == 1, sent
     assert_succeeded_once(env, "down1", "Wake")
+    # one finished policy-made intent is kept per node here: the shutdown's goes
+    wait_for(
+        lambda: not [i for i in env.intents("down1") if i["spec"]["action"] == "Shutdown"
+                     and (i.get("status") or {}).get("phase") == "Succeeded"],
+        timeout=30,
+        what="down1's finished Shutdown intent deleted (keep_finished_intents: 1)",
+    )  # fmt: skip
     assert requests(env, "wake1").count("GracefulShutdown") <= 1
     assert c.proc.poll() is None
