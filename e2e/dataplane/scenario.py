@@ -63,7 +63,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -635,8 +635,8 @@ class Scenario:
 
         wait_for(f"{node} WAKING with On sent to its BMC", waking, timeout=120, interval=0.3)
         report["leader_killed_while"] = "Waking"
-        killed_at = datetime.now(UTC)
         report["handover_seconds"] = round(self.kill_leader(), 1)
+        took_over_at = sidenodes.parse_time(self.lease()["spec"]["acquireTime"])
         if self.node_status(node).get("state") not in ("Waking", "Idle", "Active"):
             raise E2EError(f"{node}: unexpected state after the handover {self.node_status(node)}")
 
@@ -659,7 +659,7 @@ class Scenario:
         wakes = self.intents(node, "Wake")
         if len(wakes) != 1:
             raise E2EError(f"{len(wakes)} Wake intents for {node}, want 1")
-        problems, report["wake"] = sidenodes.check_wake(wakes[0], container, killed_at)
+        problems, report["wake"] = sidenodes.check_wake(wakes[0], container, took_over_at)
         if problems:
             raise E2EError(f"wake {report['wake']['intent']}: {'; '.join(problems)}")
         sent = [r["reset_type"] for r in self.bmc_resets()]

@@ -221,11 +221,12 @@ def check_shutdown(
 
 
 def check_wake(
-    intent: dict[str, Any], container: dict[str, Any], killed_at: datetime
+    intent: dict[str, Any], container: dict[str, Any], took_over_at: datetime
 ) -> tuple[list[str], dict[str, Any]]:
-    """The wake: Succeeded with On and ready confirmed; On confirmed after the leader was
-    killed at `killed_at` (so by the replica that took over); admission opened only after
-    On and ready were observed; the container started only after admission opened."""
+    """The wake: Succeeded with On and ready confirmed; On confirmed by a read taken after
+    the new leader acquired the Lease at `took_over_at` (the killed one sent the request:
+    the new one resumed and confirmed); admission opened only after On and ready were
+    observed; the container started only after admission opened."""
     status = intent.get("status") or {}
     record = status.get("safetyRecord") or {}
     confirmation = record.get("confirmation") or {}
@@ -250,12 +251,14 @@ def check_wake(
         problems.append(
             f"admission opened {opened}, before On ({on_seen}) or ready ({ready_seen}) was observed"
         )
-    if on_seen <= killed_at:
-        problems.append(f"On was confirmed at {on_seen}, before the leader was killed")
+    if on_seen < took_over_at:
+        problems.append(
+            f"On was confirmed at {on_seen}, before the new leader took over at {took_over_at}"
+        )
     if started < opened:
         problems.append(f"the container started at {started}, before admission opened")
     summary |= {
-        "leader_killed_at": killed_at.isoformat(),
+        "new_leader_at": took_over_at.isoformat(),
         "on_read_at": on_seen.isoformat(),
         "ready_probe_at": ready_seen.isoformat(),
         "admission_opened_at": opened.isoformat(),

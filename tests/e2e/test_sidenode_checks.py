@@ -105,23 +105,25 @@ def container(started: float) -> dict[str, Any]:
     return {"status": {"phase": "Complete", "startedAt": iso(started)}}
 
 
-KILLED = T0 + timedelta(seconds=5)
+TOOK_OVER = T0 + timedelta(seconds=19)  # the new leader's Lease acquireTime
 
 
-def test_a_wake_resumed_after_the_kill_with_admission_after_on_and_ready_passes() -> None:
-    problems, summary = sidenodes.check_wake(wake_intent(20, 20.2, 20.4), container(20.7), KILLED)
+def test_a_wake_confirmed_after_the_takeover_with_admission_after_on_and_ready_passes() -> None:
+    problems, summary = sidenodes.check_wake(
+        wake_intent(20, 20.2, 20.4), container(20.7), TOOK_OVER
+    )
     assert problems == [] and summary["reasons"] == ["POWER_ON_CONFIRMED", "READY_CONFIRMED"]
 
 
 def test_wake_faults_are_each_named() -> None:
     cases = [
         ("before On", wake_intent(20, 20.2, 20.1), container(20.7)),  # admission before ready
-        ("before the leader was killed", wake_intent(4, 4.2, 4.4), container(4.7)),
+        ("before the new leader took over", wake_intent(9, 9.2, 9.4), container(9.7)),
         ("before admission opened", wake_intent(20, 20.2, 20.4), container(20.3)),
     ]
     not_ready = wake_intent(20, 20.2, 20.4)
     not_ready["status"]["reasons"] = ["POWER_ON_CONFIRMED"]
     cases.append(("reasons", not_ready, container(20.7)))
     for expected, intent, cd in cases:
-        problems, _ = sidenodes.check_wake(intent, cd, KILLED)
+        problems, _ = sidenodes.check_wake(intent, cd, TOOK_OVER)
         assert len(problems) == 1 and expected in problems[0], (expected, problems)
