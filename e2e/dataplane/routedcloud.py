@@ -7,6 +7,9 @@ makes <cloud IP>:<port> reach 127.0.0.1:<port> (see `dataplane.netns`). This plu
 the stub's remote driver and resolver with just that difference: the base URL is
 ``http://<cloud IP>:<port>`` and VM addresses resolve to ``<cloud IP>:<ssh port>``.
 Nothing else changes: requests are signed the same way, errors classify the same way.
+An address of the routed network itself (the side nodes of `make e2e`, whose SSH servers
+sit behind the same DNAT rule) is dialled as given; every other address is refused as
+the stub's resolver refuses it.
 
 Provider ``nodewarden-stub-routed``; named in the operator config as
 ``driver_plugin: nwe2e_routedcloud:plugin``. `make e2e` copies this file (as
@@ -46,6 +49,13 @@ def routed_base_url(url: str) -> tuple[str, int]:
     return str(address), parts.port
 
 
+def _in_routed_network(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host) in ROUTED_NETWORK
+    except ValueError:
+        return False
+
+
 class RoutedStubNodeDriver(RemoteStubNodeDriver):
     """`RemoteStubNodeDriver` whose server is at an address of the e2e namespaces' link."""
 
@@ -57,7 +67,8 @@ class RoutedStubNodeDriver(RemoteStubNodeDriver):
 
 
 class RoutedStubResolver:
-    """VM address -> (cloud IP, port of its SSH server), from the server's endpoint table."""
+    """VM address -> (cloud IP, port of its SSH server), from the server's endpoint table;
+    an address of the routed network -> itself."""
 
     def __init__(self, url: str, key: str, secret: str | None) -> None:
         self.host, _ = routed_base_url(url)
@@ -66,6 +77,8 @@ class RoutedStubResolver:
         self._table._driver = RoutedStubNodeDriver(key, secret, cloud=url)
 
     def resolve(self, host: str, port: int) -> Endpoint:
+        if _in_routed_network(host):
+            return Endpoint(host, port)
         found = self._table.resolve(host, port)
         return Endpoint(self.host, found.port)
 

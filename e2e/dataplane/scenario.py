@@ -4,14 +4,18 @@ The same on every `dataplane.envs.Environment` (network namespaces here, kind el
 
 1. Cluster: a node with a real kubelet (`dataplane.node` here), the operator image known
    to it under two tags.
-2. Cloud: the stub cloud server (test double) in a network namespace of its own; the
-   operator Pods reach it through `nwe2e_routedcloud` (`dataplane.routedcloud`), copied
-   with the doubles into a directory mounted read-only into the Pods (never into the
-   image).
+2. Cloud and side node: the stub cloud server (test double) in a network namespace of
+   its own; the operator Pods reach it through `nwe2e_routedcloud`
+   (`dataplane.routedcloud`), copied with the doubles into a directory mounted
+   read-only into the Pods (never into the image). Beside it, the side-node process
+   (`dataplane.sidenodes`: one GPU side node behind a fake Redfish BMC, its SSH server
+   up only while the BMC says On), reached by the Pods at the same routed address.
 3. `helm install` of helm/nodewarden with the locally built image, 2 replicas, status
-   API token, ServiceMonitor + PrometheusRule: CRDs come from the chart; both Pods
-   Running and Ready as ordinary Pods (own Pod IPs) with the chart's securityContext
-   (read-only root filesystem, non-root), exactly one leader on the Lease.
+   API token, ServiceMonitor + PrometheusRule, `credentials.*` admitting exactly the side
+   node's BMC and SSH endpoints (`secretNames`: its two designated Secrets): CRDs come
+   from the chart; both Pods Running and Ready as ordinary Pods (own Pod IPs) with the
+   chart's securityContext (read-only root filesystem, non-root), exactly one leader on
+   the Lease.
 4. Monitoring: Debian's prometheus configured from the chart's ServiceMonitor and
    PrometheusRule (`dataplane.monitoring`) scrapes both Pods through the metrics Service.
 5. Status API: every Pod answers (the standby relays to the leader), through the Service
@@ -27,8 +31,19 @@ The same on every `dataplane.envs.Environment` (network namespaces here, kind el
 8. Dashboards and alerts: after a last short batch (and the idle VMs' shutdown
    decisions) every PromQL expression of every dashboard panel returns data, and the
    alert rules are loaded and evaluate without error.
-9. Side-node power cycle: not yet (joins when the power controller lands;
-   `side_node_power_cycle` is the hook).
+9. Side-node power cycle, through the operator Pods: the side node's designated Secrets,
+   its own fast PowerPolicy and its WorkerNode go in (only now, so the batches above
+   never had a side node to run on). The idle node is drained and switched off: a
+   policy-made Shutdown PowerIntent Succeeded (POWER_OFF_CONFIRMED) whose request record
+   passed every gate, exactly one GracefulShutdown in the BMC's own log, and OFF read
+   no earlier than the BMC applied it (the fake BMC applies a reset seconds after
+   accepting it). Then a GPU container of a GPU model no instance type has (it fits
+   only the side node) wakes it: once the BMC has the On and the node is WAKING, the
+   leader Pod is killed; the replica that takes over resumes from
+   `WorkerNode.status.powerState` and confirms On itself. The container runs on the
+   side node exactly once (never on the cloud); the one Wake intent Succeeded with
+   POWER_ON_CONFIRMED + READY_CONFIRMED, admission opened after On and ready were
+   observed and the container started after that; the BMC received exactly one On.
 
 The trimmed form (`make test`) runs all but 7, with four short containers.
 """
@@ -48,11 +63,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dataplane import sidenodes
 from dataplane.envs import Environment
 from dataplane.monitoring import Prometheus, dashboard_queries
 from localcluster import REPO, binaries_dir
@@ -130,6 +147,9 @@ class Scenario:
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     helm_bin: Path = field(default_factory=lambda: binaries_dir() / "helm")
     cleanup_paths: list[Path] = field(default_factory=list)
+    ssh_key: SshClientKey = field(default_factory=SshClientKey.generate)
+    bmc_password: str = field(default_factory=sidenodes.new_bmc_password)
+    side_state: dict[str, Any] = field(default_factory=dict)
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -179,6 +199,17 @@ class Scenario:
         self.env.cloud_admin(lambda admin: admin.force_rate_limit(3, retry_after=1))
         log(f"stub cloud started, reached by the Pods at {self.cloud_url}")
 
+    def start_side_nodes(self) -> None:
+        """The side-node process beside the cloud; before the install, whose values admit
+        exactly its endpoints. Its WorkerNode comes in step 9 (until then it is no
+        placement target, so the batches run on the cloud only)."""
+        config = sidenodes.process_config(self.ssh_key.public_key, self.bmc_password)
+        side = self.env.start_side_nodes(config, self.state / "side-nodes")
+        self.side_state = side.state
+        info = side.node_info(sidenodes.NODE)
+        log(f"side node {sidenodes.NODE} started: BMC {info['power']['endpoint']}, "
+            f"SSH {info['ssh']['host']}:{info['ssh']['port']}")  # fmt: skip
+
     # --- 3. install ----------------------------------------------------------------------
 
     def plugin_dir(self) -> Path:
@@ -224,12 +255,12 @@ class Scenario:
             ],
             "metrics": {"serviceMonitor": {"enabled": True, "interval": "5s"}},
             "alerts": {"enabled": True, "alertLabels": {"team": "e2e"}},
+            **sidenodes.chart_values(self.side_state),
         }
 
     def write_secrets(self) -> None:
-        key = SshClientKey.generate()
         for name, data in {
-            "nodewarden-ssh": {"id": key.export_private().get_secret_value()},
+            "nodewarden-ssh": {"id": self.ssh_key.export_private().get_secret_value()},
             "nodewarden-cloud": {"key": self.cloud_key, "secret": self.cloud_secret},
             "nodewarden-status": {"token": self.token},
         }.items():
@@ -530,17 +561,124 @@ class Scenario:
         self.timed("upgrade", t0)
         self.report["upgrade"] = {"crd_field_applied": True, "image": self.env.next_image_ref}
 
+    # --- 9. side-node power cycle ---------------------------------------------------------
+
+    def intents(self, node: str, action: str) -> list[dict[str, Any]]:
+        items = [
+            i
+            for i in self.get("pi")["items"]
+            if i["spec"]["nodeName"] == node and i["spec"]["action"] == action
+        ]
+        return sorted(items, key=lambda i: str(i["metadata"]["creationTimestamp"]))
+
+    def node_status(self, node: str) -> dict[str, Any]:
+        return dict(self.get("wn", node).get("status") or {})
+
+    def bmc_resets(self) -> list[dict[str, Any]]:
+        """What the side node's fake BMC received (its own log: what was really sent)."""
+        log_ = self.env.side_admin(lambda admin: admin.bmc_log(sidenodes.NODE))
+        return list(log_["resets"])
+
+    def bmc_wall_time(self, monotonic: float) -> datetime:
+        """A time of the side-node process's monotonic clock (its BMC log) as wall time,
+        through a node event that carries both."""
+        events = self.env.side_admin(lambda admin: admin.events(sidenodes.NODE))
+        ref = events[-1]
+        return sidenodes.parse_time(ref["at"]) + timedelta(
+            seconds=monotonic - float(ref["monotonic"])
+        )
+
     def side_node_power_cycle(self) -> None:
-        """Hook: a side node (fake BMC / sushy in the cloud namespace) powered off when idle
-        and woken by demand, through the operator Pods. Joins when the power controller
-        lands; until then the report says so."""
-        self.report["side_node_power_cycle"] = "not yet: waits for the power controller"
+        """Step 9 (module docstring): the side node's WorkerNode, Secrets and policy go in;
+        it is drained and switched off; a GPU container that fits only it wakes it (the
+        leader is killed while it is WAKING) and runs there exactly once."""
+        t0 = time.monotonic()
+        node = sidenodes.NODE
+        objects = sidenodes.objects(self.side_state, self.bmc_password)
+        self.kubectl("-n", NAMESPACE, "apply", "-f", "-",
+                     input="\n---\n".join(json.dumps(o) for o in objects))  # fmt: skip
+
+        def succeeded(action: str) -> dict[str, Any] | NotYet:
+            found = self.intents(node, action)
+            phases = [(i.get("status") or {}).get("phase") for i in found]
+            done = [i for i in found if (i.get("status") or {}).get("phase") == "Succeeded"]
+            return done[-1] if done else NotYet(f"{action} intents {phases}")
+
+        shutdown = wait_for(f"{node} idle -> Shutdown Succeeded", lambda: succeeded("Shutdown"),
+                            timeout=180)  # fmt: skip
+
+        def off() -> dict[str, Any] | NotYet:
+            status = self.node_status(node)
+            return status if status.get("state") == "Off" else NotYet(str(status.get("state")))
+
+        status = wait_for(f"{node} Off", off, timeout=30)
+        if status.get("admission") != "Closed" or status.get("observedPower") != "Off":
+            raise E2EError(f"{node} is Off with admission {status.get('admission')}, observed "
+                           f"power {status.get('observedPower')}")  # fmt: skip
+        resets = self.bmc_resets()
+        bmc = self.side_state["nodes"][node]["power"]["endpoint"]
+        problems, summary = sidenodes.check_shutdown(shutdown, resets, bmc, self.bmc_wall_time)
+        if problems:
+            raise E2EError(f"shutdown {summary['intent']}: {'; '.join(problems)}")
+        report: dict[str, Any] = {"shutdown": summary}
+        self.timed("side_node_off", t0)
+        log(f"side node {node}: drained and switched off (one GracefulShutdown at its BMC)")
+
+        t1 = time.monotonic()
+        uuid = "zzzzz-dz642-sidegpu00000001"
+        self.submit([sidenodes.gpu_container("side-gpu", uuid, 3)])
+
+        def waking() -> bool | NotYet:
+            sent = [r["reset_type"] for r in self.bmc_resets()]
+            state = self.node_status(node).get("state")
+            return ("On" in sent and state == "Waking") or NotYet(f"{state}, BMC got {sent}")
+
+        wait_for(f"{node} WAKING with On sent to its BMC", waking, timeout=120, interval=0.3)
+        report["leader_killed_while"] = "Waking"
+        report["handover_seconds"] = round(self.kill_leader(), 1)
+        took_over_at = sidenodes.parse_time(self.lease()["spec"]["acquireTime"])
+        if self.node_status(node).get("state") not in ("Waking", "Idle", "Active"):
+            raise E2EError(f"{node}: unexpected state after the handover {self.node_status(node)}")
+
+        def complete() -> dict[str, Any] | NotYet:
+            container = self.get("cd", "side-gpu")
+            phase = (container.get("status") or {}).get("phase")
+            if phase in ("Failed", "Cancelled"):
+                raise E2EError(f"the GPU container ended {phase}: {container['status']}")
+            return container if phase == "Complete" else NotYet(str(phase))
+
+        container = wait_for("the GPU container Complete", complete, timeout=180, interval=1)
+        if container["status"].get("node") != node:
+            raise E2EError(f"the GPU container ran on {container['status'].get('node')}")
+        runs = self.env.side_admin(lambda admin: admin.runs(node))
+        on_side = [r for r in runs if r["uuid"] == uuid]
+        on_cloud = [r for r in self.env.cloud_admin(lambda a: a.runs()) if r["uuid"] == uuid]
+        if len(on_side) != 1 or on_cloud:
+            raise E2EError(f"the GPU container started {len(on_side)} times on {node} and "
+                           f"{len(on_cloud)} times on the cloud (want 1 and 0)")  # fmt: skip
+        wakes = self.intents(node, "Wake")
+        if len(wakes) != 1:
+            raise E2EError(f"{len(wakes)} Wake intents for {node}, want 1")
+        problems, report["wake"] = sidenodes.check_wake(wakes[0], container, took_over_at)
+        if problems:
+            raise E2EError(f"wake {report['wake']['intent']}: {'; '.join(problems)}")
+        sent = [r["reset_type"] for r in self.bmc_resets()]
+        # after its container the node is idle again and may already be switched off anew
+        if sent[:2] != ["GracefulShutdown", "On"] or sent.count("On") != 1:
+            raise E2EError(f"{node}'s BMC received {sent}: want one On for the one wake")
+        report["bmc_resets"] = sent
+        self.timed("side_node_wake_and_run", t1)
+        self.timed("side_node_power_cycle", t0)
+        self.report["side_node_power_cycle"] = report
+        log(f"side node {node}: woken by the GPU container (one On at its BMC, the leader "
+            "killed while WAKING), ready, ran it exactly once")  # fmt: skip
 
     # --- the whole run ---------------------------------------------------------------------
 
     def run(self) -> None:
         self.start_cluster()
         self.start_cloud()
+        self.start_side_nodes()
         self.install()
         self.start_prometheus()
         self.check_status_api()

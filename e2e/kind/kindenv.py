@@ -12,6 +12,7 @@ Same assertions as `make e2e` (`e2e/dataplane/scenario.py`); only the environmen
 - the stub cloud runs in a network namespace of its own whose veth is attached to kind's
   Docker bridge, with an address at the top of kind's subnet and the same DNAT rule as
   in `dataplane.netns`; the operator Pods' routed cloud plugin is told kind's subnet;
+  the side-node process runs in that namespace too, advertised at the same address;
 - a leader crash is `crictl stop --timeout 0` in the node container.
 
     sudo e2e/kind/e2e.sh [--trimmed]      # needs docker, kind, root (namespace, routes)
@@ -35,9 +36,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent / "operator")]
 
-from dataplane.envs import NamespacedCloud, run_quiet  # noqa: E402
+from dataplane.envs import NamespacedCloud, NamespacedSideNodes, run_quiet  # noqa: E402
 from dataplane.netns import CLOUD_LINK  # noqa: E402
 from localcluster import REPO  # noqa: E402
+from nodewarden_doubles.sidenode.process import SideNodeAdmin, SideNodeProcess  # noqa: E402
 from nodewarden_doubles.stubcloud.process import StubCloudAdmin  # noqa: E402
 from nodewarden_doubles.stubcloud.serverconfig import StubServerConfig  # noqa: E402
 
@@ -57,6 +59,7 @@ class KindEnvironment:
         self.node = f"{self.name}-control-plane"
         self.cloud_netns = f"{self.name}-c"
         self.cloud: NamespacedCloud | None = None
+        self.side_nodes: NamespacedSideNodes | None = None
         self.routes: list[str] = []
         self.timings: dict[str, float] = {}
 
@@ -137,11 +140,21 @@ class KindEnvironment:
         ):  # fmt: skip
             run_quiet("ip", "netns", "exec", ns, *argv)
         self.cloud = NamespacedCloud(Path(f"/run/netns/{ns}"))
+        self.cloud_address = address
         return self.cloud.start(config, workdir, address)
 
     def cloud_admin(self, fn: Callable[[StubCloudAdmin], Any]) -> Any:
         assert self.cloud is not None
         return self.cloud.admin(fn)
+
+    def start_side_nodes(self, config: dict[str, Any], workdir: Path) -> SideNodeProcess:
+        assert self.cloud is not None, "start_cloud first: the side nodes share its namespace"
+        self.side_nodes = NamespacedSideNodes(self.cloud.netns)
+        return self.side_nodes.start(config, workdir, self.cloud_address)
+
+    def side_admin(self, fn: Callable[[SideNodeAdmin], Any]) -> Any:
+        assert self.side_nodes is not None
+        return self.side_nodes.admin(fn)
 
     def pod_env(self) -> list[dict[str, str]]:
         return [{"name": "NWE2E_ROUTED_NETWORK", "value": self.subnet}]
@@ -150,6 +163,8 @@ class KindEnvironment:
         return {"hostPath": {"path": str(plugins), "type": "Directory"}}
 
     def stop(self) -> None:
+        if self.side_nodes is not None:
+            self.side_nodes.stop()
         if self.cloud is not None:
             self.cloud.stop()
         subprocess.run(

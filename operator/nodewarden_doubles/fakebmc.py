@@ -678,11 +678,15 @@ def _error(status: int, message_id: str, message: str) -> web.Response:
     )
 
 
-def write_loopback_certificate(directory: Path) -> tuple[ssl.SSLContext, str]:
+def write_loopback_certificate(
+    directory: Path, extra_addresses: Sequence[str] = ()
+) -> tuple[ssl.SSLContext, str]:
     """A throwaway CA and a 127.0.0.1 server certificate for the fake (demo use).
 
     Writes ca.pem, server.pem and server.key into `directory`; returns the server
-    context and the CA PEM a client must trust.
+    context and the CA PEM a client must trust. `extra_addresses` are IP addresses the
+    certificate names as well (an address a test maps onto this loopback with a DNAT
+    rule in a network namespace it created); the server still listens on 127.0.0.1 only.
     """
     import datetime as dt
     import ipaddress
@@ -733,7 +737,12 @@ def write_loopback_certificate(directory: Path) -> tuple[ssl.SSLContext, str]:
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=30))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [
+                    x509.IPAddress(ipaddress.ip_address(address))
+                    for address in ("127.0.0.1", *extra_addresses)
+                ]
+            ),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)

@@ -43,4 +43,10 @@ def test_trimmed_e2e_on_a_real_kubelet(tmp_path: Path) -> None:
     assert all(b["started_once_each"] for b in report["batches"].values())
     assert report["monitoring"]["all_return_data"] and len(report["monitoring"]["targets"]) == 2
     assert set(report["status_api"]["through_service"]) == {200}
+    side = report["side_node_power_cycle"]  # off when idle, woken by a GPU container
+    assert side["shutdown"]["reasons"] == ["POWER_OFF_CONFIRMED"]
+    assert side["leader_killed_while"] == "Waking" and side["handover_seconds"] <= 20
+    assert {"POWER_ON_CONFIRMED", "READY_CONFIRMED"} <= set(side["wake"]["reasons"])
+    assert side["bmc_resets"][:2] == ["GracefulShutdown", "On"]
+    assert side["bmc_resets"].count("On") == 1
     print(f"trimmed e2e: {time.monotonic() - started:.0f}s, report {json.dumps(report['seconds'])}")

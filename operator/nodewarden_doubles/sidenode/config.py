@@ -12,6 +12,7 @@ YAML or JSON, snake_case keys::
     wol_port: 0                      # UDP port of the Wake-on-LAN listener (0 = free)
     tick_interval: 0.05              # how often every node follows its power source
     sushy_poll_interval: 0.25        # how often each sushy system is read over HTTPS
+    advertise_address: null          # see below
     nodes:
       - name: gpu-a100-01
         power: fakebmc               # fakebmc | sushy | wol
@@ -30,11 +31,19 @@ YAML or JSON, snake_case keys::
         faults: {ready_fails_after_wake: true}              # SideNodeFaults fields
         worker_faults: {command_delay: 0.5}                 # StubFaults fields
 
+``advertise_address`` (an IP address, default none): where callers reach the nodes when
+a DNAT rule in a network namespace the caller created maps ``<address>:<port>`` onto
+this process's 127.0.0.1 (`make e2e`: operator Pods reach the side nodes by routing).
+Everything still listens on 127.0.0.1 only; the BMC certificate names the address too,
+and the state file's SSH hosts, known_hosts lines and BMC endpoints use it (the
+Wake-on-LAN listener stays on 127.0.0.1: UDP is not mapped).
+
 A mistake is reported by field path (``nodes.1.mac: ...``), never with the value.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -165,7 +174,20 @@ class SideNodeFileConfig(BaseModel):
     tick_interval: float = Field(default=0.05, gt=0, le=10)
     sushy_poll_interval: float = Field(default=0.25, gt=0, le=10)
     sushy_command: str | None = None
+    advertise_address: str | None = Field(
+        default=None, description="IP address mapped onto this loopback (module docstring)."
+    )
     nodes: list[NodeFileConfig] = Field(min_length=1)
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _ip_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            raise ValueError("must be an IP address (e.g. 192.0.2.3)") from None
 
     @model_validator(mode="after")
     def _consistent(self) -> SideNodeFileConfig:

@@ -185,7 +185,8 @@ class SideNodeServer:
 
     async def _build_nodes(self) -> list[PoweredSideNode]:
         config = self.config
-        context, self.ca_pem = write_loopback_certificate(self.state_dir / "tls")
+        extra = [config.advertise_address] if config.advertise_address else []
+        context, self.ca_pem = write_loopback_certificate(self.state_dir / "tls", extra)
         sushy_ids = {n.name: str(uuid.uuid4()) for n in config.nodes if n.power == "sushy"}
         if sushy_ids:
             await self._start_sushy(sushy_ids)
@@ -264,15 +265,19 @@ class SideNodeServer:
     def state(self) -> dict[str, Any]:
         """What a demo or test needs to reach everything (no secrets)."""
         assert self.group is not None
+        host = self.config.advertise_address or "127.0.0.1"
         nodes: dict[str, Any] = {}
         for node in self.group.nodes.values():
+            power = node.source.describe()
+            if "endpoint" in power:
+                power["endpoint"] = self._advertised(power["endpoint"])
             nodes[node.name] = {
-                "ssh": {"host": "127.0.0.1", "port": node.port},
+                "ssh": {"host": host, "port": node.port},
                 "host_public_key": node.host_public_key,
-                "known_hosts_line": node.known_hosts_line(),
+                "known_hosts_line": node.known_hosts_line(host),
                 "mac": node.mac,
                 "secure_on": node.settings.secure_on is not None,
-                "power": node.source.describe(),
+                "power": power,
             }
         return {
             "name": self.config.name,
@@ -283,10 +288,20 @@ class SideNodeServer:
             "bmc_username": self.config.bmc.username if self.config.bmc else None,
             "wol": {"host": self.group.wol.host, "port": self.group.wol.port},
             "sushy": (
-                {"endpoint": self.sushy.endpoint, "pid": self.sushy.pid} if self.sushy else None
+                {"endpoint": self._advertised(self.sushy.endpoint), "pid": self.sushy.pid}
+                if self.sushy
+                else None
             ),
             "nodes": nodes,
         }
+
+    def _advertised(self, url: str) -> str:
+        """A loopback URL of ours as callers reach it (`advertise_address`, if set)."""
+        address = self.config.advertise_address
+        if address is None:
+            return url
+        host = f"[{address}]" if ":" in address else address
+        return url.replace("://127.0.0.1:", f"://{host}:", 1)
 
     # ---- admin API -------------------------------------------------------------------
 
