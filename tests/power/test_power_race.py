@@ -93,3 +93,53 @@ def test_demand_during_draining_aborts_the_shutdown_and_reverifies(env: PowerEnv
     runs = [r for r in env.side.admin.runs("racy") if r["uuid"] == "zzzzz-dz642-000000000000077"]
     assert len(runs) == 1
     assert [i["status"]["phase"] for i in env.intents("racy")][:1] == ["Aborted"]
+
+
+@pytest.fixture
+def slow_probes(cluster: ClusterHandle, namespace: str, tmp_path: Path) -> Iterator[PowerEnv]:
+    env = PowerEnv.create(
+        cluster,
+        namespace,
+        tmp_path,
+        [side_node_entry("busy", initial_power="Off")],
+        policy={"idleThreshold": "2s"},
+        node_specs={"busy": {"capacity": {"vcpus": 8, "ram": "32Gi", "gpus": 1, "gpuModel": "rx"}}},
+        # SSH probes far apart: between two of them only the dispatcher knows the work
+        config={"dispatch": {"probe_interval": 8}},
+    )
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+def test_a_node_is_not_drained_while_the_dispatcher_runs_work_on_it(
+    slow_probes: PowerEnv,
+) -> None:
+    env = slow_probes
+    env.start_operator()
+    env.wait_state("busy", "Off", timeout=60)
+    long_job = job()
+    long_job["spec"]["command"] = ["sleep", "6"]
+    long_job["spec"]["runtime"] = {"durationHintSeconds": 6}
+    apply_many(env, [long_job])  # type: ignore[arg-type]
+
+    def complete() -> dict[str, Any] | None:
+        c = env.cluster.get_json(env.namespace, "cd", "late-arrival")
+        return c if (c.get("status") or {}).get("phase") == "Complete" else None
+
+    done = wait_for(complete, timeout=120, interval=1, what="the job Complete")
+    assert done["status"]["node"] == "busy"
+    finished = _time(done["status"]["finishedAt"])
+    # no shutdown began while the job ran: the first one after the wake came after it
+    later = [
+        i
+        for i in env.intents("busy")
+        if i["spec"]["action"] == "Shutdown"
+        and _time(i["metadata"]["creationTimestamp"]) > _time(done["status"]["startedAt"])
+    ]
+    for intent in later:
+        started = _time(
+            intent["status"].get("startedAt") or intent["metadata"]["creationTimestamp"]
+        )
+        assert started >= finished.replace(microsecond=0), (intent["status"], done["status"])

@@ -93,6 +93,7 @@ from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.power.demand import (
     fleet_readings,
+    placed_counts,
     placed_on,
     planned_demand,
     queued_from_bodies,
@@ -284,7 +285,23 @@ class PowerController:
         """The dispatcher's round: queued demand for every node, by the plan's fit rules."""
         self._plan = (containers, plan, now)
         self._update_demand(now)
+        self._update_placed(containers, now)
         self.wake.set()
+
+    def _update_placed(self, containers: list[ContainerView], at: datetime) -> None:
+        """Work the dispatcher placed is work on the node from that moment: a node is
+        never taken for idle between the start of a runner and the next SSH probe."""
+        for name, count in placed_counts(containers).items():
+            rt = self.nodes.get(name)
+            if rt is None:
+                continue
+            work = rt.facts.work
+            if work is not None and (work.active_jobs >= count or work.observed_at > at):
+                continue
+            reading = work_reading(count, "dispatcher (containers placed on the node)", at, None)
+            rt.facts = rt.facts.model_copy(update={"work": reading})
+            rt.idle_since = None
+            rt.events.append(Evaluate())
 
     # -- what validation asks (handlers.validation.NodeIndex) ---------------------------
 

@@ -52,6 +52,15 @@ def node_view(rt: NodeRuntime, catalogue: Catalogue) -> NodeView | None:
     return NodeView(rt.name, NodeState.IDLE, Capacity.of(itype), itype.name, itype.price)
 
 
+def placed_counts(containers: Iterable[ContainerView]) -> dict[str, int]:
+    """Per node: containers the dispatcher has Locked or Running there."""
+    out: dict[str, int] = {}
+    for c in containers:
+        if c.node is not None and c.phase in (Phase.LOCKED, Phase.RUNNING):
+            out[c.node] = out.get(c.node, 0) + 1
+    return out
+
+
 def placed_on(containers: Iterable[ContainerView], node: str) -> int:
     """Containers the dispatcher has Locked or Running on `node` (starts included)."""
     return sum(1 for c in containers if c.node == node and c.phase in (Phase.LOCKED, Phase.RUNNING))
