@@ -18,6 +18,7 @@ Finished policy-made intents are kept (`keep_finished` per node) and then delete
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import deque
@@ -103,6 +104,7 @@ class IntentBook:
         self.intents: dict[str, Intent] = {}
         self._finished_policy: dict[str, deque[str]] = {}
         self._gone_since: dict[str, datetime] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self.writes = 0
 
     # -- the watch ----------------------------------------------------------------------
@@ -114,6 +116,7 @@ class IntentBook:
         if not name:
             return None
         if deleted:
+            self._locks.pop(name, None)
             gone = self.intents.pop(name, None)
             return gone.node if gone is not None else None
         try:
@@ -181,7 +184,14 @@ class IntentBook:
     # -- writes ---------------------------------------------------------------------------
 
     async def write(self, intent: Intent, fields: Mapping[str, Any]) -> None:
-        """Patch the intent's status with the fields that changed (none: no write)."""
+        """Patch the intent's status with the fields that changed (none: no write).
+        Writes of one intent run one at a time, in the order they were asked for: two in
+        flight at once could land in the wrong order and leave an older phase or record."""
+        lock = self._locks.setdefault(intent.name, asyncio.Lock())
+        async with lock:
+            await self._write(intent, fields)
+
+    async def _write(self, intent: Intent, fields: Mapping[str, Any]) -> None:
         changed = {k: v for k, v in fields.items() if intent.written.get(k) != v}
         if not changed:
             return
@@ -203,6 +213,9 @@ class IntentBook:
         intent.written.update(changed)
         if "phase" in changed:
             intent.phase = changed["phase"]
+            current = self.intents.get(intent.name)
+            if current is not None:
+                current.phase = changed["phase"]
         if intent.source == "Policy" and intent.finished:
             self._remember_finished(intent)
             await self._expire(intent.node)

@@ -1,4 +1,4 @@
-"""Finished policy-made PowerIntents of a deleted WorkerNode (a destroyed VM) are kept for
+"""IntentBook. Finished policy-made PowerIntents of a deleted WorkerNode (a destroyed VM) are kept for
 `keep_intents_of_gone_nodes`, then deleted; a person's intents and those of live nodes
 stay. `FakeIntentApi` records the deletes the book asks for (the real API server runs
 the same book in tests/power and tests/dispatch)."""
@@ -65,5 +65,37 @@ def test_a_node_that_comes_back_starts_the_grace_again() -> None:
         await book.expire_gone({"n"}, T0 + timedelta(minutes=5), keep)  # back
         assert await book.expire_gone(set(), T0 + timedelta(minutes=12), keep) == 0
         assert await book.expire_gone(set(), T0 + timedelta(minutes=22), keep) == 1
+
+    asyncio.run(scenario())
+
+
+class SlowFirstStatusApi:
+    """Fake status subresource whose first patch takes longer than the second (two
+    requests in flight at once would land in the wrong order)."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Any] = {}
+        self.calls = 0
+
+    async def patch_status(
+        self, kind: Any, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.calls += 1
+        await asyncio.sleep(0.05 if self.calls == 1 else 0.0)
+        self.status.update(status)
+        return {"status": self.status}
+
+
+def test_writes_of_one_intent_land_in_the_order_they_were_asked_for() -> None:
+    async def scenario() -> None:
+        api = SlowFirstStatusApi()
+        book = IntentBook(api, "ns", "x")  # type: ignore[arg-type]
+        book.observe(intent("m", "n", "Manual", "Pending"))
+        current = book.intents["m"]
+        first = asyncio.ensure_future(book.write(current, {"phase": "Pending", "reasons": ["A"]}))
+        second = asyncio.ensure_future(book.write(current, {"phase": "Blocked", "reasons": ["B"]}))
+        await asyncio.gather(first, second)
+        assert api.status == {"phase": "Blocked", "reasons": ["B"]}
+        assert book.intents["m"].phase == "Blocked"
 
     asyncio.run(scenario())
