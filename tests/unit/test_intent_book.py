@@ -1,7 +1,8 @@
-"""IntentBook. Finished policy-made PowerIntents of a deleted WorkerNode (a destroyed VM) are kept for
-`keep_intents_of_gone_nodes`, then deleted; a person's intents and those of live nodes
-stay. `FakeIntentApi` records the deletes the book asks for (the real API server runs
-the same book in tests/power and tests/dispatch)."""
+"""IntentBook: finished policy-made PowerIntents of a deleted WorkerNode (a destroyed VM)
+are kept for `keep_intents_of_gone_nodes`, then deleted (a person's intents and those of
+live nodes stay); the status writes of one intent land in the order they were asked for.
+The fakes stand in for the API server, which runs the same book in tests/power and
+tests/dispatch."""
 
 from __future__ import annotations
 
