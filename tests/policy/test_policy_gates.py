@@ -498,6 +498,17 @@ def test_fleet_gate_min_warm_nodes_keeps_node_on() -> None:
     assert ev.decision is Decision.NONE and R.MIN_WARM_NODES in ev.reasons
 
 
+def test_min_warm_counts_the_warm_nodes_left_once_this_one_goes() -> None:
+    # this node is idle with admission open: it is one of the 2 warm idle nodes
+    pol = policy(minWarmNodes=2)
+    ev = evaluate_shutdown(idle_facts(fleet=fleet(warm=2)), NOW, pol, on_state())
+    assert R.MIN_WARM_NODES in ev.reasons  # going would leave 1 < 2
+    ev = evaluate_shutdown(idle_facts(fleet=fleet(warm=3)), NOW, pol, on_state())
+    assert R.MIN_WARM_NODES not in ev.reasons  # 2 stay warm
+    # a draining node no longer counts itself (admission closed): 2 others are warm
+    assert R.MIN_WARM_NODES not in shutdown(idle_facts(fleet=fleet(warm=2)), pol=pol).reasons
+
+
 def test_fleet_gate_without_reading_is_skipped() -> None:
     ev = shutdown()
     assert gate(ev, GateName.FLEET) == (Verdict.SKIPPED, ())

@@ -360,7 +360,9 @@ def evaluate_vm_shutdown(
         work_g = work_gate_for(work, admission, admission_since, floor, going, refresh)
         if fired.code is R.IDLE_EXCEEDED:
             # min warm nodes only: the disruption budget protects fixed capacity
-            fleet_g = fleet_gate(facts.fleet, policy, False, check_warm=True, check_budget=False)
+            fleet_g = fleet_gate(
+                facts.fleet, policy, False, check_warm=True, check_budget=False, state=state
+            )
         else:
             fleet_g = _skipped(
                 GateName.FLEET, "cloud VMs: the disruption budget protects fixed capacity only"

@@ -519,17 +519,26 @@ def _fleet_gate(
     own_transition: bool,
     check_warm: bool,
     check_budget: bool = True,
+    state: NodePowerState | None = None,
 ) -> GateResult:
     """Disruption budget (a transition of this kind already in progress on the node is
     counted in it; unless `check_budget` is off) and, if `check_warm`, the minimum of warm
-    idle nodes."""
+    idle nodes: the warm idle nodes left once this one goes (it is one of them while it
+    is idle with admission open)."""
     if fleet is None:
         return _FLEET_NOT_SUPPLIED
     reasons: list[ReasonCode] = []
+    counted = (
+        state is not None
+        and state.state is PowerState.ON_IDLE
+        and state.admission is AdmissionState.OPEN
+    )
+    left = max(0, fleet.warm_idle_nodes - (1 if counted else 0))
     evidence = (
         _ev("transitionsInProgress", fleet.transitions_in_progress, fleet),
         _ev("maxConcurrentTransitions", policy.max_concurrent_transitions, None),
         _ev("warmIdleNodes", fleet.warm_idle_nodes, fleet),
+        _ev("warmIdleNodesLeft", left, fleet),
     )
     if (
         check_budget
@@ -537,7 +546,7 @@ def _fleet_gate(
         and fleet.transitions_in_progress >= policy.max_concurrent_transitions
     ):
         reasons.append(R.DISRUPTION_BUDGET_EXHAUSTED)
-    if check_warm and fleet.warm_idle_nodes < policy.min_warm_nodes:
+    if check_warm and left < policy.min_warm_nodes:
         reasons.append(R.MIN_WARM_NODES)
     return _result(_G_FLEET, reasons, evidence)
 
@@ -803,7 +812,7 @@ def evaluate_shutdown(
                 inhibitor_gate = _result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev)
 
     capability_gate, action = _capability_gate(facts.capability, policy, SHUTDOWN_ACTIONS)
-    fleet_gate = _fleet_gate(facts.fleet, policy, draining, check_warm=not forced)
+    fleet_gate = _fleet_gate(facts.fleet, policy, draining, check_warm=not forced, state=state)
 
     gates = (
         policy_gate,

@@ -143,13 +143,14 @@ def reread_demand(
 
 
 def fleet_readings(nodes: Iterable[NodeRuntime], now: datetime) -> dict[str | None, FleetReading]:
-    """Per policy name: transitions in progress and warm idle nodes (budget, min warm)."""
+    """Per policy name: side-node transitions in progress (the disruption budget) and
+    warm idle nodes of any type (min warm)."""
     counts: dict[str | None, list[int]] = {}
     for rt in nodes:
         c = counts.setdefault(rt.policy_name, [0, 0])
         t = rt.state.transition
-        if t is not None and t.kind is not TransitionKind.VERIFY:
-            c[0] += 1
+        if t is not None and t.kind is not TransitionKind.VERIFY and rt.node_type == "SideNode":
+            c[0] += 1  # the disruption budget protects fixed capacity: side nodes only
         if rt.state.state is PowerState.ON_IDLE and api_admission(rt.state.admission) == "Open":
             c[1] += 1
     return {
