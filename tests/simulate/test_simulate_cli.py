@@ -188,6 +188,9 @@ def test_example_fleet_file_is_the_builtin_fleet() -> None:
 
 
 def test_registered_in_the_nodewarden_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert nodewarden_main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "nodewarden simulate --trace" in listed and "nodewarden trace generate" in listed
     assert nodewarden_main(["simulate", "--policy", "builtin:default"]) == 2
     assert "--trace" in capsys.readouterr().err
     assert nodewarden_main(["trace", "generate"]) == 2
