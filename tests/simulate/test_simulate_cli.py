@@ -132,6 +132,10 @@ def test_bad_policy_file_exits_2_naming_the_field(tmp_path: Path, text: str, wan
             "sideNodes[0].controlMethod",
         ),
         ("cloud: {billing: {period: hourly}}\n", "cloud.billing.period"),
+        (
+            "cloud: {listInterval: 0s, instanceTypes: [{name: a, vcpus: 1, ram: 1Gi, price: 1}]}\n",
+            "cloud.listInterval",
+        ),
         ("{}\n", "no instance types and no side nodes"),
     ],
 )

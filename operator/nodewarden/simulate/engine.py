@@ -1024,6 +1024,7 @@ class Simulation:
         if recording is not None and self._stepped.get(node.name) is not None:
             self._record(node, recording, before, event, result.decision, key[1])
         self._execute(node, result.actions, result.decision)
+        self._catch_up(node)
         cause = self._machine_cause(node)
         if cause != node.idle_cause:
             self._cause(node, cause)
@@ -1033,6 +1034,23 @@ class Simulation:
             self._remove(node)  # destroyed and confirmed: the WorkerNode goes
             if recording is not None:
                 self._stepped.pop(node.name, None)
+
+    def _catch_up(self, node: MachineNode) -> None:
+        """The machine decided on a probe reading that is behind (work started or ended
+        since, or the last probe failed): the next probe brings the change, and the
+        operator steps a node on every probe, so look again then."""
+        work = node.facts.work
+        if (
+            work is None
+            or node.seen_ready_at is None
+            or (work.active_jobs > 0) == bool(node.work.running)
+            or node.probe_check_at > self.now
+            or not node.reachable(self.now)
+        ):
+            return
+        at = self._next_probe(node)
+        node.probe_check_at = at if at > self.now else at + self._probe
+        self._schedule(node.probe_check_at, self._m_evaluate, node)
 
     def _record(
         self,

@@ -124,6 +124,8 @@ class MachineNode:
     power_change: int = 0
     """Token of the pending physical power change (a newer request supersedes it)."""
     timer: int = 0
+    probe_check_at: int = -(1 << 62)
+    """A look at the next probe is scheduled for then (the last reading is behind)."""
     timer_at: int = -(1 << 62)
     """When the machine's latest recheck is due."""
     poll_at: int | None = None
