@@ -10,7 +10,9 @@ nodewarden explain --scenario FILE [-o table|json|yaml]
 nodewarden explain workernode NAME [-n NS] [--kubeconfig F] [--operator-url URL] [-o ...]
     why is this node (not) off: its facts, gate table, decision and records, live
 nodewarden simulate --trace T --policy A.yaml [--policy B.yaml ...] [--fleet F] [-o table|json]
-    replay a workload trace against PowerPolicies
+                    [--plot FILE.png] [--seed N]
+    replay a workload trace against PowerPolicies, side by side with baselines and the
+    oracle lower bound (cost, waits, power cycles)
 nodewarden trace generate|export ...
     write a synthetic trace, or export one from a cluster
 nodewarden crds [DIR] [--check]

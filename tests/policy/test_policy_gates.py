@@ -46,6 +46,8 @@ from nodewarden.policy.state import (
 
 R = ReasonCode
 DEFAULT = policy()
+IDLE_20M = policy(idleThreshold="20m")
+BUDGET_1 = policy(disruptionBudget={"maxConcurrentTransitions": 1})
 
 
 def closed_state(closed_at: float = -60, **overrides: Any) -> NodePowerState:
@@ -303,7 +305,7 @@ def test_power_gate_unknown_power_defers(value: str) -> None:
 
 
 def test_timing_gate_idle_threshold_not_met_defers_until_reached() -> None:
-    ev = evaluate_shutdown(idle_facts(work=work(idle_for=600)), NOW, DEFAULT, on_state())
+    ev = evaluate_shutdown(idle_facts(work=work(idle_for=600)), NOW, IDLE_20M, on_state())
     assert ev.decision is Decision.DEFER and ev.reasons[0] is R.IDLE_WINDOW_NOT_MET
     idle_since = at(-10) - timedelta(seconds=600)
     assert ev.recheck_at == idle_since + timedelta(minutes=20)
@@ -311,9 +313,9 @@ def test_timing_gate_idle_threshold_not_met_defers_until_reached() -> None:
 
 def test_timing_gate_idle_exactly_threshold_passes() -> None:
     """Idle for exactly the threshold passes; a second less defers."""
-    ev = evaluate_shutdown(idle_facts(work=work(idle_for=1200 - 10)), NOW, DEFAULT, on_state())
+    ev = evaluate_shutdown(idle_facts(work=work(idle_for=1200 - 10)), NOW, IDLE_20M, on_state())
     assert ev.decision is Decision.DRAIN and ev.reasons == (R.ADMISSION_OPEN,)
-    ev = evaluate_shutdown(idle_facts(work=work(idle_for=1200 - 11)), NOW, DEFAULT, on_state())
+    ev = evaluate_shutdown(idle_facts(work=work(idle_for=1200 - 11)), NOW, IDLE_20M, on_state())
     assert ev.decision is Decision.DEFER and ev.reasons[0] is R.IDLE_WINDOW_NOT_MET
 
 
@@ -485,12 +487,13 @@ def test_force_off_needs_intent_override_policy_and_capability() -> None:
 
 
 def test_fleet_gate_disruption_budget_exhausted_defers() -> None:
-    ev = evaluate_shutdown(idle_facts(fleet=fleet(in_progress=1)), NOW, DEFAULT, on_state())
+    ev = evaluate_shutdown(idle_facts(fleet=fleet(in_progress=1)), NOW, BUDGET_1, on_state())
     assert ev.decision is Decision.DEFER and R.DISRUPTION_BUDGET_EXHAUSTED in ev.reasons
 
 
 def test_fleet_gate_own_transition_is_not_counted_twice() -> None:
-    assert shutdown(idle_facts(fleet=fleet(in_progress=1))).decision is Decision.SHUTDOWN
+    facts = idle_facts(fleet=fleet(in_progress=1))
+    assert shutdown(facts, pol=BUDGET_1).decision is Decision.SHUTDOWN
 
 
 def test_fleet_gate_min_warm_nodes_keeps_node_on() -> None:
@@ -614,5 +617,5 @@ def test_wake_desired_off_or_hold_never_wakes() -> None:
 
 
 def test_wake_disruption_budget_defers() -> None:
-    ev = wake(off_facts(fleet=fleet(in_progress=1)))
+    ev = wake(off_facts(fleet=fleet(in_progress=1)), pol=BUDGET_1)
     assert ev.decision is Decision.DEFER and R.DISRUPTION_BUDGET_EXHAUSTED in ev.reasons

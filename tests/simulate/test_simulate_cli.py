@@ -132,6 +132,10 @@ def test_bad_policy_file_exits_2_naming_the_field(tmp_path: Path, text: str, wan
             "sideNodes[0].controlMethod",
         ),
         ("cloud: {billing: {period: hourly}}\n", "cloud.billing.period"),
+        (
+            "cloud: {listInterval: 0s, instanceTypes: [{name: a, vcpus: 1, ram: 1Gi, price: 1}]}\n",
+            "cloud.listInterval",
+        ),
         ("{}\n", "no instance types and no side nodes"),
     ],
 )
@@ -188,6 +192,9 @@ def test_example_fleet_file_is_the_builtin_fleet() -> None:
 
 
 def test_registered_in_the_nodewarden_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert nodewarden_main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "nodewarden simulate --trace" in listed and "nodewarden trace generate" in listed
     assert nodewarden_main(["simulate", "--policy", "builtin:default"]) == 2
     assert "--trace" in capsys.readouterr().err
     assert nodewarden_main(["trace", "generate"]) == 2

@@ -8,11 +8,11 @@ import pytest
 from sim_builders import small_fleet
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
+from nodewarden.policy.state import PowerState
 from nodewarden.simulate import decide
 from nodewarden.simulate.accounting import billed_us
 from nodewarden.simulate.engine import RunResult, SimOptions, Simulation
 from nodewarden.simulate.fleet import Fleet
-from nodewarden.simulate.nodes import DispatcherVm, MachineNode
 from nodewarden.simulate.policies import baselines, policy_from_spec
 from nodewarden.simulate.trace import Trace, parse_trace
 
@@ -39,26 +39,42 @@ CPU_BURST = trace_of([f"{i * 20},{600 + i * 30},2,2Gi,0" for i in range(12)])
 GPU_JOB = trace_of(["0,1800,4,8Gi,1", "7200,600,4,8Gi,1"])
 
 
-def test_cloud_vms_take_the_dispatcher_path_today() -> None:
-    assert decide.PATHS == {"SideNode": "machine", "CloudVM": "dispatcher"}
-    sim = Simulation(CPU_BURST, small_fleet(), baselines()[0], 1)
-    result = sim.run()
-    assert result.figures["notRun"] == 0 and result.figures["powerCycles"] > 0
-    assert all(isinstance(n, DispatcherVm | MachineNode) for n in sim.nodes.values())
-    assert any(isinstance(n, DispatcherVm) for n in sim.nodes.values())  # never-off keeps them
-
-
-def test_cloud_vms_on_the_machine_path_run_the_same_workload() -> None:
-    """The switch the power controller will make (PATHS["CloudVM"] = "machine") works:
-    VMs are verified, admitted, drained and switched off by machine.step."""
-    paths = {"SideNode": "machine", "CloudVM": "machine"}
-    result = run(CPU_BURST, small_fleet(), FAST, paths=paths)
+def test_cloud_vms_take_the_machine_path() -> None:
+    """VMs are decided by machine.step with the node-manager rules of policy/cloudvm.py:
+    verified (listed On + first probe), admitted, drained by the idle rule and destroyed,
+    the destroy confirmed by the instance leaving the cloud list."""
+    assert decide.PATHS == {"SideNode": "machine", "CloudVM": "machine"}
+    result = run(CPU_BURST, small_fleet(), FAST, record=frozenset({"vm-small-0"}))
     figures = result.figures
     assert figures["notRun"] == 0 and figures["unfinished"] == 0
-    assert figures["transitions"].get("Shutdown Succeeded", 0) >= 1
-    assert "START READY_CONFIRMED" in figures["decisions"]
-    dispatcher = run(CPU_BURST, small_fleet(), FAST)
-    assert dispatcher.figures["containersRun"] == figures["containersRun"]
+    steps = result.recordings["vm-small-0"].steps
+    assert steps[0].state is PowerState.UNKNOWN  # a new VM is verified first
+    seen = [(s.decision.value, s.reasons, s.state.value) for s in steps]
+    wanted = [
+        ("START", "READY_CONFIRMED", "ON_IDLE"),  # listed On + first probe: admitted
+        ("DRAIN", "IDLE_EXCEEDED", "DRAINING"),  # the cloud-VM idle rule fired
+        ("SHUTDOWN", "GATES_PASSED", "SHUTTING_DOWN"),  # the destroy is requested
+        ("NONE", "POWER_OFF_CONFIRMED", "OFF"),  # no longer listed: Off observed
+    ]
+    positions = [
+        next(i for i, s in enumerate(seen) if s[0] == w[0] and w[1] in s[1]) for w in wanted
+    ]
+    assert positions == sorted(positions), seen
+    assert [seen[i][2] for i in positions] == [w[2] for w in wanted]
+    assert steps[-1].state is PowerState.OFF
+    assert figures["transitions"]["Shutdown Succeeded"] >= 1
+
+
+def test_a_vm_that_never_boots_is_destroyed_by_the_lame_rule() -> None:
+    fleet = small_fleet(bootFailureRate=1.0)
+    # the CPU side node takes one at a time; the VMs made for the others never answer
+    result = run(trace_of(["0,3600,8,8Gi,0"] * 3), fleet, FAST)
+    decisions = result.figures["decisions"]
+    assert (
+        decisions.get("SHUTDOWN LAME_NODE", 0) + decisions.get("SHUTDOWN BOOT_GRACE_EXCEEDED", 0)
+        >= 1
+    )
+    assert result.figures["transitions"].get("Shutdown Succeeded", 0) >= 1
 
 
 def test_gpu_work_wakes_the_side_node_and_it_is_switched_off_after() -> None:

@@ -5,8 +5,9 @@ Two directions:
 * every recorded scenario of examples/scenarios/ is fed through the simulator's decision
   seam (`decide_node`), event by event, and must give the decisions `nodewarden explain`
   prints for the same file;
-* steps the simulator took on its own (a side node over six simulated hours) are written
-  as scenario files and `nodewarden explain` must reach the simulator's decision.
+* steps the simulator took on its own (side nodes and cloud VMs over six simulated hours)
+  are written as scenario files and `nodewarden explain` must reach the simulator's
+  decision.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def recorded() -> tuple[Any, Any]:
     policy = policy_from_spec(PowerPolicySpec(), "default", 3)
     fleet = builtin_fleet()
     nodes = frozenset(name for group in fleet.side_nodes for name in group.names())
+    nodes |= {f"vm-{t.name}-0" for t in fleet.cloud.instance_types}  # each type's first VM
     run = Simulation(trace, fleet, policy, 5, SimOptions(record=nodes)).run()
     return run, policy
 
@@ -102,7 +104,7 @@ def _interesting(steps: list[Any]) -> list[int]:
     return sorted({*seen.values(), len(steps) - 1})
 
 
-@pytest.mark.parametrize("group", ["gpu-a100", "cpu-epyc"])
+@pytest.mark.parametrize("group", ["gpu-a100", "cpu-epyc", "vm-"])
 def test_simulated_steps_replayed_by_explain_give_the_same_decisions(
     recorded: tuple[Any, Any], group: str, tmp_path: Path
 ) -> None:

@@ -58,19 +58,26 @@ class BillingWindow(ApiModel):
     ]
 
     period: Duration = Field(
-        default="1h",
+        default="0s",
         description=(
-            "Length of one billing period, counted from the instance's boot. '0s' means "
-            "per-second billing: the window is always open."
+            "Length of one billing period, counted from the instance's boot. '0s' (the "
+            "default) means per-second billing, as AWS, GCP and Azure bill Linux VMs: the "
+            "window is always open. Set '1h' for a cloud that bills per started hour."
         ),
     )
     window_start: Duration = Field(
         default="50m",
-        description="Offset into each billing period where the shutdown window opens.",
+        description=(
+            "Offset into each billing period where the shutdown window opens (ignored "
+            "with period '0s')."
+        ),
     )
     window_end: Duration = Field(
         default="1h",
-        description="Offset into each billing period where the shutdown window closes.",
+        description=(
+            "Offset into each billing period where the shutdown window closes (ignored "
+            "with period '0s')."
+        ),
     )
 
 
@@ -157,10 +164,14 @@ class DisruptionBudget(ApiModel):
     """Limits on how many nodes may be in a power transition at once."""
 
     max_concurrent_transitions: int = Field(
-        default=1,
+        default=6,
         ge=0,
         le=10000,
-        description="Maximum nodes draining, shutting down or waking at the same time (0 = none).",
+        description=(
+            "Maximum nodes draining, shutting down or waking at the same time (0 = none). "
+            "Checked for side nodes; transitions of cloud VMs under the same policy count "
+            "towards it."
+        ),
     )
 
 
@@ -226,7 +237,7 @@ class PowerPolicySpec(ApiModel):
     ]
 
     idle_threshold: Duration = Field(
-        default="20m",
+        default="5m",
         description="A node must be idle this long before a drain or shutdown is considered.",
     )
     boot_grace: Duration = Field(

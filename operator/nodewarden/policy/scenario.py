@@ -36,6 +36,7 @@ from nodewarden.policy.facts import (
     PowerReading,
     ReadyReading,
     UptimeReading,
+    VmReading,
     WorkReading,
 )
 from nodewarden.policy.gates import Evaluation, evaluate_shutdown, evaluate_wake
@@ -75,6 +76,7 @@ class FactsPatch(CoreModel):
     desired: DesiredReading | None = None
     intent: ManualIntent | None = None
     fleet: FleetReading | None = None
+    vm: VmReading | None = None
 
     def apply(self, facts: NodeFacts) -> NodeFacts:
         update = {name: getattr(self, name) for name in self.model_fields_set}

@@ -7,29 +7,40 @@ sleeps, threads or I/O. The loop, per event:
 
 1. Arrivals queue containers. A dispatcher round (at most one per `controller.tickInterval`,
    only when something changed) calls the scheduler's `plan()` with every queued and
-   running container and every node as `NodeView`s, then carries the plan out: starts
-   (the container runs for its run time after the runner's start latency), creates
-   (a cloud VM launched now, listed after the create latency, ready after the boot
-   delay, paired at its first successful probe), and unsatisfiable containers (never run).
-2. Qualified demand for each machine-path node is the number of queued containers that
-   fit it by the scheduler's own rules (`plan()` on a one-node snapshot, memoised per
-   shape); a change between none and some is fed to the machine as NewDemand.
-3. Every node decision goes through `nodewarden.simulate.decide.decide_node`: side nodes
-   step the real state machine with the events the shell would feed it (Evaluate,
+   running container and every node as the dispatcher's `NodeView`s, then carries the plan
+   out: starts (the container runs for its run time after the runner's start latency),
+   creates (a cloud VM: its WorkerNode at once, its instance listed after the create
+   latency, ready after the boot delay), and unsatisfiable containers (never run).
+2. Queued demand per node is what the operator's power controller takes from each round
+   (`power.demand.planned_demand`): for a side node that is off or waking, the containers
+   the plan waits on it for (the plan decides which node to wake); for any other node,
+   the queued containers it qualifies for (`scheduler.qualified_demand`). A change between
+   none and some is fed to the machine as NewDemand; the reading itself is as fresh as
+   the operator's, whose dispatcher plans every tick.
+3. Every node decision goes through `nodewarden.simulate.decide.decide_node`, i.e. the
+   real state machine, with the events the operator's shell feeds it (Evaluate,
    DeadlineReached, AdmissionClosed, DemandReread, NewDemand, request outcomes,
    PowerObserved, ReadyProbeResult); the actions it returns are carried out against the
-   simulated hardware (a BMC answering after a latency, sometimes dropping an accepted
-   request or answering with an error; boot and shutdown delays; SSH probe readings
-   stamped with the probe's own time, some probes failing). Cloud VMs on the dispatcher
-   path are decided by the node-manager matrix when they become idle, when their idle
-   grace, billing window or boot grace may have changed, and when they leave the
-   kept-warm set.
+   simulated hardware:
+   * side nodes: a BMC answering after a latency, sometimes dropping an accepted request
+     or answering with an error; boot and shutdown delays; PowerState read every
+     `bmc.pollInterval` (a change is observed at the next read) and when the machine asks;
+   * cloud VMs: the cloud's instance list, read every `cloud.listInterval`, is the trusted
+     power source (listed = On, destroyed = PoweringOff, no longer listed = Off); the
+     shutdown request is a destroy through the cloud API; the node-manager facts
+     (`VmReading`: launch time, paired, last heartbeat, probe attempts) come from the
+     list and the probes, as `PowerController._update_vm` builds them; the WorkerNode
+     goes once Off is observed;
+   * SSH probes: every `probe.bootInterval` while a node boots (its first success pairs a
+     VM and delivers the passing ReadyProbeResult), then every `probe.interval`, some
+     failing; readings (work, and on side nodes inhibitors and uptime) are stamped with
+     the probe's own time. A probe that gets no answer delivers no probe result.
 4. The run stops once every container has finished (or can never run) and the trace is
    over, or `SimOptions.max_overrun` after the trace's end; nodes still on are billed up
    to that moment.
 
-Randomness comes from streams seeded by (seed, node, purpose), so a node sees the same
-draws whatever policy is simulated, and the same seed gives the same result.
+Randomness comes from streams seeded by (seed, node, purpose), so a side node sees the
+same draws whatever policy is simulated, and the same seed gives the same result.
 """
 
 from __future__ import annotations
@@ -37,12 +48,12 @@ from __future__ import annotations
 import heapq
 import math
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodewarden.api.workernode import NodeType
+from nodewarden.api.workernode import NodeType, ObservedPower
 from nodewarden.policy.actions import (
     CancelPendingShutdown,
     CloseAdmission,
@@ -78,9 +89,9 @@ from nodewarden.policy.facts import (
     PowerReading,
     ReadyReading,
     UptimeReading,
+    VmReading,
     WorkReading,
 )
-from nodewarden.policy.nodemanager import CloudWorkerFacts
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import ON_STATES, NodePowerState, PowerState
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
@@ -92,25 +103,24 @@ from nodewarden.scheduling.scheduler import (
     NodeState,
     NodeView,
     Phase,
+    Plan,
     plan,
+    qualified_demand,
 )
 from nodewarden.simulate.accounting import Ledger, billed_us
-from nodewarden.simulate.decide import (
-    DecisionPath,
-    MachineQuery,
-    VmQuery,
-    decide_node,
-    path_for,
-)
-from nodewarden.simulate.distributions import stream, to_us
+from nodewarden.simulate.decide import MachineQuery, decide_node
+from nodewarden.simulate.distributions import Delay, stream, to_us
 from nodewarden.simulate.fleet import Fleet, SideNodeGroup, side_capacity_bytes
-from nodewarden.simulate.nodes import DispatcherVm, MachineNode, Node, PowerModel
+from nodewarden.simulate.nodes import MachineNode, PowerModel
 from nodewarden.simulate.policies import SimPolicy
 from nodewarden.simulate.trace import Trace, TraceContainer
 
 _US = 1_000_000
+_ONE_US = timedelta(microseconds=1)
 _SAME_INSTANT_LIMIT = 500
 _READING_FIELDS = tuple(n for n in NodeFacts.model_fields if n not in ("node", "node_type"))
+_PLANNED = "queue (dispatcher plan)"
+_LIVE = "queue (live list of ContainerDispatches)"
 
 
 _PROGRESS = frozenset(
@@ -123,6 +133,9 @@ _PROGRESS = frozenset(
     }
 )
 """Codes that report progress, not what holds a node on."""
+_READS_DEMAND = frozenset(
+    {PowerState.OFF, PowerState.ON_IDLE, PowerState.DRAINING, PowerState.SHUTTING_DOWN}
+)
 
 
 class SimulationError(RuntimeError):
@@ -134,9 +147,8 @@ class SimOptions:
     max_overrun: int = 2 * 86_400 * _US
     """How long past the trace's end the run may go on for queued work."""
     record: frozenset[str] = frozenset()
-    """Machine-path nodes whose every step is recorded (for `nodewarden explain` replays)."""
-    paths: Mapping[NodeType, DecisionPath] | None = None
-    """Override of `decide.PATHS` (tests run cloud VMs on the machine path with it)."""
+    """Nodes whose every step is recorded (for `nodewarden explain` replays); a VM name
+    records the first VM of that name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,15 +215,30 @@ class Simulation:
         self.ledger = Ledger()
         self._heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
         self._seq = 0
-        self._tick = to_us(fleet.controller.tick_interval)
-        self._api = to_us(fleet.controller.api_latency)
-        self._resync = to_us(fleet.controller.resync_interval)
-        self._start_latency = to_us(fleet.controller.start_latency)
+        controller = fleet.controller
+        self._tick = to_us(controller.tick_interval)
+        self._api = to_us(controller.api_latency)
+        self._resync = to_us(controller.resync_interval)
+        self._start_latency = to_us(controller.start_latency)
         self._probe = to_us(fleet.probe.interval)
+        self._boot_probe = to_us(fleet.probe.boot_interval)
         self._probe_failure = fleet.probe.failure_rate
-        self._catalogue: Catalogue = fleet.cloud.catalogue
-        self._types: dict[str, InstanceType] = {t.name: t for t in fleet.cloud.instance_types}
-        self._type_policy = fleet.cloud.instance_type_policy
+        cloud = fleet.cloud
+        self._list = to_us(cloud.list_interval)
+        self._catalogue: Catalogue = cloud.catalogue
+        self._types: dict[str, InstanceType] = {t.name: t for t in cloud.instance_types}
+        self._type_policy = cloud.instance_type_policy
+        self._vm_model = PowerModel(
+            control_method="Cloud",
+            allowable=("GracefulShutdown",),
+            source="cloud",
+            latency=Delay(fixed=controller.api_latency),
+            drop_rate=0.0,
+            error_rate=0.0,
+            poll_interval=self._list,
+            boot=cloud.boot,
+            shutdown=cloud.shutdown,
+        )
         spec = policy.spec
         self._limits = Limits(
             max_nodes=spec.max_nodes,
@@ -219,24 +246,22 @@ class Simulation:
             max_hourly_spend=spec.max_hourly_spend,
             min_warm_nodes=spec.min_warm_nodes,
         )
-        self._billing_period = to_us(fleet.cloud.billing.period)
-        self._billing_minimum = to_us(fleet.cloud.billing.minimum)
+        self._billing_period = to_us(cloud.billing.period)
+        self._billing_minimum = to_us(cloud.billing.minimum)
         self.containers: list[_Container] = []
         self.queued: dict[str, _Container] = {}
         self.running: dict[str, _Container] = {}
-        self.nodes: dict[str, Node] = {}
+        self.nodes: dict[str, MachineNode] = {}
         self._shapes: dict[tuple[object, ...], list[Any]] = {}  # shape -> [resources, count]
-        self._fits: dict[tuple[tuple[object, ...], str], bool] = {}
+        self._qualifies: dict[tuple[tuple[object, ...], str], bool] = {}
         self._slots: dict[str, set[int]] = {}
         self._round_pending = False
-        self._kept_warm: frozenset[str] = frozenset()
         self._in_transition: set[str] = set()
         self._warm: set[str] = set()
         self._nodes_on = 0
         self._done = 0
         self._recordings: dict[str, Recording] = {}
         self._stepped: dict[str, NodeFacts] = {}
-        self._cloud_rng = stream(seed, "cloud")
 
     # -- clock and queue ------------------------------------------------------------------
 
@@ -289,16 +314,8 @@ class Simulation:
         end = self.now
         for node in list(self.nodes.values()):
             self._cause(node, None)
-            if isinstance(node, DispatcherVm):
-                life = end - node.launched
-                self.ledger.on_interval(
-                    node.launched,
-                    end,
-                    node.price,
-                    billed_us(life, self._billing_period, self._billing_minimum),
-                )
-            elif node.powered and node.power_since is not None:
-                self._bill_machine(node, end)
+            if node.powered and node.power_since is not None:
+                self._bill(node, end)
             if node.work.busy_since is not None:
                 self.ledger.busy_interval(node.work.busy_since, end, node.price)
         for c in self.containers:
@@ -314,7 +331,9 @@ class Simulation:
             end=end,
         )
 
-    def _bill_machine(self, node: MachineNode, end: int) -> None:
+    def _bill(self, node: MachineNode, end: int) -> None:
+        """Charge a node's time on: a VM from launch to termination under the cloud's
+        billing, a side node its cost per hour from power-on to off."""
         assert node.power_since is not None
         billed = None
         if node.node_type == "CloudVM":
@@ -324,7 +343,7 @@ class Simulation:
     def _sample(self) -> None:
         self.ledger.sample(self.now, self._nodes_on, len(self.queued))
 
-    def _cause(self, node: Node, cause: str | None) -> None:
+    def _cause(self, node: MachineNode, cause: str | None) -> None:
         """Charge the node's idle stretch so far to its cause; start a new stretch."""
         if node.idle_cause is not None and self.now > node.idle_cause_since:
             self.ledger.idle_interval(node.idle_cause, node.idle_cause_since, self.now, node.price)
@@ -349,19 +368,24 @@ class Simulation:
     def _arrive(self, c: _Container) -> None:
         self.queued[c.spec.uuid] = c
         if c.spec.priority > 0:
-            entry = self._shapes.setdefault(c.shape, [c.spec.resources, 0])
-            entry[1] += 1
+            self._count_shape(c, 1)
         else:
             self._done += 1  # held: it can never start
         self._sample()
         self._request_round()
 
+    def _count_shape(self, c: _Container, delta: int) -> None:
+        entry = self._shapes.setdefault(c.shape, [c.spec.resources, 0])
+        entry[1] += delta
+        if entry[1] <= 0:
+            del self._shapes[c.shape]
+
     def _dequeue(self, c: _Container) -> None:
         del self.queued[c.spec.uuid]
         if c.spec.priority > 0:
-            self._shapes[c.shape][1] -= 1
+            self._count_shape(c, -1)
 
-    def _start(self, c: _Container, node: Node) -> None:
+    def _start(self, c: _Container, node: MachineNode) -> None:
         self._dequeue(c)
         c.node = node.name
         c.started = self.now + self._start_latency
@@ -381,13 +405,11 @@ class Simulation:
             self._cause(node, None)
         work.running.add(c.spec.uuid)
         work.change(self.now)
-        if isinstance(node, DispatcherVm):
-            node.idle_since = None
         self._touch(node)
         self._schedule(c.started + c.spec.runtime, self._finish, (c, c.token))
         self._sample()
 
-    def _release(self, c: _Container) -> Node | None:
+    def _release(self, c: _Container) -> MachineNode | None:
         """Take a running container off its node; returns the node if it became idle."""
         node = self.nodes.get(c.node or "")
         del self.running[c.spec.uuid]
@@ -419,7 +441,7 @@ class Simulation:
         self._sample()
         self._request_round()
 
-    def _requeue(self, node: Node) -> None:
+    def _requeue(self, node: MachineNode) -> None:
         """The node went away under running containers: they go back to the queue."""
         for uuid in sorted(node.work.running):
             c = self.running[uuid]
@@ -430,18 +452,14 @@ class Simulation:
             self.ledger.requeued += 1
             self.queued[uuid] = c
             if c.spec.priority > 0:
-                self._shapes[c.shape][1] += 1
+                self._count_shape(c, 1)
         self._request_round()
 
-    def _node_idle(self, node: Node) -> None:
+    def _node_idle(self, node: MachineNode) -> None:
         self._touch(node)
         self._cause(node, "idle, not yet evaluated")
-        if isinstance(node, DispatcherVm):
-            node.idle_since = self.now
-            self._vm_check(node)
-        else:
-            # the next probe sees the node idle; the machine re-evaluates then
-            self._schedule(self.now + self._probe, self._m_evaluate, node)
+        # the next probe sees the node idle; the machine re-evaluates then
+        self._schedule(self._next_probe(node), self._m_evaluate, node)
 
     # -- dispatcher round -----------------------------------------------------------------
 
@@ -452,12 +470,15 @@ class Simulation:
 
     def _round(self, _: Any) -> None:
         self._round_pending = False
+        if not self._shapes:
+            # nothing startable is queued: the plan would start and create nothing, and
+            # every node's demand is zero
+            self._update_demand(None)
+            return
         views = [c.queued_view for c in self.queued.values()]
         views += [c.run_view for c in self.running.values() if c.run_view is not None]
         nodes = [n.node_view(self.now) for n in self.nodes.values()]
-        pending = sum(
-            1 for n in self.nodes.values() if isinstance(n, DispatcherVm) and self.now < n.listed_at
-        )
+        pending = sum(1 for v in nodes if v.state is NodeState.PENDING)
         room = self.fleet.cloud.max_new_nodes_per_round - pending
         cloud = CloudState(max_new_nodes=max(0, room))
         if not self._catalogue.types:
@@ -479,78 +500,57 @@ class Simulation:
                 c.done = True
                 self._done += 1
                 self.ledger.failed_unsatisfiable += 1
-        kept = frozenset(result.kept_warm)
-        left = sorted(self._kept_warm - kept)
-        self._kept_warm = kept
-        for name in left:
-            node = self.nodes.get(name)
-            if isinstance(node, DispatcherVm):
-                self._vm_check(node)
-        self._update_demand()
+        self._update_demand(result)
         self._sample()
 
-    # -- qualified demand -----------------------------------------------------------------
-
-    def _node_fits(self, shape: tuple[object, ...], resources: Any, node: MachineNode) -> bool:
-        """Whether the scheduler would place a container of this shape on the node when
-        it is idle and open: `plan()` on a one-container, one-node snapshot."""
-        key = (shape, node.name)
-        hit = self._fits.get(key)
-        if hit is None:
-            itype = self._types.get(node.instance_type or "")
-            view = NodeView(
-                name=node.name,
-                state=NodeState.IDLE,
-                capacity=node.capacity,
-                instance_type=node.instance_type,
-                price=node.price,
-                admission_open=True,
-                ready=True,
-            )
-            probe = ContainerView(
-                uuid="demand-probe",
-                phase=Phase.QUEUED,
-                priority=1,
-                first_seen=self.trace.start,
-                resources=resources,
-            )
-            result = plan(
-                [probe],
-                [view],
-                Catalogue(types=(itype,)) if itype is not None else Catalogue(),
-                self._type_policy,
-                Limits(),
-                CloudState(creates_blocked="qualified-demand probe"),
-                self.trace.start,
-            )
-            hit = bool(result.starts)
-            self._fits[key] = hit
-        return hit
+    # -- queued demand --------------------------------------------------------------------
 
     def _qualified(self, node: MachineNode) -> int:
-        return sum(
-            count
-            for shape, (resources, count) in self._shapes.items()
-            if count > 0 and self._node_fits(shape, resources, node)
-        )
+        """Queued containers the node qualifies for (`scheduler.qualified_demand` on the
+        node as an idle node of its shape, memoised per container shape)."""
+        view = NodeView(node.name, NodeState.IDLE, node.capacity, node.instance_type, node.price)
+        kind = node.instance_type or node.name
+        total = 0
+        for shape, (resources, count) in self._shapes.items():
+            key = (shape, kind)
+            hit = self._qualifies.get(key)
+            if hit is None:
+                probe = ContainerView("demand-probe", Phase.QUEUED, 1, self.trace.start, resources)
+                hit = bool(qualified_demand(view, [probe], self._catalogue, self._type_policy))
+                self._qualifies[key] = hit
+            if hit:
+                total += count
+        return total
 
-    def _demand_reading(self, node: MachineNode, queued: int) -> DemandReading:
-        return DemandReading(
-            source=f"simulator:containerdispatches?fits={node.name}",
-            observed_at=self.at(self.now),
-            queued=queued,
-        )
+    def _demand_reading(self, node: MachineNode, queued: int, source: str) -> DemandReading:
+        return DemandReading(source=source, observed_at=self.at(self.now), queued=queued)
 
-    def _update_demand(self) -> None:
+    def _update_demand(self, result: Plan | None) -> None:
+        """The operator's planned demand after a round (`power.demand.planned_demand`);
+        `result` None: nothing is queued."""
+        waiting: dict[str, int] = {}
+        if result is not None:
+            for node_name in result.wait_nodes.values():
+                waiting[node_name] = waiting.get(node_name, 0) + 1
+            for node_name, uuids in result.wakes.items():
+                extra = sum(1 for u in uuids if result.wait_nodes.get(u) != node_name)
+                waiting[node_name] = waiting.get(node_name, 0) + extra
+        by_kind: dict[str, int] = {}
         for node in list(self.nodes.values()):
-            if not isinstance(node, MachineNode):
-                continue
-            queued = self._qualified(node)
+            if result is None:
+                queued = 0
+            elif node.state.state in (PowerState.OFF, PowerState.WAKING):
+                queued = waiting.get(node.name, 0)
+            else:
+                kind = node.instance_type or node.name
+                known = by_kind.get(kind)
+                queued = by_kind[kind] = self._qualified(node) if known is None else known
+            node.demand_queued = queued
             positive = queued > 0
             if positive != node.demand_positive:
                 node.demand_positive = positive
-                event = NewDemand(reading=self._demand_reading(node, queued))
-                self._schedule(self.now, self._m_deliver, (node, event))
+                event = NewDemand(reading=self._demand_reading(node, queued, _PLANNED))
+                self._schedule(self.now, self._m_new_demand, (node, event))
 
     # -- cloud VMs ------------------------------------------------------------------------
 
@@ -564,130 +564,106 @@ class Simulation:
         return slot
 
     def _create_vm(self, type_name: str) -> None:
+        """The dispatcher creates the WorkerNode now and the instance in the background:
+        listed after the create latency, SSH and ready after the boot delay (never, for
+        the share of instances that fail to boot)."""
         itype = self._types[type_name]
         slot = self._slot(type_name)
         name = f"vm-{type_name}-{slot}"
-        if path_for("CloudVM", self.options.paths) == "machine":
-            self._create_machine_vm(itype, slot, name)
-            return
         cloud = self.fleet.cloud
         rng = stream(self.seed, "vm", name, str(self.ledger.cycles))
         listed = self.now + cloud.create_latency.sample(rng)
         failed = rng.random() < cloud.boot_failure_rate
         boot = cloud.boot.sample(rng)
-        vm = DispatcherVm(
-            name=name,
-            instance_type=type_name,
-            capacity=Capacity.of(itype),
-            price=itype.price,
-            slot=slot,
-            launched=self.now,
-            listed_at=listed,
-            ready_at=None if failed else listed + boot,
-            probe_phase=rng.randrange(self._probe),
+        node = self._machine_node(
+            name, "CloudVM", Capacity.of(itype), itype.price, itype.name, self._vm_model, True, rng
         )
-        self.nodes[name] = vm
-        self._cause(vm, "booting / verifying")
+        node.slot = slot
+        node.listed_at = listed
+        node.ready_at = None if failed else listed + boot
         self.ledger.cycles += 1
-        self._nodes_on += 1
+        self._schedule(self._next_list(listed), self._vm_listed, node)
+        if node.ready_at is not None:
+            first = (
+                listed + math.ceil((node.ready_at - listed) / self._boot_probe) * self._boot_probe
+            )
+            self._schedule(first, self._first_success, (node, node.power_change))
+        view = self.policy.view
+        for after in sorted({view.boot_grace, view.lame_after}):
+            # the unpaired and lame rules fire on the first probe after these ages
+            self._schedule(self.now + after // _ONE_US + self._boot_probe, self._vm_grace, node)
         self._sample()
-        if vm.ready_at is not None:
-            paired = self._first_probe(name, vm.probe_phase, vm.ready_at)
-            self._schedule(paired, self._vm_paired, vm)
-        self._schedule(listed, self._vm_check_event, (vm, vm.check_token))
 
-    def _vm_paired(self, vm: DispatcherVm) -> None:
-        if vm.destroy_at is not None or self.nodes.get(vm.name) is not vm:
+    def _vm_grace(self, node: MachineNode) -> None:
+        if node.seen_ready_at is None:  # still unpaired: the lame / unpaired rules may fire
+            self._m_evaluate(node)
+
+    def _next_list(self, t: int) -> int:
+        """The first listing of the cloud at or after t (every cloud.listInterval)."""
+        return math.ceil(t / self._list) * self._list
+
+    def _vm_listed(self, node: MachineNode) -> None:
+        """The instance appears in the cloud list: observed power, launch time, the
+        destroy capability (`PowerController.listed` and `_update_vm`)."""
+        if self.nodes.get(node.name) is not node or not node.powered:
             return
-        vm.paired_at = self.now
-        self.ledger.boots.append((self.now - vm.launched) / _US)
-        if not vm.work.running:
-            vm.idle_since = self.now
-        self._touch(vm)
-        self._request_round()
-        self._vm_check(vm)
+        when = self.at(self.now)
+        update: dict[str, Any] = {
+            "uptime": UptimeReading(
+                source=f"cloud:{node.name} launch time",
+                observed_at=when,
+                on_since=self.at(node.power_since or 0),
+            )
+        }
+        if node.facts.capability is None:
+            update["capability"] = CapabilityReading(
+                source="cloud (destroy)",
+                observed_at=when,
+                control_method="Cloud",
+                allowable=node.model.allowable,
+            )
+        node.facts = node.facts.model_copy(update=update)
+        self._observe(node)
 
-    def _vm_check_event(self, arg: tuple[DispatcherVm, int]) -> None:
-        vm, token = arg
-        if token == vm.check_token:
-            self._vm_check(vm)
-
-    def _vm_check(self, vm: DispatcherVm) -> None:
-        if vm.destroy_at is not None or self.nodes.get(vm.name) is not vm:
-            return
-        now = self.now
-        heartbeat = None
-        if vm.paired_at is not None:
-            beat = self._last_probe(vm.name, vm.probe_phase, vm.paired_at)
-            heartbeat = self.at(beat) if beat is not None else self.at(vm.paired_at)
-        busy = bool(vm.work.running)
-        attempts = max(0, (now - vm.listed_at) // self._probe + 1) if now >= vm.listed_at else 0
-        query = VmQuery(
-            facts=CloudWorkerFacts(
-                paired=vm.paired_at is not None,
-                scheduler_state=None,
-                last_heartbeat=heartbeat,
-                booted_at=self.at(vm.launched),
-                idle_since=self.at(vm.idle_since)
-                if vm.idle_since is not None and not busy
-                else None,
-            ),
-            busy=busy,
-            draining=vm.draining,
-            idle_behavior="run",
-            kept_warm=vm.name in self._kept_warm,
-            probe_attempts=int(attempts),
+    def _vm_reading(self, node: MachineNode) -> VmReading | None:
+        """What `PowerController._update_vm` reads from the list and the probe history."""
+        listed = node.listed_at
+        launched = node.power_since
+        if listed is None or launched is None or self.now < listed:
+            return None
+        seen = node.seen_ready_at
+        if seen is None:
+            attempts = (self.now - listed) // self._boot_probe + 1
+            last_attempt = listed + (attempts - 1) * self._boot_probe
+            heartbeat = None
+        else:
+            k = (self.now - node.probe_phase) // self._probe
+            last_attempt = max(seen, node.probe_phase + k * self._probe)
+            beat = self._last_probe(node.name, node.probe_phase, seen)
+            heartbeat = seen if beat is None else beat
+            attempts = (last_attempt - heartbeat) // self._probe
+        observed = max(last_attempt, (self.now // self._list) * self._list)
+        key = (observed, heartbeat, attempts)
+        vm = node.facts.vm
+        if vm is not None and node.vm_key == key:
+            return vm
+        node.vm_key = key
+        return VmReading(
+            source="cloud list + ssh probes",
+            observed_at=self.at(observed),
+            booted_at=self.at(min(launched, observed)),
+            paired=seen is not None,
+            last_heartbeat=None if heartbeat is None else self.at(heartbeat),
+            probe_attempts=attempts,
         )
-        verdict = decide_node(query, self.at(now), self.policy)
-        key = (verdict.decision, verdict.reasons)
-        if key != vm.last_key and verdict.reasons != ("ACTIVE_WORK",):
-            for code in verdict.reasons:
-                self.ledger.decisions[f"{verdict.decision} {code}"] += 1
-        vm.last_key = key
-        if not busy and vm.paired_at is not None:
-            self._cause(vm, verdict.reasons[0] if verdict.reasons else "idle")
-        if verdict.action == "destroy":
-            self._destroy_vm(vm)
-            return
-        if verdict.action == "drain" and not vm.draining:
-            vm.draining = True
-            self._touch(vm)
-            self._request_round()
-        vm.check_token += 1
-        if verdict.recheck_at is not None:
-            at = max(self.us(verdict.recheck_at), now)
-            at = math.ceil(at / self._tick) * self._tick
-            self._schedule(at, self._vm_check_event, (vm, vm.check_token))
 
-    def _destroy_vm(self, vm: DispatcherVm) -> None:
-        vm.destroy_at = self.now
-        vm.check_token += 1
-        self._touch(vm)
-        if vm.work.running:
-            self._requeue(vm)
-        self._cause(vm, "draining / shutting down")
-        rng = stream(self.seed, "vm-shutdown", vm.name, str(vm.launched))
-        self._schedule(self.now + self.fleet.cloud.shutdown.sample(rng), self._vm_gone, vm)
-        self._request_round()
-
-    def _vm_gone(self, vm: DispatcherVm) -> None:
-        self._cause(vm, None)
-        life = self.now - vm.launched
-        self.ledger.on_interval(
-            vm.launched,
-            self.now,
-            vm.price,
-            billed_us(life, self._billing_period, self._billing_minimum),
-        )
-        self._remove(vm)
-
-    def _remove(self, node: Node) -> None:
+    def _remove(self, node: MachineNode) -> None:
         del self.nodes[node.name]
         itype = node.instance_type or ""
         self._slots.get(itype, set()).discard(node.slot)
         self._in_transition.discard(node.name)
         self._warm.discard(node.name)
-        if isinstance(node, DispatcherVm) or node.powered:
+        if node.powered:
             self._nodes_on -= 1
         self._sample()
         self._request_round()
@@ -699,13 +675,6 @@ class Simulation:
             return False
         digest = zlib.crc32(f"{self.seed}/{name}/{k}".encode())
         return digest / 2**32 < self._probe_failure
-
-    def _first_probe(self, name: str, phase: int, ready: int) -> int:
-        """The first successful probe tick at or after `ready`."""
-        k = math.ceil((ready - phase) / self._probe)
-        while self._probe_failed(name, k):
-            k += 1
-        return phase + k * self._probe
 
     def _last_probe(self, name: str, phase: int, floor: int) -> int | None:
         """The last successful probe tick at or before now, not before `floor`."""
@@ -720,19 +689,59 @@ class Simulation:
             t -= self._probe
         return None
 
+    def _next_probe(self, node: MachineNode) -> int:
+        """The next probe of a ready node at or after now."""
+        phase = node.probe_phase
+        return phase + math.ceil((self.now - phase) / self._probe) * self._probe
+
+    def _first_success(self, arg: tuple[MachineNode, int]) -> None:
+        """The first probe that finds the node up since it came on: a VM pairs; the
+        ready probe passes (`WorkerPool.probe_once` -> `PowerController.probed`)."""
+        node, token = arg
+        if (
+            token != node.power_change
+            or self.nodes.get(node.name) is not node
+            or not node.reachable(self.now)
+            or node.power_since is None
+        ):
+            return
+        node.seen_ready_at = self.now
+        node.probe_phase = self.now % self._probe
+        node.last_probe = self.now
+        self.ledger.boots.append((self.now - node.power_since) / _US)
+        self._m_probe_answer(node)
+
+    def _m_probe_answer(self, node: MachineNode) -> None:
+        node.facts = node.facts.model_copy(update=self._probe_readings(node, self.now))
+        reading = ReadyReading(
+            source=f"ssh:{node.name}/ready-probe",
+            observed_at=self.at(self.now),
+            passed=True,
+            detail="ready",
+        )
+        self._m_step(node, ReadyProbeResult(reading=reading))
+
     # -- fleet counts ---------------------------------------------------------------------
 
-    def _touch(self, node: Node) -> None:
+    def _touch(self, node: MachineNode) -> None:
         if node.warm():
-            self._warm.add(node.name)
+            if node.name not in self._warm:
+                self._warm.add(node.name)
+                self._look_again("MIN_WARM_NODES")
         else:
             self._warm.discard(node.name)
-        if isinstance(node, MachineNode) and node.transitioning():
+        if node.transitioning():
             self._in_transition.add(node.name)
         else:
             self._in_transition.discard(node.name)
 
-    # -- machine-path nodes ---------------------------------------------------------------
+    def _look_again(self, code: str) -> None:
+        """Nodes a fleet count held back (`code`) look again: the count changed."""
+        for other in self.nodes.values():
+            if other.last_key is not None and code in other.last_key[1]:
+                self._schedule(self.now, self._m_evaluate, other)
+
+    # -- nodes ----------------------------------------------------------------------------
 
     def _power_model(self, group: SideNodeGroup) -> PowerModel:
         redfish = group.control_method == "Redfish"
@@ -760,9 +769,13 @@ class Simulation:
             gpu_model=group.capacity.gpu_model,
         )
         on = group.initial_power == "On"
-        self._machine_node(
-            name, "SideNode", capacity, group.cost_per_hour, None, self._power_model(group), on
+        rng = stream(self.seed, "node", name)
+        node = self._machine_node(
+            name, "SideNode", capacity, group.cost_per_hour, None, self._power_model(group), on, rng
         )
+        if on:
+            node.ready_at = node.seen_ready_at = self.now
+        node.poll_phase = rng.randrange(node.model.poll_interval)
         self.ledger.slots.add(name)
 
     def _machine_node(
@@ -774,30 +787,34 @@ class Simulation:
         instance_type: str | None,
         model: PowerModel,
         powered: bool,
-        slot: int = 0,
+        rng: Any,
     ) -> MachineNode:
-        rng = stream(self.seed, "node", name)
         t0 = self.at(self.now)
         source = f"{model.source}:{name}"
-        desired = "On" if self.policy.never_off and node_type == "SideNode" else "Auto"
+        desired = "On" if self.policy.never_off else "Auto"
         facts = NodeFacts(
             node=name,
             node_type=node_type,
-            power=PowerReading(source=source, observed_at=t0, power="On" if powered else "Off"),
-            capability=CapabilityReading(
-                source=source,
-                observed_at=t0,
-                control_method=model.control_method,
-                allowable=model.allowable,
-            ),
             desired=DesiredReading(
                 source=f"WorkerNode/{name}#spec", observed_at=t0, power=desired, idle_behavior="run"
             ),
-            demand=DemandReading(
-                source=f"simulator:containerdispatches?fits={name}", observed_at=t0, queued=0
-            ),
-            inhibitors=InhibitorReading(source=f"ssh:{name}/logind", observed_at=t0),
+            demand=DemandReading(source=_PLANNED, observed_at=t0, queued=0),
         )
+        if node_type == "SideNode":
+            facts = facts.model_copy(
+                update={
+                    "power": PowerReading(
+                        source=source, observed_at=t0, power="On" if powered else "Off"
+                    ),
+                    "capability": CapabilityReading(
+                        source=source,
+                        observed_at=t0,
+                        control_method=model.control_method,
+                        allowable=model.allowable,
+                    ),
+                    "inhibitors": InhibitorReading(source=f"ssh:{name}/logind", observed_at=t0),
+                }
+            )
         node = MachineNode(
             name=name,
             node_type=node_type,
@@ -810,52 +827,61 @@ class Simulation:
             facts=facts,
             powered=powered,
             power_since=self.now if powered else None,
-            ready_at=self.now if powered else None,
-            slot=slot,
+            ready_at=None,
             probe_phase=rng.randrange(self._probe),
         )
         self.nodes[name] = node
         if powered:
             self._nodes_on += 1
-            node.ever_on = node_type == "SideNode"
             self._cause(node, "booting / verifying")
-        if name in self.options.record:
+        if name in self.options.record and name not in self._recordings:
             self._recordings[name] = Recording(name, node.state, node.facts)
             self._stepped[name] = node.facts
         self._schedule(self.now, self._m_evaluate, node)
         return node
 
-    def _create_machine_vm(self, itype: InstanceType, slot: int, name: str) -> None:
-        cloud = self.fleet.cloud
-        model = PowerModel(
-            control_method="Cloud",
-            allowable=("On", "GracefulShutdown"),
-            source="cloud",
-            latency=cloud.create_latency,
-            drop_rate=0.0,
-            error_rate=0.0,
-            poll_interval=self._probe,
-            boot=cloud.boot,
-            shutdown=cloud.shutdown,
-        )
-        node = self._machine_node(
-            name, "CloudVM", Capacity.of(itype), itype.price, itype.name, model, True, slot
-        )
-        node.ready_at = self.now + cloud.boot.sample(node.rng)
-        self.ledger.cycles += 1
-        self.ledger.boots.append((node.ready_at - self.now) / _US)
-        self._sample()
+    # -- what the shell knows before each step --------------------------------------------
 
     def _telemetry(self, node: MachineNode) -> None:
-        """The shell's SSH-probe readings (work, inhibitors, uptime) as of the node's last
-        successful probe, and the fleet counts."""
+        """Bring the node's readings up to what the operator's shell holds now: the last
+        successful probe's (work; side nodes also inhibitors and uptime), the last read of
+        the power source when it still says the same, the last round's demand, the node-
+        manager facts of a VM, and the fleet counts."""
         facts = node.facts
         update: dict[str, Any] = {}
-        if node.reachable(self.now) and node.ready_at is not None:
-            tick = self._last_probe(node.name, node.probe_phase, node.ready_at)
+        seen = node.seen_ready_at
+        if seen is not None and node.reachable(self.now):
+            tick = self._last_probe(node.name, node.probe_phase, seen)
             work = facts.work
             if tick is not None and (work is None or self.us(work.observed_at) < tick):
                 update.update(self._probe_readings(node, tick))
+        power = facts.power
+        read = self._last_read(node)
+        if (
+            power is not None
+            and read is not None
+            and node.power_changed_at <= read
+            and self.us(power.observed_at) < read
+            and power.power == self._power_value(node)
+        ):
+            update["power"] = power.model_copy(update={"observed_at": self.at(read)})
+            uptime = facts.uptime
+            if node.node_type == "CloudVM" and uptime is not None:
+                update["uptime"] = uptime.model_copy(update={"observed_at": self.at(read)})
+        demand = facts.demand
+        planned = (self.now // self._tick) * self._tick
+        if (
+            demand is None
+            or demand.queued != node.demand_queued
+            or (self.us(demand.observed_at) < planned)
+        ):
+            update["demand"] = DemandReading(
+                source=_PLANNED, observed_at=self.at(planned), queued=node.demand_queued
+            )
+        if node.node_type == "CloudVM":
+            vm = self._vm_reading(node)
+            if vm is not facts.vm:
+                update["vm"] = vm
         fleet = facts.fleet
         transitions, warm = len(self._in_transition), len(self._warm)
         if (
@@ -874,16 +900,19 @@ class Simulation:
             node.facts = facts.model_copy(update=update)
 
     def _probe_readings(self, node: MachineNode, tick: int) -> dict[str, Any]:
-        assert node.ready_at is not None and node.power_since is not None
-        active, idle_since = node.work.at(tick, node.ready_at)
+        assert node.seen_ready_at is not None and node.power_since is not None
+        active, idle_since = node.work.at(tick, node.seen_ready_at)
         when = self.at(tick)
+        work = WorkReading(
+            source=f"ssh:{node.name}/runners",
+            observed_at=when,
+            active_jobs=active,
+            idle_since=self.at(idle_since) if idle_since is not None else None,
+        )
+        if node.node_type == "CloudVM":
+            return {"work": work}  # VM probes read the runners only
         return {
-            "work": WorkReading(
-                source=f"ssh:{node.name}/runners",
-                observed_at=when,
-                active_jobs=active,
-                idle_since=self.at(idle_since) if idle_since is not None else None,
-            ),
+            "work": work,
             "inhibitors": InhibitorReading(source=f"ssh:{node.name}/logind", observed_at=when),
             "uptime": UptimeReading(
                 source=f"ssh:{node.name}/proc/uptime",
@@ -892,8 +921,75 @@ class Simulation:
             ),
         }
 
+    # -- the power source -----------------------------------------------------------------
+
+    def _power_value(self, node: MachineNode) -> ObservedPower | None:
+        """What the node's power source says now (None: a VM not listed yet)."""
+        if node.node_type == "SideNode":
+            return "On" if node.powered else "Off"
+        if not node.powered:
+            return "Off"  # no longer listed
+        if node.listed_at is None or self.now < node.listed_at:
+            return None
+        return "PoweringOff" if node.stopping else "On"
+
+    def _last_read(self, node: MachineNode) -> int | None:
+        """The last periodic read of the node's power source at or before now."""
+        if node.node_type == "CloudVM":
+            return (self.now // self._list) * self._list
+        interval = node.model.poll_interval
+        k = (self.now - node.poll_phase) // interval
+        return node.poll_phase + k * interval
+
+    def _power_reading(self, node: MachineNode, value: ObservedPower) -> PowerReading:
+        if node.node_type == "CloudVM":
+            source = (
+                f"cloud:{node.name} no longer listed"
+                if value == "Off"
+                else f"cloud:{node.name}#list"
+            )
+        else:
+            source = f"{node.model.source}:{node.name}#PowerState"
+        return PowerReading(source=source, observed_at=self.at(self.now), power=value)
+
+    def _power_changed(self, node: MachineNode) -> None:
+        """The physical power changed: the next periodic read observes it."""
+        node.power_changed_at = self.now
+        if node.node_type == "CloudVM":
+            at = self._next_list(self.now)
+        else:
+            interval = node.model.poll_interval
+            phase = node.poll_phase
+            at = phase + math.ceil((self.now - phase) / interval) * interval
+        self._schedule(at, self._m_observed, (node, node.power_change))
+
+    def _m_observed(self, arg: tuple[MachineNode, int]) -> None:
+        node, token = arg
+        if token != node.power_change:
+            return
+        self._observe(node)
+
+    def _observe(self, node: MachineNode) -> None:
+        """A read of the power source that found a value the machine has not seen."""
+        if self.nodes.get(node.name) is not node:
+            return
+        value = self._power_value(node)
+        power = node.facts.power
+        if value is None or (power is not None and power.power == value):
+            return
+        self._m_step(node, PowerObserved(reading=self._power_reading(node, value)))
+
+    # -- machine steps --------------------------------------------------------------------
+
     def _m_evaluate(self, node: MachineNode) -> None:
         self._m_deliver((node, Evaluate()))
+
+    def _m_new_demand(self, arg: tuple[MachineNode, Event]) -> None:
+        """Demand appeared or went: a step for a node whose decision reads demand (off:
+        wake; idle, draining, shutting down: shutdown and races). Verifying, waking,
+        busy or blocked nodes decide the same either way; their next step reads it."""
+        if arg[0].state.state in _READS_DEMAND:
+            self._m_deliver(arg)
 
     def _m_deliver(self, arg: tuple[MachineNode, Event]) -> None:
         node, event = arg
@@ -912,13 +1008,12 @@ class Simulation:
             )
         self._telemetry(node)
         before = node.facts
+        view = node.node_view(self.now)
         result = decide_node(
             MachineQuery(node.state, before, event), self.at(self.now), self.policy
         )
         node.state = result.next
         node.facts = result.facts
-        if node.state.state in (PowerState.ON_IDLE, PowerState.ACTIVE):
-            node.ever_on = True
         self._touch(node)
         key = (result.decision.value, tuple(r.value for r in result.reasons))
         if key != node.last_key:
@@ -926,14 +1021,36 @@ class Simulation:
                 self.ledger.decisions[f"{key[0]} {code}"] += 1
             node.last_key = key
         recording = self._recordings.get(node.name)
-        if recording is not None:
+        if recording is not None and self._stepped.get(node.name) is not None:
             self._record(node, recording, before, event, result.decision, key[1])
         self._execute(node, result.actions, result.decision)
+        self._catch_up(node)
         cause = self._machine_cause(node)
         if cause != node.idle_cause:
             self._cause(node, cause)
-        if node.node_type == "CloudVM" and node.state.state is PowerState.OFF and node.ever_on:
-            self._remove(node)
+        if node.node_view(self.now) != view:
+            self._request_round()  # the dispatcher's view of the node changed
+        if node.node_type == "CloudVM" and node.state.state is PowerState.OFF:
+            self._remove(node)  # destroyed and confirmed: the WorkerNode goes
+            if recording is not None:
+                self._stepped.pop(node.name, None)
+
+    def _catch_up(self, node: MachineNode) -> None:
+        """The machine decided on a probe reading that is behind (work started or ended
+        since, or the last probe failed): the next probe brings the change, and the
+        operator steps a node on every probe, so look again then."""
+        work = node.facts.work
+        if (
+            work is None
+            or node.seen_ready_at is None
+            or (work.active_jobs > 0) == bool(node.work.running)
+            or node.probe_check_at > self.now
+            or not node.reachable(self.now)
+        ):
+            return
+        at = self._next_probe(node)
+        node.probe_check_at = at if at > self.now else at + self._probe
+        self._schedule(node.probe_check_at, self._m_evaluate, node)
 
     def _record(
         self,
@@ -982,12 +1099,12 @@ class Simulation:
                     self._schedule(node.reread_at, self._m_reread, node)
             elif isinstance(action, PollObservedPower):
                 if node.poll_at is None:
-                    lag = node.model.latency.sample(node.rng)
-                    node.poll_at = max(self.now, node.last_poll + node.model.poll_interval) + lag
+                    node.poll_at = self._poll_time(node)
                     self._schedule(node.poll_at, self._m_poll, node)
             elif isinstance(action, RunReadyProbe):
                 if node.probe_at is None:
-                    node.probe_at = max(self.now, node.last_probe + self._probe) + self._api
+                    gap = self._probe if node.seen_ready_at is not None else self._boot_probe
+                    node.probe_at = max(self.now, node.last_probe + gap) + self._api
                     self._schedule(node.probe_at, self._m_probe, node)
             elif isinstance(action, RefreshFacts):
                 if node.refresh_at is None:
@@ -999,7 +1116,7 @@ class Simulation:
                 self.ledger.transitions[f"{action.kind.value} opened"] += 1
             elif isinstance(action, CloseTransition):
                 self.ledger.transitions[f"{action.kind.value} {action.outcome}"] += 1
-                self._budget_freed()
+                self._look_again("DISRUPTION_BUDGET_EXHAUSTED")
             elif isinstance(action, CancelPendingShutdown):
                 self.ledger.transitions["Shutdown cancelled"] += 1
         waiting = (
@@ -1012,6 +1129,7 @@ class Simulation:
             at = self.us(recheck.at)
             if at > self.now:
                 node.timer += 1
+                node.timer_at = at
                 self._schedule(at, self._m_timer, (node, node.timer))
                 rescheduled = True
             elif not waiting:
@@ -1036,15 +1154,13 @@ class Simulation:
             node.timer += 1
             self._schedule(self.now + self._resync, self._m_timer, (node, node.timer))
 
-    def _budget_freed(self) -> None:
-        """A transition ended: nodes held back by the disruption budget look again."""
-        for other in self.nodes.values():
-            if (
-                isinstance(other, MachineNode)
-                and other.last_key is not None
-                and "DISRUPTION_BUDGET_EXHAUSTED" in other.last_key[1]
-            ):
-                self._schedule(self.now, self._m_evaluate, other)
+    def _poll_time(self, node: MachineNode) -> int:
+        """When a power read the machine asked for answers: a VM's at the next cloud
+        listing, a side node's BMC at most every pollInterval, after its latency."""
+        if node.node_type == "CloudVM":
+            return self._next_list(self.now + 1)
+        lag = node.model.latency.sample(node.rng)
+        return max(self.now, node.last_poll + node.model.poll_interval) + lag
 
     def _m_timer(self, arg: tuple[MachineNode, int]) -> None:
         node, token = arg
@@ -1060,7 +1176,7 @@ class Simulation:
         node.reread_at = None
         if self.nodes.get(node.name) is not node:
             return
-        event = DemandReread(reading=self._demand_reading(node, self._qualified(node)))
+        event = DemandReread(reading=self._demand_reading(node, self._qualified(node), _LIVE))
         self._m_step(node, event)
 
     def _m_poll(self, node: MachineNode) -> None:
@@ -1068,40 +1184,53 @@ class Simulation:
         node.last_poll = self.now
         if self.nodes.get(node.name) is not node:
             return
-        reading = PowerReading(
-            source=f"{node.model.source}:{node.name}#PowerState",
-            observed_at=self.at(self.now),
-            power="On" if node.powered else "Off",
+        value = self._power_value(node)
+        if value is None:
+            return  # not listed yet: the listing will be observed
+        power = node.facts.power
+        known = (
+            node.node_type == "CloudVM"
+            and power is not None
+            and power.power == value
+            and (
+                node.state.state is not PowerState.UNKNOWN or self.us(power.observed_at) == self.now
+            )
         )
-        self._m_step(node, PowerObserved(reading=reading))
+        if known:
+            # the list says what the machine knows: the reading is refreshed before the
+            # next step, and a change (Off) is delivered when the list shows it
+            return
+        self._m_step(node, PowerObserved(reading=self._power_reading(node, value)))
 
     def _m_probe(self, node: MachineNode) -> None:
+        """A probe the machine asked for (RunReadyProbe)."""
         node.probe_at = None
         node.last_probe = self.now
         if self.nodes.get(node.name) is not node:
             return
-        reachable = node.reachable(self.now)
-        if reachable:
-            node.facts = node.facts.model_copy(update=self._probe_readings(node, self.now))
-        reading = ReadyReading(
-            source=f"ssh:{node.name}/ready-probe",
-            observed_at=self.at(self.now),
-            passed=reachable,
-            detail="ready" if reachable else "no answer",
-        )
-        self._m_step(node, ReadyProbeResult(reading=reading))
+        if node.seen_ready_at is not None and node.reachable(self.now):
+            self._m_probe_answer(node)
+        elif (node.ready_at is None or not node.powered) and node.timer_at <= self.now:
+            # no answer, none coming, and no recheck due: the shell looks again (the
+            # operator steps a VM after every failed probe; decisions change only at
+            # the rechecks and grace timers, which are scheduled)
+            self._m_step(node, Evaluate())
+        # else: booting (its first successful probe answers), or a recheck is due
 
     def _m_refresh(self, node: MachineNode) -> None:
         node.refresh_at = None
         node.last_refresh = self.now
         if self.nodes.get(node.name) is not node:
             return
-        if node.reachable(self.now):
+        if node.seen_ready_at is not None and node.reachable(self.now):
             node.facts = node.facts.model_copy(update=self._probe_readings(node, self.now))
         self._m_step(node, Evaluate())
 
     def _m_request(self, node: MachineNode, action: RequestPower) -> None:
         model = node.model
+        if node.node_type == "CloudVM":
+            node.destroying = True  # WorkerPool.destroy: the dispatcher counts it as leaving
+            self._request_round()
         lag = model.latency.sample(node.rng)
         errored = node.rng.random() < model.error_rate
         applied = node.rng.random() < 0.5 if errored else node.rng.random() >= model.drop_rate
@@ -1129,17 +1258,24 @@ class Simulation:
                 return
             node.powered = True
             node.power_since = self.now
+            node.seen_ready_at = None
             self._cause(node, "booting / verifying")
-            boot = node.model.boot.sample(node.rng)
-            node.ready_at = self.now + boot
+            node.ready_at = self.now + node.model.boot.sample(node.rng)
+            first = self.now + math.ceil((node.ready_at - self.now) / self._boot_probe) * (
+                self._boot_probe
+            )
+            self._schedule(first, self._first_success, (node, token))
             self.ledger.cycles += 1
-            self.ledger.boots.append(boot / _US)
             self._nodes_on += 1
+            self._power_changed(node)
             self._sample()
             return
         if not node.powered:
             return
         node.ready_at = None  # shutting down: SSH is gone
+        node.stopping = True
+        if node.node_type == "CloudVM":
+            self._power_changed(node)  # listed as shutting down
         delay = 0 if action == "ForceOff" else node.model.shutdown.sample(node.rng)
         self._schedule(self.now + delay, self._m_off, (node, token))
 
@@ -1150,10 +1286,13 @@ class Simulation:
         if node.work.running:
             self._requeue(node)
         self._cause(node, None)
-        self._bill_machine(node, self.now)
+        self._bill(node, self.now)
         node.powered = False
+        node.stopping = False
         node.power_since = None
+        node.seen_ready_at = None
         self._nodes_on -= 1
+        self._power_changed(node)
         self._sample()
 
 

@@ -6,16 +6,20 @@ examples/simulate/fleet.yaml) describes what the simulator runs the workload on:
 * `cloud`: the instance-type catalogue in the operator's own format
   (`nodewarden.scheduling.instancetypes.InstanceType`), the instance-type policy (RAM
   overhead, price factor), how the cloud bills (`billing.period` 0s = per second, else
-  per started period, plus a minimum charge), and the delays of creating, booting and
-  destroying an instance. `bootFailureRate` is the share of instances that never
-  become ready (the node-manager's unpaired / lame rules then remove them).
+  per started period, plus a minimum charge), the delays of creating, booting and
+  destroying an instance, and how often the operator lists the instances (`listInterval`,
+  the operator's `dispatch.syncInterval`: the list is a VM's trusted power source).
+  `bootFailureRate` is the share of instances that never become ready (the node-manager's
+  unpaired / lame rules then remove them).
 * `sideNodes`: fixed hardware, each entry one node or `count` alike ones, with its
   capacity, an optional cost per hour while powered, its control method (Redfish or
   Wake-on-LAN), the power state at the start, boot (power on -> ready probe passes) and
   shutdown (request applied -> power off) delays, and how its BMC behaves (answer latency,
   share of accepted requests it silently drops so the controller must re-send, share of
   requests answered with an error, power-poll interval).
-* `probe`: the SSH probe interval and the share of probes that fail (stale telemetry).
+* `probe`: the SSH probe interval of a ready node, the interval while a node boots (the
+  operator's `dispatch.probeInterval` and `bootProbeInterval`), and the share of probes
+  of a ready node that fail (stale telemetry).
 * `controller`: the dispatcher tick, API latency, the resync interval of deferred
   decisions and the runner start latency.
 
@@ -58,6 +62,7 @@ class CloudFleet(_Model):
     shutdown: Delay = Field(default_factory=lambda: Delay(fixed="30s"))
     boot_failure_rate: float = Field(default=0.0, ge=0, le=1)
     max_new_nodes_per_round: int = Field(default=50, ge=1, le=10000)
+    list_interval: Duration = "10s"
 
     @model_validator(mode="before")
     @classmethod
@@ -130,6 +135,7 @@ class SideNodeGroup(_Model):
 
 class Probe(_Model):
     interval: Duration = "10s"
+    boot_interval: Duration = "2s"
     failure_rate: float = Field(default=0.0, ge=0, le=1)
 
 
@@ -159,6 +165,8 @@ class Fleet(_Model):
                 seen.add(name)
         for name, value in (
             ("probe.interval", self.probe.interval),
+            ("probe.bootInterval", self.probe.boot_interval),
+            ("cloud.listInterval", self.cloud.list_interval),
             ("controller.tickInterval", self.controller.tick_interval),
             ("controller.resyncInterval", self.controller.resync_interval),
         ):

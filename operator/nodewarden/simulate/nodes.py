@@ -1,20 +1,20 @@
 """The simulated nodes: what each one physically does, and what the controller knows of it.
 
-Two kinds of node, by decision path (`nodewarden.simulate.decide.PATHS`):
+Every node, side node or cloud VM, is a `MachineNode`: its power decisions go through
+`machine.step` (`nodewarden.simulate.decide`). It carries the machine's persisted
+`NodePowerState`, the shell's `NodeFacts`, and the physical truth the simulation
+produces: whether the node draws power (a VM: from launch to termination), when its SSH
+answers, when the controller first saw it answer, and the work running on it (with a
+short history, so a probe reading can report the value at the probe's own time).
+`PowerModel` says how its power controller behaves (answer latency, dropped and errored
+requests, poll interval, boot and shutdown delays); a VM's is the cloud API (destroy).
 
-* `MachineNode`: a node whose power decisions go through `machine.step` (side nodes
-  today; cloud VMs once their rules move there). It carries the machine's persisted
-  `NodePowerState`, the shell's `NodeFacts`, and the physical truth the simulation
-  produces: whether the node draws power, when it becomes reachable and ready, and the
-  work running on it (with a short history, so a probe reading can report the value at
-  the probe's own time). `PowerModel` says how its power controller behaves (answer
-  latency, dropped and errored requests, poll interval, boot and shutdown delays).
-* `DispatcherVm`: a cloud VM on the dispatcher path (created by the scheduler's plan,
-  paired at its first successful probe, destroyed by the node-manager matrix).
-
-Both expose `node_view(now)`, the `NodeView` the scheduler's `plan()` reads, built the
-way the operator builds it (`Dispatcher._node_view` for VMs; the power state and
-admission for machine nodes).
+`node_view(now)` is the `NodeView` the scheduler's `plan()` reads, built the way the
+dispatcher builds it (`Dispatcher._node_view` from the power board's `board_view`):
+side nodes by their power state, wakeable while off or waking; a VM whose create call has
+not returned is pending, one not yet verified ready is booting and counts as open (the
+work planned for it waits for it), one draining / shutting down / blocked takes nothing.
+A test compares the two for every state.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from nodewarden.api.powerpolicy import ResetAction
 from nodewarden.api.workernode import ControlMethod, NodeType
 from nodewarden.policy.facts import NodeFacts
-from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
+from nodewarden.policy.state import ON_STATES, AdmissionState, NodePowerState, PowerState
 from nodewarden.scheduling.scheduler import Capacity, NodeState, NodeView
 from nodewarden.simulate.distributions import Delay
 
-_SCHEDULER_STATE: dict[PowerState, NodeState] = {
+_SIDE_STATE: dict[PowerState, NodeState] = {
     PowerState.OFF: NodeState.OFF,
-    PowerState.WAKING: NodeState.BOOTING,
+    PowerState.WAKING: NodeState.WAKING,
     PowerState.ON_IDLE: NodeState.IDLE,
     PowerState.ACTIVE: NodeState.ACTIVE,
     PowerState.DRAINING: NodeState.DRAINING,
@@ -40,6 +40,9 @@ _SCHEDULER_STATE: dict[PowerState, NodeState] = {
     PowerState.UNKNOWN: NodeState.UNKNOWN,
     PowerState.BLOCKED: NodeState.UNKNOWN,
 }
+"""`nodewarden.dispatch.dispatcher._SIDE_STATE`."""
+_VM_LEAVING = frozenset({PowerState.DRAINING, PowerState.SHUTTING_DOWN, PowerState.BLOCKED})
+_WAKEABLE = frozenset({PowerState.OFF, PowerState.WAKING})
 TRANSITION_STATES = frozenset({PowerState.WAKING, PowerState.DRAINING, PowerState.SHUTTING_DOWN})
 
 
@@ -85,7 +88,7 @@ class Work:
 
 @dataclass(slots=True)
 class MachineNode:
-    """A node on the machine path (see the module docstring)."""
+    """One node of the fleet (see the module docstring)."""
 
     name: str
     node_type: NodeType
@@ -99,12 +102,32 @@ class MachineNode:
     powered: bool
     power_since: int | None
     ready_at: int | None
+    """When SSH answers and the ready probe passes (None: not booting, or never)."""
     slot: int = 0
     probe_phase: int = 0
+    """The probe grid of a ready node: probes at probe_phase + k x probe interval."""
+    seen_ready_at: int | None = None
+    """The first successful probe since the node came on (a VM: paired)."""
+    listed_at: int | None = None
+    """A VM: when its create call returned and the cloud lists it (None: side node)."""
+    destroying: bool = False
+    """A VM: a destroy was requested (the dispatcher counts it as shutting down)."""
+    stopping: bool = False
+    """A shutdown was applied and the node is not off yet (a VM is listed PoweringOff)."""
+    poll_phase: int = 0
+    """A side node's BMC is read at poll_phase + k x pollInterval."""
+    power_changed_at: int = -(1 << 62)
+    """When what the power source reports last changed."""
+    vm_key: tuple[int, int | None, int] | None = None
+    """A VM: what its VmReading was built from (rebuilt only when that changes)."""
     work: Work = field(default_factory=Work)
     power_change: int = 0
     """Token of the pending physical power change (a newer request supersedes it)."""
     timer: int = 0
+    probe_check_at: int = -(1 << 62)
+    """A look at the next probe is scheduled for then (the last reading is behind)."""
+    timer_at: int = -(1 << 62)
+    """When the machine's latest recheck is due."""
     poll_at: int | None = None
     probe_at: int | None = None
     refresh_at: int | None = None
@@ -112,8 +135,9 @@ class MachineNode:
     last_poll: int = -(1 << 62)
     last_probe: int = -(1 << 62)
     last_refresh: int = -(1 << 62)
+    demand_queued: int = 0
+    """Queued demand in the dispatcher's latest round (the operator's planned demand)."""
     demand_positive: bool = False
-    ever_on: bool = False
     same_instant: tuple[int, int] = (-1, 0)
     last_key: tuple[str, tuple[str, ...]] | None = None
     idle_cause: str | None = None
@@ -125,83 +149,50 @@ class MachineNode:
         return self.powered and self.ready_at is not None and self.ready_at <= t
 
     def node_view(self, now: int) -> NodeView:
-        state = _SCHEDULER_STATE[self.state.state]
-        if self.node_type == "CloudVM" and not self.ever_on and state is NodeState.UNKNOWN:
-            state = NodeState.BOOTING  # a new VM being verified is coming up, not unknown
-        ready = self.facts.ready
+        """The scheduler's view (`Dispatcher._node_view`; see the module docstring)."""
+        power = self.state.state
+        readiness = self.facts.ready
+        ready = power in ON_STATES and readiness is not None and readiness.passed
+        admission_open = self.state.admission is AdmissionState.OPEN
+        if self.node_type == "SideNode":
+            return NodeView(
+                name=self.name,
+                state=_SIDE_STATE[power],
+                capacity=self.capacity,
+                instance_type=None,
+                price=self.price,
+                admission_open=admission_open,
+                ready=ready,
+                wakeable=power in _WAKEABLE,
+            )
+        if self.destroying:
+            state = NodeState.SHUTTING_DOWN
+        elif power in _VM_LEAVING:
+            state = NodeState.DRAINING
+        elif self.listed_at is None or now < self.listed_at or not ready:
+            state = (
+                NodeState.BOOTING
+                if self.listed_at is not None and now >= self.listed_at
+                else NodeState.PENDING
+            )
+            admission_open = True  # idleBehavior run, not broken: takes what waits for it
+        else:
+            state = NodeState.ACTIVE if power is PowerState.ACTIVE else NodeState.IDLE
         return NodeView(
             name=self.name,
             state=state,
             capacity=self.capacity,
             instance_type=self.instance_type,
             price=self.price,
-            admission_open=self.state.admission is AdmissionState.OPEN,
-            ready=ready is not None and ready.passed,
+            admission_open=admission_open,
+            ready=ready,
         )
 
     def transitioning(self) -> bool:
         return self.state.state in TRANSITION_STATES
 
     def warm(self) -> bool:
-        """On, ready, open and idle (what FleetReading.warm_idle_nodes counts)."""
+        """ON_IDLE and open: what `power.demand.fleet_readings` counts as a warm idle node."""
         return (
-            self.state.state is PowerState.ON_IDLE
-            and self.state.admission is AdmissionState.OPEN
-            and not self.work.running
+            self.state.state is PowerState.ON_IDLE and self.state.admission is AdmissionState.OPEN
         )
-
-
-@dataclass(slots=True)
-class DispatcherVm:
-    """A cloud VM on the dispatcher path."""
-
-    name: str
-    instance_type: str
-    capacity: Capacity
-    price: float
-    slot: int
-    launched: int
-    listed_at: int
-    ready_at: int | None
-    probe_phase: int
-    work: Work = field(default_factory=Work)
-    paired_at: int | None = None
-    idle_since: int | None = None
-    draining: bool = False
-    destroy_at: int | None = None
-    check_token: int = 0
-    last_key: tuple[str, tuple[str, ...]] | None = None
-    idle_cause: str | None = None
-    idle_cause_since: int = 0
-
-    def node_view(self, now: int) -> NodeView:
-        if self.destroy_at is not None:
-            state = NodeState.SHUTTING_DOWN
-        elif now < self.listed_at:
-            state = NodeState.PENDING
-        elif self.paired_at is None:
-            state = NodeState.BOOTING
-        elif self.draining:
-            state = NodeState.DRAINING
-        else:
-            state = NodeState.ACTIVE if self.work.running else NodeState.IDLE
-        return NodeView(
-            name=self.name,
-            state=state,
-            capacity=self.capacity,
-            instance_type=self.instance_type,
-            price=self.price,
-            admission_open=not self.draining and self.destroy_at is None,
-            ready=self.paired_at is not None,
-        )
-
-    def warm(self) -> bool:
-        return (
-            self.paired_at is not None
-            and not self.draining
-            and self.destroy_at is None
-            and not self.work.running
-        )
-
-
-Node = MachineNode | DispatcherVm

@@ -8,10 +8,10 @@ naming the field.
 
 Baselines (always in the table, never read from a file):
 
-* `never-off`: nothing is ever switched off. Cloud VMs are created on demand and kept;
-  side nodes are pinned On (`spec.power: On` on every WorkerNode), so the real state
-  machine wakes each one once and never shuts it down. Knobs otherwise the built-in
-  PowerPolicy defaults.
+* `never-off`: nothing is ever switched off. Every WorkerNode is pinned On (`spec.power:
+  On`): cloud VMs are created on demand and kept, side nodes are woken once, and the real
+  state machine never shuts either down. Knobs otherwise the built-in PowerPolicy
+  defaults.
 * `fixed-timeout`: the Arvados dispatcher's fixed idle timeout (TimeoutIdle 1m): a node
   idle for one minute is switched off, with no billing window (per-second), no min-on,
   min-off or cooldown, and no disruption budget; side nodes are woken on demand. It runs

@@ -57,6 +57,7 @@ BUILTIN_FLEET_DOCUMENT: dict[str, Any] = {
         "shutdown": {"uniform": {"min": "20s", "max": "60s"}},
         "bootFailureRate": 0.01,
         "maxNewNodesPerRound": 50,
+        "listInterval": "10s",
     },
     "sideNodes": [
         {
@@ -97,7 +98,7 @@ BUILTIN_FLEET_DOCUMENT: dict[str, Any] = {
             },
         },
     ],
-    "probe": {"interval": "10s", "failureRate": 0.002},
+    "probe": {"interval": "10s", "bootInterval": "2s", "failureRate": 0.002},
     "controller": {
         "tickInterval": "1s",
         "apiLatency": "1s",

@@ -1,0 +1,165 @@
+"""The simulator's nodes look to the scheduler as the operator's nodes look to it.
+
+`MachineNode.node_view` restates `Dispatcher._node_view` (fed by the power board's
+`board_view`) because the dispatcher builds it from live objects (workers, the board);
+this test builds those live objects for every power state, admission and readiness of a
+side node and of a cloud VM (pending, booting, destroy requested) and compares.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.cloud.model import CloudInstance, InstanceState
+from nodewarden.dispatch.dispatcher import Dispatcher
+from nodewarden.dispatch.workers import Worker
+from nodewarden.policy.facts import CapabilityReading, NodeFacts, ReadyReading
+from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
+from nodewarden.power.board import PowerBoard
+from nodewarden.power.nodestatus import board_view
+from nodewarden.power.runtime import NodeRuntime
+from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden.scheduling.scheduler import Capacity
+from nodewarden.simulate.distributions import Delay
+from nodewarden.simulate.nodes import MachineNode, PowerModel
+
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+NOW = 10_000_000
+ITYPE = InstanceType(name="m5.large", provider_type="m5.large", vcpus=2, ram=8 << 30, price=0.096)
+SIDE_SPEC = {
+    "nodeType": "SideNode",
+    "controlMethod": "Redfish",
+    "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 2},
+    "costPerHour": 1.0,
+}
+MODEL = PowerModel(
+    control_method="Redfish",
+    allowable=("On", "GracefulShutdown"),
+    source="redfish",
+    latency=Delay(fixed="1s"),
+    drop_rate=0.0,
+    error_rate=0.0,
+    poll_interval=10_000_000,
+    boot=Delay(fixed="1m"),
+    shutdown=Delay(fixed="1m"),
+)
+READINESS = (None, True, False)
+
+
+def _facts(name: str, node_type: str, ready: bool | None, control: str) -> NodeFacts:
+    facts = NodeFacts(
+        node=name,
+        node_type=node_type,  # type: ignore[arg-type]
+        capability=CapabilityReading(
+            source="t",
+            observed_at=T0,
+            control_method=control,  # type: ignore[arg-type]
+            allowable=("On", "GracefulShutdown") if control == "Redfish" else ("GracefulShutdown",),
+        ),
+    )
+    if ready is not None:
+        facts = facts.model_copy(
+            update={"ready": ReadyReading(source="t", observed_at=T0, passed=ready)}
+        )
+    return facts
+
+
+def _state(name: str, power: PowerState, admission: AdmissionState) -> NodePowerState:
+    return NodePowerState.initial(name).model_copy(update={"state": power, "admission": admission})
+
+
+def _node(name: str, state: NodePowerState, facts: NodeFacts, **kind: Any) -> MachineNode:
+    return MachineNode(
+        name=name,
+        model=MODEL,
+        rng=random.Random(1),
+        state=state,
+        facts=facts,
+        powered=True,
+        power_since=0,
+        ready_at=0,
+        **kind,
+    )
+
+
+def _operator_view(worker: Worker, rt: NodeRuntime) -> object:
+    board = PowerBoard()
+    board.set(worker.name, board_view(rt, policy_valid=True))
+    return Dispatcher._node_view(SimpleNamespace(board=board), worker)  # type: ignore[arg-type]
+
+
+CASES = list(itertools.product(PowerState, AdmissionState, READINESS))
+
+
+@pytest.mark.parametrize(("power", "admission", "ready"), CASES)
+def test_side_node_view_is_the_dispatchers(
+    power: PowerState, admission: AdmissionState, ready: bool | None
+) -> None:
+    state = _state("gpu", power, admission)
+    facts = _facts("gpu", "SideNode", ready, "Redfish")
+    spec = WorkerNodeSpec.model_validate(SIDE_SPEC)
+    worker = Worker(
+        name="gpu", instance_type=None, created_at=T0, body={"spec": SIDE_SPEC}, side=True
+    )
+    rt = NodeRuntime("gpu", spec, {}, state, facts, spec_seen_at=T0)
+    node = _node(
+        "gpu",
+        state,
+        facts,
+        node_type="SideNode",
+        capacity=Capacity(16, 64 << 30, 0, 2),
+        price=1.0,
+        instance_type=None,
+    )
+    assert node.node_view(NOW) == _operator_view(worker, rt)
+
+
+@pytest.mark.parametrize(("power", "admission", "ready"), CASES)
+@pytest.mark.parametrize("phase", ["pending", "listed", "destroying"])
+def test_vm_view_is_the_dispatchers(
+    power: PowerState, admission: AdmissionState, ready: bool | None, phase: str
+) -> None:
+    name = "vm-m5.large-0"
+    state = _state(name, power, admission)
+    facts = _facts(name, "CloudVM", ready, "Cloud")
+    instance = CloudInstance(
+        id="i-1",
+        name=name,
+        instance_type="m5.large",
+        provider_type="m5.large",
+        state=InstanceState.RUNNING,
+        price=0.096,
+        created_at=T0,
+        observed_at=T0,
+        source="cloud:stub",
+    )
+    worker = Worker(
+        name=name,
+        instance_type=ITYPE,
+        created_at=T0,
+        instance=None if phase == "pending" else instance,
+        destroy_requested_at=T0 if phase == "destroying" else None,
+    )
+    spec = WorkerNodeSpec.model_validate(
+        {"nodeType": "CloudVM", "controlMethod": "Cloud", "instanceType": "m5.large"}
+    )
+    rt = NodeRuntime(name, spec, {}, state, facts, spec_seen_at=T0)
+    node = _node(
+        name,
+        state,
+        facts,
+        node_type="CloudVM",
+        capacity=Capacity.of(ITYPE),
+        price=0.096,
+        instance_type="m5.large",
+        listed_at=NOW + 1 if phase == "pending" else NOW - 1,
+        destroying=phase == "destroying",
+    )
+    assert node.node_view(NOW) == _operator_view(worker, rt)
