@@ -7,6 +7,7 @@ files of the test tree.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -50,6 +51,27 @@ def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.2, what:
         if last:
             return last
         time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")
+
+
+async def wait_for_async(
+    predicate: Any,
+    timeout: float = 20.0,  # noqa: ASYNC109 - wait_for's signature; the failure names `what`
+    interval: float = 0.2,
+    what: str = "",
+) -> Any:
+    """`wait_for` for async tests: the predicate runs in a thread and the wait yields the loop.
+
+    Tests that serve peers (a fake BMC, a stub SSH worker) on their own event loop must not
+    block it while they wait for the operator to reach those peers.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await asyncio.to_thread(predicate)
+        if last:
+            return last
+        await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")
 
 

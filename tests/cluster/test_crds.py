@@ -12,6 +12,7 @@ import yaml
 
 from clusterkit import ClusterHandle, wait_for
 from localcluster import REPO
+from nodewarden.api.powerpolicy import PowerPolicySpec
 
 pytestmark = pytest.mark.cluster
 
@@ -317,8 +318,12 @@ def test_policy_defaults_are_filled_by_the_apiserver(
         "-n", namespace, "create", "-f", "-", input=json.dumps(_obj("PowerPolicy", {}, "p"))
     )
     spec = cluster.get_json(namespace, "pp", "p")["spec"]
-    assert spec["idleThreshold"] == "20m"
-    assert spec["billing"] == {"period": "1h", "windowStart": "50m", "windowEnd": "1h"}
+    # the API server fills exactly the defaults the operator's own model has
+    model = PowerPolicySpec().model_dump(mode="json", by_alias=True)
+    assert spec["idleThreshold"] == model["idleThreshold"] == "5m"
+    assert spec["billing"] == model["billing"]
+    assert spec["billing"] == {"period": "0s", "windowStart": "50m", "windowEnd": "1h"}
+    assert spec["disruptionBudget"] == model["disruptionBudget"]
     assert spec["retry"]["budget"] == 3
     assert "ForceOff" not in spec["allowedActions"]
 

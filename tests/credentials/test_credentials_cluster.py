@@ -30,7 +30,7 @@ import pytest
 import trustme
 import yaml
 
-from clusterkit import ClusterHandle, OperatorProcess, start_operator, wait_for
+from clusterkit import ClusterHandle, OperatorProcess, start_operator, wait_for_async
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.config import CredentialsConfig
 from nodewarden.credentials import LABEL, CredentialResolver, Refusal
@@ -275,7 +275,7 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
     )
     op = start_operator(cluster, ns, tmp_path, f"--config={config}", name="op-creds")
     try:
-        cond = wait_for(
+        cond = await wait_for_async(
             lambda: (c := valid(cluster, ns, "steal-secret")) and c["status"] == "False" and c,
             timeout=30,
             what="steal-secret Valid=False",
@@ -283,7 +283,7 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
         assert cond["reason"] == "CredentialsNotDesignated"
         assert "spec.bmc.passwordSecretRef: Secret 'fleet-bmc'" in cond["message"]
         assert f"{LABEL}=bmc" in cond["message"]
-        cond = wait_for(
+        cond = await wait_for_async(
             lambda: (c := valid(cluster, ns, "steal-endpoint")) and c["status"] == "False" and c,
             timeout=30,
             what="steal-endpoint Valid=False",
@@ -294,7 +294,7 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
         assert {"steal-secret", "steal-endpoint"} <= warned
         # the power controller looked at both nodes and was refused their credentials
         for name in ("steal-secret", "steal-endpoint"):
-            wait_for(
+            await wait_for_async(
                 lambda name=name: (
                     condition(cluster, ns, name, "PowerSource").get("reason")
                     == "CredentialsRefused"
@@ -350,13 +350,13 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
                     break
                 await asyncio.sleep(0.01)
             assert len(udp.packets) == 1 and udp.packets[0].endswith(bytes.fromhex("0a0b0c0d0e0f"))
-            wait_for(
+            await wait_for_async(
                 lambda: (c := valid(cluster, ns, "steal-secret")) and c["status"] == "True",
                 timeout=30,
                 what=f"steal-secret valid once designated ({valid(cluster, ns, 'steal-secret')})",
             )
             # ... and the operator itself now reads the BMC with the right credentials
-            wait_for(
+            await wait_for_async(
                 lambda: (
                     condition(cluster, ns, "steal-secret", "PowerSource").get("status") == "True"
                 ),
@@ -378,7 +378,7 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
             refused = await resolver.bmc("steal-secret", spec)
             assert isinstance(refused, Refusal) and refused.reason == "EndpointNotAdmitted"
             assert len(other.requests) == seen
-            wait_for(
+            await wait_for_async(
                 lambda: (
                     (c := valid(cluster, ns, "steal-secret"))
                     and c["reason"] == "EndpointNotAdmitted"
@@ -386,7 +386,7 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
                 timeout=30,
                 what="steal-secret invalid after the endpoint edit",
             )
-            wait_for(
+            await wait_for_async(
                 lambda: (
                     condition(cluster, ns, "steal-secret", "PowerSource").get("reason")
                     == "CredentialsRefused"

@@ -127,6 +127,8 @@ R = ReasonCode
 
 _SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
 _MIN_RECHECK = timedelta(seconds=0.25)
+# a capability discovery that failed or was refused credentials is retried this soon (s)
+_REDISCOVER_AFTER_FAILURE = 30.0
 
 
 class PowerController:
@@ -764,6 +766,11 @@ class PowerController:
                 rt.busy.discard("poll")
             if isinstance(reading, Refusal):
                 return  # the capability discovery records the refusal
+            known = rt.facts.capability
+            if known is not None and known.refusal is not None:
+                # the credentials resolve now (an administrator designated the Secret or
+                # admitted the endpoint): what the node allows is worth a look at once
+                rt.next_discovery = self.clock()
             if reading is not None:
                 rt.events.append(PowerObserved(reading=reading))
             self._announce_power_source_error(rt)
@@ -774,6 +781,9 @@ class PowerController:
 
     async def _discover(self, rt: NodeRuntime, ref: NodeRef) -> None:
         if "discover" in rt.busy:
+            # one is under way, perhaps with the spec or credentials of before: look again
+            # once it is done rather than a whole capability interval later
+            rt.next_discovery = self.clock() + timedelta(seconds=1)
             return
         rt.busy.add("discover")
         try:
@@ -781,8 +791,10 @@ class PowerController:
             capability = await self.control.discover(ref, ssh_works=ready is not None)
         finally:
             rt.busy.discard("discover")
-        if capability.allowable is None and capability.refusal is None:
-            rt.next_discovery = self.clock() + timedelta(seconds=30)  # failed: retry soon
+        if capability.allowable is None:
+            # failed, or refused credentials (which an administrator may designate at any
+            # time without the WorkerNode changing): look again soon
+            rt.next_discovery = self.clock() + timedelta(seconds=_REDISCOVER_AFTER_FAILURE)
         elif ready is None and rt.facts.ready is not None:
             rt.next_discovery = self.clock()  # SSH logged in meanwhile: look again
         previous = rt.facts.capability
