@@ -380,7 +380,11 @@ runpy.run_module("nodewarden", run_name="__main__")
 
 
 def start_operator(
-    kubeconfig: Path, config: Path, workdir: Path, tracemalloc_out: Path | None = None
+    kubeconfig: Path,
+    config: Path,
+    workdir: Path,
+    tracemalloc_out: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> OperatorProcess:
     port = free_port()
     log_path = workdir / "operator.log"
@@ -401,6 +405,7 @@ def start_operator(
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
     out.close()
     op = OperatorProcess(proc, port, log_path)
@@ -457,6 +462,20 @@ def audit_writes(
     return dict(out)
 
 
+def memory(pid: int) -> dict[str, float]:
+    """Resident memory of a process in MB by kind (anonymous: the heap; file: mapped code
+    and libraries), and its thread count (each thread may get its own malloc arena)."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+                out[f"{key}_mb"] = round(int(value.split()[0]) / 1024, 1)
+            elif key == "Threads":
+                out["threads"] = int(value)
+    return out
+
+
 def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
@@ -495,8 +514,10 @@ async def run(args: argparse.Namespace, cluster: ClusterHandle, workdir: Path) -
         await informer.wait_synced()
 
         t0 = time.monotonic()
+        env = dict(item.split("=", 1) for item in args.operator_env)
+        result["operator_env"] = env
         op = await asyncio.to_thread(
-            start_operator, cluster.operator_kubeconfig, config, workdir, args.tracemalloc
+            start_operator, cluster.operator_kubeconfig, config, workdir, args.tracemalloc, env
         )
         pid = op.proc.pid
         if args.profile:
@@ -572,6 +593,7 @@ async def run(args: argparse.Namespace, cluster: ClusterHandle, workdir: Path) -
                 what="the tracemalloc snapshot",
             )
         result["operator_rss_mb"] = round(rss_idle / 2**20, 1)
+        result["operator_memory_idle"] = memory(pid)
         result["operator_rss_settled_mb"] = round(rss_settled / 2**20, 1)
         result["operator_peak_rss_mb"] = round(peak / 2**20, 1)
 
@@ -680,6 +702,13 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, help="py-spy output directory (idle window)")
     parser.add_argument(
         "--tracemalloc", type=Path, help="run the operator under tracemalloc; top allocations here"
+    )
+    parser.add_argument(
+        "--operator-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable for the operator process (repeatable), e.g. malloc tuning",
     )
     parser.add_argument("--serve-bmc", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--state-dir", type=Path, help=argparse.SUPPRESS)
