@@ -114,7 +114,7 @@ from nodewarden.power.readings import (
     uptime_reading,
     work_reading,
 )
-from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso
+from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
 from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.scheduler import ContainerView, Plan
@@ -748,7 +748,11 @@ class PowerController:
                 rt.next_discovery = now + timedelta(seconds=self.settings.capability_interval)
                 self._spawn(self._discover(rt, ref))
             if poll:
-                rt.next_poll = now + timedelta(seconds=self._poll_interval(rt))
+                interval = self._poll_interval(rt)
+                if not rt.polled:
+                    rt.polled = True
+                    interval *= poll_phase(rt.name)
+                rt.next_poll = now + timedelta(seconds=interval)
                 self._poll(rt, ref)
 
     def _poll_interval(self, rt: NodeRuntime) -> float:
