@@ -33,6 +33,7 @@ from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.handlers.feed import Feed
 from nodewarden.handlers.validation import ContainerValidator, resync_loop
+from nodewarden.heap import tune as tune_heap
 from nodewarden.kube.client import Kube, KubeError, api_client_from
 from nodewarden.kube.discovery import wait_for_crds
 from nodewarden.kube.lease import LeaderElector
@@ -101,6 +102,7 @@ def _login_handler(api_config: Any, namespace: str) -> Any:
 async def run(config: OperatorConfig) -> int:
     """Run one operator process until SIGINT/SIGTERM (0) or loss of leadership (1)."""
     setup_logging(config.log_format, config.log_level)
+    tune_heap()
     api = await api_client_from(config.kubeconfig)
     kube = Kube(api, field_manager=f"nodewarden-{config.dispatcher_id}")
     kube_default = None
