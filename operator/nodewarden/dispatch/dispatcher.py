@@ -598,12 +598,13 @@ class Dispatcher:
             cached = w.side_view
             if cached is not None and cached[0] is w.spec and cached[1] == power:
                 return cached[2]
-            view = self._side_view(w, power)
+            view = Dispatcher._side_view(w, power)
             w.side_view = (w.spec, power, view)
             return view
-        return self._cloud_view(w, power)
+        return Dispatcher._cloud_view(w, power)
 
-    def _side_view(self, w: Worker, power: NodePowerView | None) -> NodeView:
+    @staticmethod
+    def _side_view(w: Worker, power: NodePowerView | None) -> NodeView:
         spec = w.spec
         cap = spec.capacity if spec is not None else None
         capacity = (
@@ -629,7 +630,8 @@ class Dispatcher:
             wakeable=power is not None and power.wakeable,
         )
 
-    def _cloud_view(self, w: Worker, power: NodePowerView | None) -> NodeView:
+    @staticmethod
+    def _cloud_view(w: Worker, power: NodePowerView | None) -> NodeView:
         leaving = power is not None and power.state in (
             PowerState.DRAINING,
             PowerState.SHUTTING_DOWN,

@@ -123,6 +123,11 @@ class Worker:
     """The dispatcher's last node view of a side node, with the spec and power view it
     was made from (it is reused until either changes)."""
 
+    def __post_init__(self) -> None:
+        if self.body is not None and self._spec is None:  # made with a body: parse its spec
+            body, self.body = self.body, None
+            self.take(body)
+
     def take(self, body: Mapping[str, Any] | None, spec: WorkerNodeSpec | None = None) -> None:
         """A new version of the WorkerNode (None: deleted), with its spec as the feed
         parsed it (None: parsed here)."""
