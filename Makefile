@@ -54,6 +54,7 @@ bench: $(STAMP) controlplane ## run the benchmark scripts and print their figure
 	$(PY) benchmarks/bench_probe.py --nodes 1000 --throttled-nodes 100
 	$(PY) benchmarks/bench_stub_cloud.py
 	$(PY) benchmarks/bench_dispatch.py
+	$(PY) benchmarks/bench_power_fleet.py --nodes 1000
 	$(PY) benchmarks/bench_simulate.py
 
 clean: ## remove .venv and local state (not the control-plane cache)

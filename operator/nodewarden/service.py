@@ -3,8 +3,10 @@
 `nodewarden run` calls `run()`. Order: load config → structured logging → connect to the
 API server → serve /healthz /readyz /metrics → wait until the CRDs are served (not ready
 meanwhile) → wait for the dispatcher's Lease (standby until then) → run kopf with the
-handler registry while renewing the Lease. Losing the Lease stops the handlers and exits
-non-zero so the Deployment restarts the replica as a standby; two replicas never both act.
+handler registry (PowerPolicy, PowerIntent) and the feed's informers (WorkerNode,
+ContainerDispatch: the dispatcher and the power controller start once both have synced)
+while renewing the Lease. Losing the Lease stops the handlers and exits non-zero so the
+Deployment restarts the replica as a standby; two replicas never both act.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.endpoints import Health, serve
 from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
-from nodewarden.handlers.validation import resync_loop
+from nodewarden.handlers.feed import Feed
+from nodewarden.handlers.validation import ContainerValidator, resync_loop
+from nodewarden.heap import tune as tune_heap
 from nodewarden.kube.client import Kube, KubeError, api_client_from
 from nodewarden.kube.discovery import wait_for_crds
 from nodewarden.kube.lease import LeaderElector
@@ -98,6 +102,7 @@ def _login_handler(api_config: Any, namespace: str) -> Any:
 async def run(config: OperatorConfig) -> int:
     """Run one operator process until SIGINT/SIGTERM (0) or loss of leadership (1)."""
     setup_logging(config.log_format, config.log_level)
+    tune_heap()
     api = await api_client_from(config.kubeconfig)
     kube = Kube(api, field_manager=f"nodewarden-{config.dispatcher_id}")
     kube_default = None
@@ -213,6 +218,19 @@ async def _act(
             log.error("management status endpoint disabled: %s", exc)
     registry = build_registry(ctx, dispatcher, controller, policies)
     kopf.on.login(registry=registry)(_login_handler(api.configuration, namespace))
+    # The hot kinds come from informers, on their own client (a burst of status writes
+    # never holds up a watch); the consumers start once both have their first LIST.
+    feed_api = await api_client_from(config.kubeconfig)
+    feed = Feed(
+        feed_api,
+        None if config.all_namespaces else namespace,
+        kube=kube,
+        policies=policies,
+        controller=controller,
+        status=status,
+        dispatcher=dispatcher,
+        validator=ContainerValidator(ctx) if dispatcher is None else None,
+    )
     ready = asyncio.Event()
     lost = asyncio.Event()
     failed = asyncio.Event()
@@ -231,6 +249,7 @@ async def _act(
         the dispatcher and the power controller run side by side."""
         await ready.wait()
         try:
+            await feed.start()
             if dispatcher is not None:
                 await dispatcher.start()
             await controller.start()
@@ -300,6 +319,8 @@ async def _act(
         await controller.stop()
         if dispatcher is not None:
             await dispatcher.stop()
+        await feed.stop()
+        await feed_api.close()
     return 1 if lost.is_set() or failed.is_set() else 0
 
 

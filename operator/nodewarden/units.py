@@ -8,6 +8,7 @@ parsed by the functions here, so the apiserver and Python agree on what is valid
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from decimal import Decimal
@@ -83,8 +84,11 @@ def format_duration(value: timedelta | float) -> str:
     return out
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
 def parse_quantity(text: str | int) -> int:
-    """Parse a Kubernetes quantity ("512Mi", "16Gi", "2G", "1000") into an integer count."""
+    """Parse a Kubernetes quantity ("512Mi", "16Gi", "2G", "1000") into an integer count.
+
+    Cached: planning rounds parse the same few capacities of every node again and again."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"invalid quantity {text!r}: must not be negative")

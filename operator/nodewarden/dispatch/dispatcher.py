@@ -1,9 +1,11 @@
 """The dispatcher: the main loop that turns queued containers into running ones on cloud nodes.
 
-Start-up (`start`): LIST containers, WorkerNodes and policies; list the cloud and adopt
-every instance tagged with our dispatcher id (creating missing WorkerNodes); probe every
-node once. Until that first probe round is done nothing is started, requeued or shut
-down, so a restarted dispatcher adopts running containers instead of running them twice.
+Start-up (`start`): containers, WorkerNodes and policies are already here (the feed
+hands every object over before `start` is called: `observe_container`, `observe_node`);
+list the cloud and adopt every instance tagged with our dispatcher id (creating missing
+WorkerNodes); probe every node once. Until that first probe round is done nothing is
+started, requeued or shut down, so a restarted dispatcher adopts running containers
+instead of running them twice.
 
 Each round (`step`, every `tick_interval` or sooner when an event arrives):
 
@@ -33,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nodewarden.api.containerdispatch import TERMINAL_PHASES
+from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudErrorKind
 from nodewarden.cloud.facade import CloudFacade
 from nodewarden.config import DispatchSettings
@@ -47,7 +50,7 @@ from nodewarden.metrics import (
     HOURLY_SPEND,
 )
 from nodewarden.policy.state import PowerState, api_state
-from nodewarden.power.board import PowerBoard
+from nodewarden.power.board import NodePowerView, PowerBoard
 from nodewarden.scheduling.instancetypes import Catalogue
 from nodewarden.scheduling.scheduler import (
     Capacity,
@@ -66,6 +69,10 @@ from nodewarden.ssh.prober import SshProber
 from nodewarden.units import parse_quantity
 
 log = logging.getLogger(__name__)
+
+
+MAX_PAUSE = 2.0
+"""Longest pause a slow round adds before the next one (see `Dispatcher.run`)."""
 
 
 def utc_now() -> datetime:
@@ -118,15 +125,17 @@ class Dispatcher:
     _starts: asyncio.Semaphore | None = None
     _next_sync: datetime | None = None
 
-    # --- events from kopf -----------------------------------------------------------------
+    # --- events from the feed -------------------------------------------------------------
 
     def observe_container(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         self.queue.observe(body, deleted)
         self.wake.set()
 
-    def observe_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+    def observe_node(
+        self, body: Mapping[str, Any], deleted: bool = False, spec: WorkerNodeSpec | None = None
+    ) -> None:
         if self.pool is not None:
-            self.pool.observe_node(body, deleted)
+            self.pool.observe_node(body, deleted, spec)
         self.wake.set()
 
     def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
@@ -139,20 +148,9 @@ class Dispatcher:
     # --- life cycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Rebuild state from the API server and the cloud, then probe every node once."""
+        """Rebuild state from the feed (containers, WorkerNodes and policies are already
+        here) and the cloud, then probe every node once."""
         self._starts = asyncio.Semaphore(self.settings.max_concurrent_starts)
-        delay = 0.5
-        while True:
-            try:
-                await self.queue.resync()
-                await self.policies.load(self.kube)
-                if self.pool is not None:
-                    await self.pool.load_nodes()
-                break
-            except KubeError as exc:
-                log.warning("initial listing failed (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
         if self.pool is not None:
             await self.pool.sync_cloud()
             await self._first_probe_round()
@@ -177,19 +175,27 @@ class Dispatcher:
         self.pool.ensure_probes()
 
     async def run(self) -> None:
-        """Run rounds until `stop()`."""
+        """Run rounds until `stop()`. A round costs time in proportion to the fleet and
+        the queue; after a round that took T seconds the next waits at least T (at most
+        `MAX_PAUSE`), so the rounds do not hold the event loop the feed, the power
+        controller and the lease share."""
+        loop = asyncio.get_running_loop()
         while not self._stop.is_set():
             self.wake.clear()
+            started = loop.time()
             try:
                 await self.step()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("dispatcher round failed; retrying next tick")
+            took = min(loop.time() - started, MAX_PAUSE)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=self.settings.tick_interval)
+                await asyncio.wait_for(
+                    self.wake.wait(), timeout=max(self.settings.tick_interval, took)
+                )
             # coalesce bursts of watch events into one round
-            await asyncio.sleep(min(0.2, self.settings.tick_interval))
+            await asyncio.sleep(max(min(0.2, self.settings.tick_interval), took))
 
     async def stop(self) -> None:
         if self._stop.is_set():
@@ -587,30 +593,45 @@ class Dispatcher:
         (side nodes); state, readiness and admission from the power controller."""
         power = self.board.view(w.name)
         if w.side:
-            spec = w.spec
-            cap = spec.capacity if spec is not None else None
-            capacity = (
-                Capacity(
-                    cap.vcpus,
-                    parse_quantity(cap.ram),
-                    parse_quantity(cap.scratch),
-                    cap.gpus,
-                    cap.gpu_model,
-                )
-                if cap is not None
-                else Capacity(0, 0, 0, 0)
+            # the same node view until its spec or its power view changes (10,000 side
+            # nodes are viewed at every round)
+            cached = w.side_view
+            if cached is not None and cached[0] is w.spec and cached[1] == power:
+                return cached[2]
+            view = Dispatcher._side_view(w, power)
+            w.side_view = (w.spec, power, view)
+            return view
+        return Dispatcher._cloud_view(w, power)
+
+    @staticmethod
+    def _side_view(w: Worker, power: NodePowerView | None) -> NodeView:
+        spec = w.spec
+        cap = spec.capacity if spec is not None else None
+        capacity = (
+            Capacity(
+                cap.vcpus,
+                parse_quantity(cap.ram),
+                parse_quantity(cap.scratch),
+                cap.gpus,
+                cap.gpu_model,
             )
-            state = _SIDE_STATE.get(power.state, NodeState.UNKNOWN) if power else NodeState.UNKNOWN
-            return NodeView(
-                name=w.name,
-                state=state,
-                capacity=capacity,
-                instance_type=None,
-                price=w.price,
-                admission_open=power is not None and power.admission_open,
-                ready=power is not None and power.ready,
-                wakeable=power is not None and power.wakeable,
-            )
+            if cap is not None
+            else Capacity(0, 0, 0, 0)
+        )
+        state = _SIDE_STATE.get(power.state, NodeState.UNKNOWN) if power else NodeState.UNKNOWN
+        return NodeView(
+            name=w.name,
+            state=state,
+            capacity=capacity,
+            instance_type=None,
+            price=w.price,
+            admission_open=power is not None and power.admission_open,
+            ready=power is not None and power.ready,
+            wakeable=power is not None and power.wakeable,
+        )
+
+    @staticmethod
+    def _cloud_view(w: Worker, power: NodePowerView | None) -> NodeView:
         leaving = power is not None and power.state in (
             PowerState.DRAINING,
             PowerState.SHUTTING_DOWN,

@@ -1,10 +1,11 @@
 """The container queue: an in-memory view of ContainerDispatch objects and their status writes.
 
-Objects arrive from an initial LIST and then from kopf watch events (`observe`); a newer
-resourceVersion always wins, so an event older than a write we already applied is
-ignored. Every status change goes through `write`, which sends one merge patch (with a
-resourceVersion precondition when locking, so two dispatchers can never both lock a
-container) and folds the answer back into the cache.
+Objects arrive from the ContainerDispatch informer (`observe`, compact bodies shared
+with the informer's store: read-only); a newer resourceVersion always wins, so an event
+older than a write we already applied is ignored. Every status change goes through
+`write`, which sends one merge patch (with a resourceVersion precondition when locking,
+so two dispatchers can never both lock a container) and folds the answer back: into the
+informer (`fold`), which hands it to `observe`.
 
 Phases: Queued -> Locked -> Running -> Complete / Cancelled / Failed. A Locked container
 has a node and holds our finalizer (`FINALIZER`), which is removed only once its runner
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -50,7 +51,8 @@ class Container:
 
     name: str
     namespace: str
-    body: dict[str, Any]
+    body: Mapping[str, Any]
+    """The compact body (shared with the informer's store: read-only)."""
     spec: ContainerDispatchSpec | None
     status: ContainerDispatchStatus
     problem: str | None = None  # spec did not parse (the schema should prevent this)
@@ -103,6 +105,9 @@ class ContainerQueue:
     by_name: dict[str, Container] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     api_writes: int = 0
+    fold: Callable[[Mapping[str, Any]], bool] | None = None
+    """Where an object returned by a write goes (the ContainerDispatch informer, which
+    hands it back through `observe`); None: straight to `observe`."""
 
     # --- cache --------------------------------------------------------------------------
 
@@ -120,10 +125,17 @@ class ContainerQueue:
             return
         if current is not None and _rv(body) < _rv(current.body):
             return
-        self.by_name[name] = self._parse(dict(body), current)
+        self.by_name[name] = self._parse(body, current)
         self.changed.set()
 
-    def _parse(self, body: dict[str, Any], previous: Container | None) -> Container:
+    def _take(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """An object returned by one of our writes."""
+        if self.fold is not None:
+            self.fold(body)
+        if self.fold is None or deleted:
+            self.observe(body, deleted)
+
+    def _parse(self, body: Mapping[str, Any], previous: Container | None) -> Container:
         problem = None
         try:
             spec: ContainerDispatchSpec | None = ContainerDispatchSpec.model_validate(
@@ -156,18 +168,6 @@ class ContainerQueue:
 
     def get(self, name: str) -> Container | None:
         return self.by_name.get(name)
-
-    async def resync(self) -> None:
-        """Re-LIST every ContainerDispatch (start-up and periodic safety net)."""
-        items = await self.kube.list(CONTAINER_DISPATCH, self.namespace)
-        seen = set()
-        for item in items:
-            item.setdefault("metadata", {}).setdefault("namespace", self.namespace)
-            seen.add(item["metadata"]["name"])
-            self.observe(item)
-        for name in list(self.by_name):
-            if name not in seen:
-                del self.by_name[name]
 
     # --- writes -------------------------------------------------------------------------
 
@@ -205,7 +205,7 @@ class ContainerQueue:
                     log.debug("status write to %s skipped: %s", c.name, err)
                     return False
                 raise err from exc
-        self.observe(obj)
+        self._take(obj)
         return True
 
     async def set_finalizer(self, c: Container, present: bool, background: bool = False) -> bool:
@@ -237,10 +237,10 @@ class ContainerQueue:
                     KUBE_CONFLICTS.labels(CONTAINER_DISPATCH.kind, "patch").inc()
                 log.debug("finalizer update of %s skipped: %s", c.name, exc)
                 return False
-        if obj.get("metadata", {}).get("deletionTimestamp") and not finalizers:
-            self.observe(obj, deleted=True)
-        else:
-            self.observe(obj)
+        # deleted as soon as the last finalizer is gone: out of the queue now
+        self._take(
+            obj, deleted=bool(obj.get("metadata", {}).get("deletionTimestamp")) and not finalizers
+        )
         return True
 
     # --- status vocabulary -------------------------------------------------------------

@@ -40,8 +40,10 @@ from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.identity import instance_secret
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
 from nodewarden.metrics import PROBE_SECONDS
+from nodewarden.power.board import NodePowerView
 from nodewarden.power.status import NodeStatusWriter
 from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden.scheduling.scheduler import NodeView
 from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshClientKey, SshTarget
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import LearnedHostKey, ProbeReport
@@ -53,6 +55,8 @@ NODE_FINALIZER = "nodewarden.io/instance"
 DISPATCHER_LABEL = "nodewarden.io/dispatcher"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodewarden"}
 STATUS_REFRESH = timedelta(minutes=5)
+REFUSED_RECHECK = 60.0
+"""Seconds between credential checks of a side node whose SSH login is refused."""
 
 _POWER = {
     InstanceState.PENDING: "PoweringOn",
@@ -80,7 +84,9 @@ class Worker:
     instance_type: InstanceType | None
     created_at: datetime
     instance: CloudInstance | None = None
-    body: dict[str, Any] | None = None
+    body: Mapping[str, Any] | None = None
+    """The WorkerNode's compact body (shared with the informer's store: read-only); set
+    through `take`, which parses the spec once per body."""
     state: str = "Booting"
     ready: bool = False
     ready_since: datetime | None = None
@@ -112,15 +118,38 @@ class Worker:
     """A side node (fixed hardware, powered by the power controller), not a cloud VM."""
     target_refusal: str | None = None
     """Why the credential resolver refused this side node's SSH login (None: it did not)."""
+    _spec: WorkerNodeSpec | None = None
+    side_view: tuple[WorkerNodeSpec | None, NodePowerView | None, NodeView] | None = None
+    """The dispatcher's last node view of a side node, with the spec and power view it
+    was made from (it is reused until either changes)."""
+
+    def __post_init__(self) -> None:
+        if self.body is not None and self._spec is None:  # made with a body: parse its spec
+            body, self.body = self.body, None
+            self.take(body)
+
+    def take(self, body: Mapping[str, Any] | None, spec: WorkerNodeSpec | None = None) -> None:
+        """A new version of the WorkerNode (None: deleted), with its spec as the feed
+        parsed it (None: parsed here)."""
+        previous = self.body
+        self.body = body
+        if body is None:
+            self._spec = None
+            return
+        edited = previous is None or previous.get("spec") != body.get("spec")
+        if spec is not None:
+            self._spec = spec
+        elif edited:  # else a status write: the spec (and its parse) stays
+            try:
+                self._spec = WorkerNodeSpec.model_validate(body.get("spec") or {})
+            except ValueError:
+                self._spec = None
+        if edited and previous is not None:
+            self.probe_now.set()  # an edit (an address, a Secret named) is tried at once
 
     @property
     def spec(self) -> WorkerNodeSpec | None:
-        if self.body is None:
-            return None
-        try:
-            return WorkerNodeSpec.model_validate(self.body.get("spec") or {})
-        except ValueError:
-            return None
+        return self._spec
 
     @property
     def idle_behavior(self) -> str:
@@ -213,6 +242,8 @@ class WorkerPool:
         self.cloud = cloud
         self.credentials = credentials
         self.status = status
+        self.fold: Callable[[Mapping[str, Any]], bool] | None = None
+        """Where a WorkerNode this pool wrote goes (the WorkerNode informer)."""
         self.observer: WorkerObserver = _NoObserver()
         self.prober = prober
         self.namespace = namespace
@@ -225,7 +256,7 @@ class WorkerPool:
         self.clock = clock
         self.on_change = on_change
         self.workers: dict[str, Worker] = {}
-        self.declared: dict[str, dict[str, Any]] = {}
+        self.declared: dict[str, Mapping[str, Any]] = {}
         self.last_sync: datetime | None = None
         self.synced_once = False
         self._closing = False
@@ -269,7 +300,9 @@ class WorkerPool:
         label = (meta.get("labels") or {}).get(DISPATCHER_LABEL)
         return label in (None, self.dispatcher_id)
 
-    def _observe_side(self, name: str, body: Mapping[str, Any], deleted: bool) -> None:
+    def _observe_side(
+        self, name: str, body: Mapping[str, Any], deleted: bool, spec: WorkerNodeSpec | None
+    ) -> None:
         worker = self.workers.get(name)
         if deleted:
             if worker is not None:
@@ -278,11 +311,11 @@ class WorkerPool:
         if worker is None:
             worker = Worker(name=name, instance_type=None, created_at=self.clock(), side=True)
             self.workers[name] = worker
-            worker.body = dict(body)
+            worker.take(body, spec)
             self._ensure_probe(worker)
             self.on_change()
             return
-        worker.body = dict(body)
+        worker.take(body, spec)
 
     def _drop_side(self, worker: Worker) -> None:
         if worker.probe_task is not None:
@@ -291,43 +324,55 @@ class WorkerPool:
         self._background(self.prober.forget(worker.name))
         self.on_change()
 
-    def observe_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
-        """Fold a watched WorkerNode into the pool."""
+    def observe_node(
+        self, body: Mapping[str, Any], deleted: bool = False, spec: WorkerNodeSpec | None = None
+    ) -> None:
+        """Fold a watched WorkerNode into the pool (`spec`: as the feed parsed it)."""
         meta = body.get("metadata", {})
         name = meta.get("name")
         if not name or (meta.get("namespace") or self.namespace) != self.namespace:
             return
         if self._side(body):
-            self._observe_side(name, body, deleted)
+            self._observe_side(name, body, deleted, spec)
             return
         known = self.workers.get(name)
         if known is not None and known.side:  # no longer a side node of ours
             self._drop_side(known)
         if not self._ours(body):
             if not deleted and self._declared(body):
-                self.declared[name] = dict(body)
+                self.declared[name] = body
             else:
                 self.declared.pop(name, None)
             return
         worker = self.workers.get(name)
         if deleted:
             if worker is not None:
-                worker.body = None
+                worker.take(None)
             return
         if worker is None and name in self._gone:
             return  # a late watch event of a WorkerNode we already removed: no resurrection
         if worker is None:
-            spec = body.get("spec") or {}
-            itype = self.cloud.instance_type(spec.get("instanceType") or "") if self.cloud else None
+            wanted = (body.get("spec") or {}).get("instanceType") or ""
+            itype = self.cloud.instance_type(wanted) if self.cloud else None
             worker = Worker(name=name, instance_type=itype, created_at=self.clock())
             status = body.get("status") or {}
             worker.host_key = status.get("sshHostKey")
             self.workers[name] = worker
         previous_behavior = worker.idle_behavior if worker.body is not None else None
-        worker.body = dict(body)
+        worker.take(body, spec)
         if previous_behavior is not None and previous_behavior != worker.idle_behavior:
             self.on_change()
             self._background(self._retag(worker))
+
+    def _take(self, body: Mapping[str, Any]) -> None:
+        """A WorkerNode this pool created or changed: through the informer (`fold`), which
+        hands it to every consumer; straight in without one, or if the informer already
+        held that version while the pool's worker has no body yet."""
+        if self.fold is not None and self.fold(body):
+            return
+        worker = self.workers.get(body["metadata"]["name"])
+        if self.fold is None or (worker is not None and worker.body is None):
+            self.observe_node(body)
 
     @staticmethod
     def _declared(body: Mapping[str, Any]) -> bool:
@@ -371,15 +416,9 @@ class WorkerPool:
                 continue
             worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
             self.workers[name] = worker
-            self.observe_node(patched)
+            self._take(patched)
             log.info("creating a %s instance for declared WorkerNode %s", itype.name, name)
             self._background(self._create_instance(worker, itype))
-
-    async def load_nodes(self) -> None:
-        """LIST our WorkerNodes (start-up)."""
-        for body in await self.kube.list(WORKER_NODE, self.namespace):
-            body.setdefault("metadata", {}).setdefault("namespace", self.namespace)
-            self.observe_node(body)
 
     def pool_status(self, worker: Worker, containers: list[str]) -> dict[str, Any]:
         """The WorkerNode status fields the pool owns (docs: power/status.py): what it
@@ -523,7 +562,7 @@ class WorkerPool:
                 del self.workers[name]
                 return None
             log.info("adopted instance %s as WorkerNode %s", inst.id, name)
-        self.observe_node(body)
+        self._take(body)
         worker = self.workers[name]
         worker.instance = inst
         self._ensure_probe(worker)
@@ -637,7 +676,7 @@ class WorkerPool:
             self.workers.pop(worker.name, None)
             self.on_change()
             return
-        self.observe_node(body)
+        self._take(body)
         await self._create_instance(worker, itype)
 
     async def _create_instance(self, worker: Worker, itype: InstanceType) -> None:
@@ -804,11 +843,20 @@ class WorkerPool:
         # one, so a caller that asks after every result cannot make probes spin.
         min_gap = min(self.settings.boot_probe_interval, 1.0)
         while not self._closing and worker.destroy_requested_at is None:
-            if not worker.side or self.observer.should_probe(worker):
+            wanted = not worker.side or self.observer.should_probe(worker)
+            if wanted:
                 await self.probe_once(worker)
             interval = (
                 self.settings.probe_interval if worker.ready else self.settings.boot_probe_interval
             )
+            if worker.side and not wanted:
+                # Off by its trusted power source: nothing answers SSH; the controller asks
+                # (`request_probe`) when it wants readiness, this is only the safety net
+                interval = self.settings.probe_interval
+            elif worker.side and not worker.reachable:
+                # its login is refused: nothing is dialled until the spec changes (`take`
+                # asks for a probe then) or a designated Secret may have (this interval)
+                interval = max(self.settings.probe_interval, REFUSED_RECHECK)
             worker.probe_now.clear()
             await asyncio.sleep(min(min_gap, interval))
             with contextlib.suppress(TimeoutError):

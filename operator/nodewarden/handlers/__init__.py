@@ -1,8 +1,9 @@
 """kopf handlers: thin wiring between Kubernetes events, the pure core and the adapters.
 
 `build_registry(ctx, dispatcher, controller, policies)` returns a fresh kopf registry
-holding every handler, so tests and the operator process each get their own. Nothing
-imports this package except `nodewarden.service`.
+holding every kopf handler (PowerPolicy and PowerIntent), so tests and the operator
+process each get their own; `feed.Feed` holds the informers of the hot kinds (WorkerNode,
+ContainerDispatch). Nothing imports this package except `nodewarden.service`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ def build_registry(
     controller: PowerController,
     policies: PolicyBook,
 ) -> kopf.OperatorRegistry:
-    """All handlers. With a dispatcher, ContainerDispatch validation is the dispatcher's job
-    (it acknowledges and validates each container in its first status write); WorkerNodes
-    are validated by the power controller (Valid condition in its status writes)."""
+    """kopf's handlers: PowerPolicy and PowerIntent only (validation and their events).
+    WorkerNodes and ContainerDispatches come from the informers of `feed.Feed`, so kopf
+    opens no watch on them and writes nothing to them."""
     registry = kopf.OperatorRegistry()
-    validation.register(registry, ctx, controller, containers=dispatcher is None)
+    validation.register(registry, ctx, controller)
     feed.register(registry, dispatcher, controller, policies)
     return registry

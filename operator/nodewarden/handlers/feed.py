@@ -1,23 +1,175 @@
-"""Watch events feed the dispatcher and the power controller (cheap hand-offs, no writes).
+"""The feed: where every watched object enters the operator.
 
-`on.event` handlers hand each body to its consumers, which do all writing from their own
-loops: ContainerDispatch -> the dispatcher's queue; WorkerNode -> the worker pool and the
-power controller; PowerPolicy -> the policy book (and every node under it re-evaluates);
-PowerIntent -> the power controller. They are `async` on purpose: kopf runs plain
+The hot kinds come from one informer each (`nodewarden.kube.informer`), never from kopf:
+
+- WorkerNode -> compact bodies (`nodewarden.kube.compact`) -> the worker pool (through
+  the dispatcher) and the power controller, which also hands each body to the status
+  writer; the writer folds what its own writes return back into the informer.
+- ContainerDispatch -> compact bodies -> the dispatcher's queue (whose writes fold back
+  the same way), or, when no dispatcher runs, the ContainerDispatch validator.
+
+One compact body per object is shared by every consumer (no consumer copies it).
+Handlers run in order after the store changed and only hand over: each consumer works
+from its own loop. `Feed.start()` returns once both informers have their first LIST and
+the PowerPolicies are listed, having handed every object over, so the consumers start
+with the whole fleet, queue and policy book and need no LIST of their own.
+
+kopf keeps the low-volume kinds a person edits: `register` adds `on.event` handlers for
+PowerPolicy (the policy book, the dispatcher, every node under the policy) and
+PowerIntent (the power controller). They are `async` on purpose: kopf runs plain
 functions in a thread pool, which costs a thread hand-off per event.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
+from kubernetes_asyncio import client
+from pydantic import ValidationError
 
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY, WORKER_NODE
+from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.dispatch import Dispatcher
 from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.handlers.validation import ContainerValidator
+from nodewarden.kube.client import Kube, KubeError
+from nodewarden.kube.compact import compact_containerdispatch, compact_workernode
+from nodewarden.kube.informer import Informer, InformerSettings
+from nodewarden.kube.store import EventType
 from nodewarden.power.controller import PowerController
+from nodewarden.power.status import NodeStatusWriter
+
+Body = dict[str, Any]
+Handler = Callable[[EventType, Body | None, Body | None], None]
+
+log = logging.getLogger(__name__)
+
+
+class Feed:
+    """The WorkerNode and ContainerDispatch informers and who hears them."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str | None,
+        *,
+        kube: Kube,
+        policies: PolicyBook,
+        controller: PowerController,
+        status: NodeStatusWriter,
+        dispatcher: Dispatcher | None,
+        validator: ContainerValidator | None,
+        settings: InformerSettings | None = None,
+    ) -> None:
+        self.nodes: Informer[Body] = Informer(
+            api, WORKER_NODE, compact_workernode, namespace=namespace, settings=settings
+        )
+        self.containers: Informer[Body] = Informer(
+            api,
+            CONTAINER_DISPATCH,
+            compact_containerdispatch,
+            namespace=namespace,
+            settings=settings,
+        )
+        self._kube = kube
+        self._policies = policies
+        self._controller = controller
+        self._dispatcher = dispatcher
+        self._validator = validator
+        status.fold = self.nodes.fold
+        if dispatcher is not None:
+            if dispatcher.pool is not None:
+                dispatcher.pool.fold = self.nodes.fold
+            dispatcher.queue.fold = self.containers.fold
+        self._validation: asyncio.Task[None] | None = None
+        self._specs: dict[str, tuple[Mapping[str, Any], WorkerNodeSpec | None]] = {}
+
+    def _node_changed(self, etype: EventType, old: Body | None, new: Body | None) -> None:
+        body = new if new is not None else old
+        assert body is not None
+        deleted = etype == "DELETED"
+        if deleted:
+            self._specs.pop(body["metadata"]["name"], None)
+        spec = None if deleted else self._spec(body)
+        if self._dispatcher is not None:
+            self._dispatcher.observe_node(body, deleted=deleted, spec=spec)
+        self._controller.observe_node(body, deleted=deleted, spec=spec)
+
+    def _spec(self, body: Body) -> WorkerNodeSpec | None:
+        """The node's parsed spec, one parse per spec change shared by both consumers (a
+        status write, most events, reuses the last); None if it does not parse (each
+        consumer then records why)."""
+        name = body["metadata"]["name"]
+        raw = body.get("spec") or {}
+        held = self._specs.get(name)
+        if held is not None and held[0] == raw:
+            parsed = held[1]
+        else:
+            try:
+                parsed = WorkerNodeSpec.model_validate(raw)
+            except ValidationError:
+                parsed = None
+        self._specs[name] = (raw, parsed)  # the current body's dict: the old one can go
+        return parsed
+
+    def _container_changed(self, etype: EventType, old: Body | None, new: Body | None) -> None:
+        assert self._dispatcher is not None
+        body = new if new is not None else old
+        assert body is not None
+        self._dispatcher.observe_container(body, deleted=etype == "DELETED")
+
+    async def start(self) -> None:
+        """Start both informers; once both have their first LIST and the PowerPolicies are
+        listed (nodes are validated against them), hand every object to its consumers and
+        from then on every change."""
+        self.nodes.start()
+        self.containers.start()
+        await asyncio.gather(
+            self.nodes.wait_synced(), self.containers.wait_synced(), self._load_policies()
+        )
+        _deliver(self.nodes, self._node_changed)
+        if self._dispatcher is not None:
+            _deliver(self.containers, self._container_changed)
+        if self._validator is not None:
+            self._validator.attach(self.containers)
+            _deliver(self.containers, self._validator.on_change)
+            self._validation = asyncio.create_task(self._validator.run(), name="cd-validation")
+        log.info(
+            "feed synced",
+            extra={"workernodes": len(self.nodes.store), "containers": len(self.containers.store)},
+        )
+
+    async def _load_policies(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await self._policies.load(self._kube)
+                return
+            except KubeError as exc:
+                log.warning("PowerPolicy listing failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def stop(self) -> None:
+        if self._validation is not None:
+            self._validation.cancel()
+            await asyncio.gather(self._validation, return_exceptions=True)
+            self._validation = None
+        await self.nodes.stop()
+        await self.containers.stop()
+
+
+def _deliver(informer: Informer[Body], handler: Handler) -> None:
+    """Hand `handler` every object the store holds, then every change. Synchronous: no
+    change can slip between the two."""
+    for _, body in informer.store.items():
+        handler("ADDED", None, body)
+    informer.add_handler(handler)
 
 
 def register(
@@ -26,18 +178,7 @@ def register(
     controller: PowerController,
     policies: PolicyBook,
 ) -> None:
-    if dispatcher is not None:
-
-        @kopf.on.event(GROUP, VERSION, CONTAINER_DISPATCH.plural, id="feed_cd", registry=registry)
-        async def container_event(event: kopf.RawEvent, **_: Any) -> None:
-            dispatcher.observe_container(event["object"], deleted=event["type"] == "DELETED")
-
-    @kopf.on.event(GROUP, VERSION, WORKER_NODE.plural, id="feed_wn", registry=registry)
-    async def node_event(event: kopf.RawEvent, **_: Any) -> None:
-        deleted = event["type"] == "DELETED"
-        if dispatcher is not None:
-            dispatcher.observe_node(event["object"], deleted=deleted)
-        controller.observe_node(event["object"], deleted=deleted)
+    """kopf's part of the feed: PowerPolicy and PowerIntent events."""
 
     @kopf.on.event(GROUP, VERSION, POWER_POLICY.plural, id="feed_pp", registry=registry)
     async def policy_event(event: kopf.RawEvent, **_: Any) -> None:

@@ -6,7 +6,9 @@ every WorkerNode), writes one status patch per reconcile only when something cha
 posts a Warning Event when an object becomes invalid. A PowerIntent for a node that does
 not exist is Failed. `resync_loop` re-validates both kinds every `resync_interval` (one
 LIST per kind). WorkerNodes are validated by the power controller (their status has one
-writer) and ContainerDispatches by the dispatcher.
+writer). ContainerDispatches are validated by the dispatcher in its first write, or, when
+no dispatcher runs, by `ContainerValidator` from the ContainerDispatch informer (never by
+kopf: it holds no watch on the hot kinds).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import kopf
 
@@ -27,6 +29,8 @@ from nodewarden.api.powerintent import TERMINAL_INTENT_PHASES, PowerIntentSpec
 from nodewarden.api.powerpolicy import PowerPolicySpec, spec_hash
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.kube.client import KubeError
+from nodewarden.kube.informer import Informer
+from nodewarden.kube.store import EventType, ObjectKey
 from nodewarden.metrics import INVALID_OBJECTS, RECONCILE_SECONDS, RECONCILE_TOTAL
 from nodewarden.units import parse_duration
 from nodewarden.validation import (
@@ -100,13 +104,14 @@ async def _apply(
     body: Mapping[str, Any],
     verdict: Verdict,
     extra: Mapping[str, Any] | None = None,
-) -> None:
+) -> dict[str, Any] | None:
+    """Write the status `verdict` calls for, if it differs; the written object, or None."""
     meta = body.get("metadata", {})
     patch = status_patch(ctx, body, verdict, extra or {})
     RECONCILE_TOTAL.labels(kind.kind, "ok" if verdict.valid else "invalid").inc()
     if not patch:
-        return
-    await ctx.kube.patch_status(kind, meta["namespace"], meta["name"], patch)
+        return None
+    written = await ctx.kube.patch_status(kind, meta["namespace"], meta["name"], patch)
     previous = _valid_condition(body.get("status"))
     became_invalid = not verdict.valid and (
         previous is None or previous.status != "False" or previous.message != verdict.message
@@ -129,6 +134,7 @@ async def _apply(
         )
     elif verdict.valid and previous is not None and previous.status == "False":
         log.info("%s %s/%s is valid again", kind.kind, meta.get("namespace"), meta.get("name"))
+    return written
 
 
 async def reconcile_powerpolicy(
@@ -164,15 +170,20 @@ async def reconcile_powerintent(
     return verdict
 
 
-async def reconcile_containerdispatch(ctx: HandlerContext, body: Mapping[str, Any]) -> Verdict:
+async def reconcile_containerdispatch(
+    ctx: HandlerContext, body: Mapping[str, Any]
+) -> tuple[Verdict, dict[str, Any] | None]:
+    """The verdict on one ContainerDispatch and the object as written (None: no write)."""
     parsed = parse_spec(ContainerDispatchSpec, body.get("spec"))
     verdict = parsed if isinstance(parsed, Verdict) else validate_containerdispatch(parsed)
-    await _apply(ctx, CONTAINER_DISPATCH, body, verdict)
-    return verdict
+    return verdict, await _apply(ctx, CONTAINER_DISPATCH, body, verdict)
 
 
-def _timed(kind: Kind, fn: Callable[..., Awaitable[Verdict]]) -> Callable[..., Awaitable[Verdict]]:
-    async def wrapper(*args: Any, **kwargs: Any) -> Verdict:
+R = TypeVar("R")
+
+
+def _timed(kind: Kind, fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    async def wrapper(*args: Any, **kwargs: Any) -> R:
         start = time.perf_counter()
         try:
             return await fn(*args, **kwargs)
@@ -243,19 +254,91 @@ class NodeIndex(Protocol):
         """Known, or found by a live read (an event still on its way)."""
 
 
+class ContainerValidator:
+    """ContainerDispatch validation from the informer, for an operator without a dispatcher.
+
+    The informer's handler only notes which containers changed; `run` reads each one's
+    latest compact body from the store and writes its `Valid` condition and
+    observedGeneration through `_apply` when they differ from what the verdict calls for,
+    then folds the written object back into the store. A container is never handled twice
+    at once, and the fold makes the next look at it see the write, so each change costs
+    at most one write (none when the status already says it).
+    """
+
+    def __init__(self, ctx: HandlerContext, concurrency: int = 8, retry_after: float = 5.0) -> None:
+        self.ctx = ctx
+        self.concurrency = concurrency
+        self.retry_after = retry_after
+        self._informer: Informer[dict[str, Any]] | None = None
+        self._changed: set[ObjectKey] = set()
+        self._wake = asyncio.Event()
+        self._reconcile = _timed(CONTAINER_DISPATCH, reconcile_containerdispatch)
+
+    def attach(self, informer: Informer[dict[str, Any]]) -> None:
+        """Read containers from `informer` (whose handler is `on_change`)."""
+        self._informer = informer
+
+    def on_change(
+        self, etype: EventType, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        body = new if new is not None else old
+        assert body is not None
+        meta = body["metadata"]
+        key = ObjectKey(meta.get("namespace") or "", meta["name"])
+        if new is None:
+            self._changed.discard(key)
+            return
+        self._changed.add(key)
+        self._wake.set()
+
+    def _retry(self, key: ObjectKey) -> None:
+        self._changed.add(key)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Validate changed containers until cancelled."""
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(key: ObjectKey) -> None:
+            async with gate:
+                await self._validate(key)
+
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._changed = self._changed, set()
+            await asyncio.gather(*(one(key) for key in batch))
+
+    async def _validate(self, key: ObjectKey) -> None:
+        assert self._informer is not None
+        body = self._informer.store.get(key.namespace, key.name)
+        if body is None:
+            return
+        try:
+            _, written = await self._reconcile(self.ctx, body)
+        except KubeError as exc:
+            log.warning(
+                "validation of ContainerDispatch %s/%s failed (retrying in %.0fs): %s",
+                *key,
+                self.retry_after,
+                exc,
+            )
+            asyncio.get_running_loop().call_later(self.retry_after, self._retry, key)
+            return
+        if written is not None:
+            self._informer.fold(written)
+
+
 def register(
     registry: kopf.OperatorRegistry,
     ctx: HandlerContext,
     fleet: NodeIndex,
-    containers: bool = True,
 ) -> None:
-    """Register the validation handlers into `registry` (ContainerDispatch only if asked)."""
+    """Register the PowerPolicy and PowerIntent validation handlers into `registry`."""
     pp = (GROUP, VERSION, POWER_POLICY.plural)
     pi = (GROUP, VERSION, POWER_INTENT.plural)
-    cd = (GROUP, VERSION, CONTAINER_DISPATCH.plural)
     policy_reconcile = _timed(POWER_POLICY, reconcile_powerpolicy)
     intent_reconcile = _timed(POWER_INTENT, reconcile_powerintent)
-    dispatch_reconcile = _timed(CONTAINER_DISPATCH, reconcile_containerdispatch)
 
     # --- PowerPolicy --------------------------------------------------------------------
     @kopf.on.resume(*pp, id="powerpolicy_valid", registry=registry)
@@ -270,13 +353,3 @@ def register(
     @kopf.on.create(*pi, id="powerintent_valid", registry=registry)
     async def powerintent_valid(body: kopf.Body, **_: Any) -> None:
         await intent_reconcile(ctx, body, await _nodes_for(fleet, body))
-
-    if not containers:
-        return
-
-    # --- ContainerDispatch --------------------------------------------------------------
-    @kopf.on.resume(*cd, id="containerdispatch_valid", registry=registry)
-    @kopf.on.create(*cd, id="containerdispatch_valid", registry=registry)
-    @kopf.on.update(*cd, id="containerdispatch_valid", registry=registry)
-    async def containerdispatch_valid(body: kopf.Body, **_: Any) -> None:
-        await dispatch_reconcile(ctx, body)

@@ -301,6 +301,19 @@ class Kube:
         )
         KUBE_REQUESTS.labels("create_event").inc()
         try:
-            await self.core.create_namespaced_event(namespace, body)
+            # the created Event is not read back: parsing it (times with dateutil) costs
+            # more than the request at one Event per decision for thousands of nodes
+            resp: Any = await self.core.create_namespaced_event(
+                namespace,
+                body,
+                _preload_content=False,
+            )
+            try:
+                await resp.read()
+                status = resp.status
+            finally:
+                resp.release()
         except ApiException as exc:
-            log.warning("could not post event %s: HTTP %s", reason, exc.status)
+            status = exc.status
+        if not 200 <= int(status or 0) <= 299:
+            log.warning("could not post event %s: HTTP %s", reason, status)

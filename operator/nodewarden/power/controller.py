@@ -114,7 +114,7 @@ from nodewarden.power.readings import (
     uptime_reading,
     work_reading,
 )
-from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso
+from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
 from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.scheduler import ContainerView, Plan
@@ -129,6 +129,10 @@ _SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
 _MIN_RECHECK = timedelta(seconds=0.25)
 # a capability discovery that failed or was refused credentials is retried this soon (s)
 _REDISCOVER_AFTER_FAILURE = 30.0
+MAX_PAUSE = 1.0
+"""Longest pause between two rounds (see `run`)."""
+REFUSED_POLL_INTERVAL = 60.0
+"""Seconds between power reads of a node whose BMC credentials are refused."""
 
 
 class PowerController:
@@ -184,8 +188,11 @@ class PowerController:
 
     # ------------------------------------------------------------------ inputs
 
-    def observe_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
-        """A WorkerNode watch event."""
+    def observe_node(
+        self, body: Mapping[str, Any], deleted: bool = False, spec: WorkerNodeSpec | None = None
+    ) -> None:
+        """A WorkerNode from the feed (its informer's compact body, shared: read-only), with
+        its spec as the feed parsed it (None: parsed here)."""
         meta = dict(body.get("metadata") or {})
         name = meta.get("name")
         if not name or (meta.get("namespace") or self.namespace) != self.namespace:
@@ -195,13 +202,11 @@ class PowerController:
             return
         self.status.observe(name, body)
         now = self.clock()
-        try:
-            spec: WorkerNodeSpec | None = WorkerNodeSpec.model_validate(body.get("spec") or {})
-        except ValidationError:
-            spec = None
         rt = self.nodes.get(name)
         if rt is None:
-            rt = self._new_runtime(name, spec, meta, body.get("status") or {}, now)
+            rt = self._new_runtime(
+                name, spec if spec is not None else _spec(body), meta, body.get("status") or {}, now
+            )
             self.nodes[name] = rt
             rt.events.append(Evaluate())
         else:
@@ -209,7 +214,7 @@ class PowerController:
             deleting = bool(meta.get("deletionTimestamp")) != bool(rt.meta.get("deletionTimestamp"))
             rt.meta = meta
             if changed:
-                rt.spec = spec
+                rt.spec = spec if spec is not None else _spec(body)
                 rt.spec_seen_at = now
                 rt.next_discovery = now
                 self.control.last_error.pop(name, None)
@@ -319,20 +324,9 @@ class PowerController:
         return out
 
     async def start(self) -> None:
-        """LIST every WorkerNode once before the first round, so fleet counts (disruption
-        budget, min warm) see the whole fleet from the start."""
-        delay = 0.5
-        while True:
-            try:
-                bodies = await self.kube.list(WORKER_NODE, self.namespace)
-                break
-            except KubeError as exc:
-                log.warning("initial WorkerNode listing failed (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-        for body in bodies:
-            body.setdefault("metadata", {}).setdefault("namespace", self.namespace)
-            self.observe_node(body)
+        """Called once the feed's WorkerNode informer has its first LIST (every node is
+        here through `observe_node`), so fleet counts (disruption budget, min warm) see
+        the whole fleet from the first round."""
         self._synced.set()
         log.info("power controller started", extra={"nodes": len(self.nodes)})
 
@@ -441,8 +435,10 @@ class PowerController:
     async def run(self) -> None:
         """Rounds until `stop()`; see the module docstring."""
         self.started = True
+        loop = asyncio.get_running_loop()
         while not self._stop.is_set():
             self.wake.clear()
+            started = loop.time()
             try:
                 await self.round()
             except asyncio.CancelledError:
@@ -452,6 +448,9 @@ class PowerController:
                 log.exception("power controller round was cancelled from inside; retrying")
             except Exception:
                 log.exception("power controller round failed; retrying")
+            # a round scans the whole fleet: after one that took T, the next waits T (at
+            # most a second), so a stream of observations cannot hold the event loop
+            await asyncio.sleep(min(loop.time() - started, MAX_PAUSE))
             timeout = self._sleep_for(self.clock())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=timeout)
@@ -739,18 +738,28 @@ class PowerController:
     # -- observations the controller schedules itself ------------------------------------
 
     def _schedule_observations(self, now: datetime) -> None:
-        for rt in self.nodes.values():
-            ref = rt.ref()
+        for rt in self.nodes.values():  # every round, over the whole fleet: keep it cheap
+            discover = rt.next_discovery is not None and now >= rt.next_discovery
+            poll = rt.next_poll is not None and now >= rt.next_poll and rt.has_bmc_side
+            ref = rt.ref() if discover or poll else None
             if ref is None:
                 continue
-            if rt.next_discovery is not None and now >= rt.next_discovery:
+            if discover:
                 rt.next_discovery = now + timedelta(seconds=self.settings.capability_interval)
                 self._spawn(self._discover(rt, ref))
-            if rt.has_bmc_side and rt.next_poll is not None and now >= rt.next_poll:
-                rt.next_poll = now + timedelta(seconds=self._poll_interval(rt))
+            if poll:
+                interval = self._poll_interval(rt)
+                if not rt.polled:
+                    rt.polled = True
+                    interval *= poll_phase(rt.name)
+                rt.next_poll = now + timedelta(seconds=interval)
                 self._poll(rt, ref)
 
     def _poll_interval(self, rt: NodeRuntime) -> float:
+        capability = rt.facts.capability
+        if capability is not None and capability.refusal is not None:
+            # nothing may be sent: the read only notices a repaired designation
+            return REFUSED_POLL_INTERVAL
         max_age = self._policy(rt).view.telemetry_max_age.total_seconds()
         return max(1.0, min(self.settings.power_poll_interval, max_age / 3))
 
@@ -803,14 +812,15 @@ class PowerController:
             return  # keep the last known capability when rediscovery merely failed
         rt.facts = rt.facts.model_copy(update={"capability": capability})
         self._announce_power_source_error(rt)
-        self.status.contribute(
-            rt.name,
-            {
-                "powerControl": capability.model_dump(mode="json", by_alias=True),
-                "conditions": self._conditions(rt),
-            },
-        )
-        if previous != capability:
+        fields: dict[str, Any] = {"conditions": self._conditions(rt)}
+        same = _same_capability(previous, capability)
+        if not same:
+            # only a new finding is written: a rediscovery that finds the same (a refused
+            # node every 30 s, every node every capability_interval) would otherwise write
+            # its time alone, 9,000 refused nodes some 300 writes a second
+            fields["powerControl"] = capability.model_dump(mode="json", by_alias=True)
+        self.status.contribute(rt.name, fields)
+        if not same:
             rt.events.append(Evaluate())
             self.wake.set()
 
@@ -1084,8 +1094,8 @@ class PowerController:
                 credential_problems=[(r.reason, r.message) for r in refusals],
                 instance_types=instance_types,
             )
-        if rt.name not in self.nodes:
-            return
+        if rt.name not in self.nodes or rt.generation != generation:
+            return  # gone, or edited meanwhile: the new generation's validation is on its way
         previous = rt.verdict
         rt.verdict = verdict
         rt.validated_generation = generation
@@ -1110,6 +1120,18 @@ def _ssh_may_add_actions(rt: NodeRuntime) -> bool:
     if rt.node_type != "SideNode" or capability is None or capability.refusal is not None:
         return False
     return "SshPoweroff" not in (capability.allowable or ())
+
+
+def _same_capability(old: CapabilityReading | None, new: CapabilityReading) -> bool:
+    """The same finding, observed again (only the observation time differs)."""
+    return old is not None and old.model_copy(update={"observed_at": new.observed_at}) == new
+
+
+def _spec(body: Mapping[str, Any]) -> WorkerNodeSpec | None:
+    try:
+        return WorkerNodeSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
 
 
 def _cancelling() -> bool:

@@ -90,6 +90,7 @@ def planned_demand(
             if uuid not in waiting_for.setdefault(node, []):
                 waiting_for[node].append(uuid)
     by_shape: dict[tuple[Any, ...], list[str]] = {}
+    readings: dict[tuple[str, ...], DemandReading] = {}  # shared: readings are frozen
     out: dict[str, DemandReading] = {}
     for rt in nodes:
         if rt.spec is None:
@@ -105,7 +106,11 @@ def planned_demand(
             if found is None:
                 found = by_shape[shape] = qualified_demand(view, queued, catalogue, type_policy)
             uuids = found
-        out[rt.name] = _reading("queue (dispatcher plan)", at, uuids)
+        key = tuple(uuids)
+        reading = readings.get(key)
+        if reading is None:
+            reading = readings[key] = _reading("queue (dispatcher plan)", at, uuids)
+        out[rt.name] = reading
     return out
 
 

@@ -103,8 +103,11 @@ def conditions(
     gen = rt.generation
     verdict = rt.verdict
     if verdict is not None:
+        # the verdict's own generation: a write between a spec edit and its validation
+        # must not present the old verdict as the new generation's
+        judged = rt.validated_generation if rt.validated_generation is not None else gen
         conds = set_condition(
-            conds, "Valid", verdict.valid, verdict.reason, verdict.message, gen, now
+            conds, "Valid", verdict.valid, verdict.reason, verdict.message, judged, now
         )
     ready = rt.facts.ready
     power = rt.facts.power

@@ -3,6 +3,7 @@ settings, and the small helpers its other modules share."""
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -68,6 +69,8 @@ class NodeRuntime:
     stale_since: datetime | None = None
     """Since when the node's decisions are held back by stale or missing telemetry
     (kept by `gauges.publish`)."""
+    polled: bool = False
+    """Whether the BMC was read once (the second read is spread, see `poll_phase`)."""
 
     @property
     def node_type(self) -> str:
@@ -95,6 +98,15 @@ class NodeRuntime:
 
     def ref(self) -> NodeRef | None:
         return NodeRef(self.name, self.spec) if self.spec is not None else None
+
+
+def poll_phase(name: str) -> float:
+    """The part of the poll interval, in [0.5, 1), that node `name` waits between its
+    first and second BMC read. A fleet's first reads all come at once (start-up, a burst of
+    new nodes); spreading the second by name keeps them apart at every interval after, so
+    the BMC connections (each holding a TLS read buffer of 256 KiB) are not all open at
+    the same moment. Never longer than the interval: telemetry freshness is unchanged."""
+    return 0.5 + 0.5 * zlib.crc32(name.encode()) / 2**32
 
 
 _UNPERSISTED = frozenset({"seq", "recheck_at"})

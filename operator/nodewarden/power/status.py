@@ -6,7 +6,10 @@ the worker pool owns what it observes of a cloud instance and its runners (insta
 address, boot time, running containers, last probe, learned host key, price). Each calls
 `contribute(node, fields)`; a field equal to what the API server already holds is not
 sent, so a node whose status did not change costs no write. `flush()` sends one merge
-patch per node with everything that changed.
+patch per node with everything that changed. A field that only says when something was
+last seen (`RIDE_ALONG`: `observedPowerTime`, which moves at every BMC poll) is no
+change on its own: it waits and rides along with the node's next real change (the
+controller's freshness gates use each reading's own time, never the status field).
 
 A patch that carries `powerState` is sent with a resourceVersion precondition. On a
 conflict the object is read again; the write is retried only if the power state on the
@@ -15,13 +18,19 @@ advanced the machine and `PowerStateConflict` tells the controller to reload ins
 acting. `persist(node)` writes at once -- the controller persists a transition's request
 *before* sending it, so a restarted or new leader that finds the request in status never
 sends it a second time unless the state machine says so.
+
+What the server holds comes from the WorkerNode informer: the power controller hands
+every compact body to `observe`, and the writer keeps a reference to its `status` (one
+copy per node in the process, shared with the informer's store; never mutated here).
+An object a write returns goes to `fold` -- the informer, which hands it back through
+`observe` -- so the store, not the writer, decides which version is newest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +41,10 @@ from nodewarden.metrics import STATUS_WRITES
 log = logging.getLogger(__name__)
 
 
+RIDE_ALONG: frozenset[str] = frozenset({"observedPowerTime"})
+"""Status fields never written on their own (see the module docstring)."""
+
+
 class PowerStateConflict(Exception):
     """Another writer changed the node's power state; reload it before acting."""
 
@@ -39,8 +52,9 @@ class PowerStateConflict(Exception):
 @dataclass
 class _Node:
     resource_version: str | None = None
-    server: dict[str, Any] = field(default_factory=dict)
-    """The status as last seen on the server (watch events and our own write results)."""
+    server: Mapping[str, Any] = field(default_factory=dict)
+    """The status as last seen on the server (watch events and our own write results);
+    the informer's compact status, shared: read-only."""
     pending: dict[str, Any] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One write per node at a time: a second write waits and then sends against the
@@ -79,6 +93,9 @@ class NodeStatusWriter:
         self._writes = asyncio.Semaphore(concurrency)
         self._flushing: set[str] = set()
         self.writes = 0
+        self.fold: Callable[[Mapping[str, Any]], bool] | None = None
+        """Where an object returned by a write goes (the WorkerNode informer, which hands
+        it back through `observe`); None: straight to `observe`."""
 
     # -- what the server holds ---------------------------------------------------------
 
@@ -96,10 +113,17 @@ class NodeStatusWriter:
         ):
             return  # an older event than a write we already folded in
         node.resource_version = rv
-        node.server = dict(body.get("status") or {})
+        node.server = body.get("status") or {}
         for key in list(node.pending):
             if _same(node.server.get(key), node.pending[key]):
                 del node.pending[key]
+
+    def _take(self, name: str, body: Mapping[str, Any]) -> None:
+        """An object read or written by this writer."""
+        if self.fold is not None:
+            self.fold(body)
+        else:
+            self.observe(name, body)
 
     def server_status(self, name: str) -> Mapping[str, Any]:
         node = self._nodes.get(name)
@@ -111,7 +135,8 @@ class NodeStatusWriter:
     # -- contributions ----------------------------------------------------------------
 
     def contribute(self, name: str, fields: Mapping[str, Any]) -> bool:
-        """Queue the fields that differ from the server's; returns whether any did."""
+        """Queue the fields that differ from the server's; returns whether any did (a
+        `RIDE_ALONG` field is queued but does not count)."""
         node = self._nodes.get(name)
         if node is None:
             return False
@@ -123,11 +148,12 @@ class NodeStatusWriter:
             if key in node.pending and _same(node.pending[key], value):
                 continue
             node.pending[key] = value
-            changed = True
+            changed = changed or key not in RIDE_ALONG
         return changed
 
     def dirty(self) -> list[str]:
-        return [name for name, node in self._nodes.items() if node.pending]
+        """Nodes with a pending change worth a write (not only `RIDE_ALONG` fields)."""
+        return [name for name, node in self._nodes.items() if not node.pending.keys() <= RIDE_ALONG]
 
     # -- writes -----------------------------------------------------------------------
 
@@ -187,14 +213,13 @@ class NodeStatusWriter:
                 if latest is None:
                     node.pending.clear()
                     return
-                self.observe(name, latest)
+                self._take(name, latest)
                 if _seq(node.server) != expected_seq:
                     node.pending.pop("powerState", None)
                     raise PowerStateConflict(name) from None
                 continue
-            sent = {k: v for k, v in patch.items()}
-            self.observe(name, body)
-            for key, value in sent.items():
+            self._take(name, body)
+            for key, value in patch.items():
                 if key in node.pending and _same(node.pending[key], value):
                     node.pending.pop(key, None)
             return

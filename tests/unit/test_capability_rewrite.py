@@ -1,0 +1,30 @@
+"""A capability rediscovery that finds the same as before is not a status change."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from nodewarden.policy.facts import CapabilityReading
+from nodewarden.power.controller import _same_capability
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _refused(at: datetime, why: str = "BMC endpoint not admitted") -> CapabilityReading:
+    return CapabilityReading(
+        source="resolver", observed_at=at, control_method="Redfish", refusal=why
+    )
+
+
+def test_only_the_time_moved() -> None:
+    assert _same_capability(_refused(T0), _refused(T0 + timedelta(seconds=30)))
+
+
+def test_a_new_finding_is_a_change() -> None:
+    later = T0 + timedelta(seconds=30)
+    assert not _same_capability(None, _refused(later))
+    assert not _same_capability(_refused(T0), _refused(later, "Secret not designated"))
+    allowed = CapabilityReading(
+        source="redfish", observed_at=later, control_method="Redfish", allowable=("On",)
+    )
+    assert not _same_capability(_refused(T0), allowed)
