@@ -127,7 +127,8 @@ R = ReasonCode
 
 _SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
 _MIN_RECHECK = timedelta(seconds=0.25)
-# a capability discovery that failed or was refused credentials is retried this soon (s)
+# a capability discovery that failed or was refused credentials is retried this soon (s),
+# doubling up to the capability interval
 _REDISCOVER_AFTER_FAILURE = 30.0
 MAX_PAUSE = 1.0
 """Longest pause between two rounds (see `run`)."""
@@ -802,10 +803,17 @@ class PowerController:
             rt.busy.discard("discover")
         if capability.allowable is None:
             # failed, or refused credentials (which an administrator may designate at any
-            # time without the WorkerNode changing): look again soon
-            rt.next_discovery = self.clock() + timedelta(seconds=_REDISCOVER_AFTER_FAILURE)
-        elif ready is None and rt.facts.ready is not None:
-            rt.next_discovery = self.clock()  # SSH logged in meanwhile: look again
+            # time without the WorkerNode changing): look again soon, then less often (a
+            # fleet of refused nodes costs little); the node turning valid, or a BMC read
+            # that succeeds, looks again at once
+            rt.next_discovery = self.clock() + timedelta(
+                seconds=rediscovery_delay(rt.discovery_retries, self.settings.capability_interval)
+            )
+            rt.discovery_retries += 1
+        else:
+            rt.discovery_retries = 0
+            if ready is None and rt.facts.ready is not None:
+                rt.next_discovery = self.clock()  # SSH logged in meanwhile: look again
         previous = rt.facts.capability
         kept = previous is not None and previous.allowable is not None
         if kept and capability.allowable is None and capability.refusal is None:
@@ -1099,6 +1107,10 @@ class PowerController:
         previous = rt.verdict
         rt.verdict = verdict
         rt.validated_generation = generation
+        if verdict.valid and previous is not None and not previous.valid:
+            # an administrator designated the Secret or admitted the endpoint
+            rt.next_discovery = self.clock()
+            rt.discovery_retries = 0
         self.status.contribute(
             rt.name, {"conditions": self._conditions(rt), "observedGeneration": generation}
         )
@@ -1112,6 +1124,12 @@ class PowerController:
                 action="Validate",
             )
         self.wake.set()
+
+
+def rediscovery_delay(retries: int, capability_interval: float) -> float:
+    """Seconds until a failed or refused capability discovery is tried again: 30 s after
+    the first, doubling with each further one, never longer than the capability interval."""
+    return min(capability_interval, _REDISCOVER_AFTER_FAILURE * float(2 ** min(retries, 16)))
 
 
 def _ssh_may_add_actions(rt: NodeRuntime) -> bool:

@@ -55,6 +55,8 @@ class NodeRuntime:
     busy: set[str] = field(default_factory=set)
     next_poll: datetime | None = None
     next_discovery: datetime | None = None
+    discovery_retries: int = 0
+    """Capability discoveries in a row that failed or were refused (their back-off)."""
     idle_since: datetime | None = None
     verdict: Verdict | None = None
     validated_generation: int | None = None
