@@ -162,6 +162,13 @@ class PowerSettings(_Config):
     request_timeout: float = Field(
         default=15.0, gt=0, le=600, description="Seconds one BMC request may take."
     )
+    bmc_observation_concurrency: int = Field(
+        default=64,
+        ge=1,
+        description="BMC observations (PowerState reads, capability discovery) in flight at "
+        "once across the fleet; power requests never wait for them. Bounds the start-up "
+        "burst of a large fleet (one TLS connection and login each).",
+    )
     keep_finished_intents: int = Field(
         default=5, ge=0, description="Finished policy-made PowerIntents kept per node."
     )

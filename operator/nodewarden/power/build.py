@@ -41,6 +41,7 @@ def build_controller(
         pool,
         _now,
         request_timeout=config.power.request_timeout,
+        observation_concurrency=config.power.bmc_observation_concurrency,
     )
     settings = ControllerSettings(
         power_poll_interval=config.power.power_poll_interval,

@@ -24,6 +24,7 @@ class (`nodewarden_bmc_errors_total`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
@@ -138,6 +139,7 @@ class PowerControl:
         clock: Callable[[], datetime],
         *,
         request_timeout: float = 15.0,
+        observation_concurrency: int = 64,
     ) -> None:
         self.credentials = credentials
         self.prober = prober
@@ -146,6 +148,9 @@ class PowerControl:
         self.request_timeout = request_timeout
         self.sender = WakeOnLanSender(clock=clock)
         self._clients: dict[str, tuple[str, RedfishClient]] = {}
+        self._observing = asyncio.Semaphore(observation_concurrency)
+        """Bounds the BMC observations in flight (a fleet's first reads and logins all fall
+        due at start-up); power requests do not take it."""
         self.last_error: dict[str, str] = {}
         """Per node: why its trusted power source did not answer last time (for status)."""
 
@@ -203,7 +208,8 @@ class PowerControl:
         if isinstance(client, Refusal):
             return client
         try:
-            obs = await client.read_power_state()
+            async with self._observing:
+                obs = await client.read_power_state()
         except RedfishError as exc:
             self._failed(node.name, "PowerState read", exc)
             return None
@@ -221,7 +227,8 @@ class PowerControl:
             if isinstance(client, Refusal):
                 return refused_capability("Redfish", client.message, now)
             try:
-                caps = await client.read_reset_capabilities()
+                async with self._observing:
+                    caps = await client.read_reset_capabilities()
             except RedfishError as exc:
                 self._failed(node.name, "reset capability discovery", exc)
                 return CapabilityReading(
