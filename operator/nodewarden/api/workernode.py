@@ -269,7 +269,10 @@ class WorkerNodeStatus(StatusModel):
         default=None, description="Which source reported observedPower."
     )
     observed_power_time: datetime | None = Field(
-        default=None, description="When observedPower was read."
+        default=None,
+        description="When observedPower was read. A later read that finds the same power "
+        "is not written on its own (it rides along with the next change); the running "
+        "operator's `nodewarden explain workernode` shows the newest reading.",
     )
     readiness: Readiness | None = Field(
         default=None, description="Result of the runtime ready probe."
