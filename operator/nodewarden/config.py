@@ -201,6 +201,14 @@ class OperatorConfig(_Config):
     resync_interval: Duration = Field(
         default="30s", description="How often objects are re-validated without a change."
     )
+    shutdown_grace: Duration = Field(
+        default="10s",
+        description=(
+            "On SIGTERM, how long in-flight status writes, runner starts and power requests "
+            "may finish before they are cancelled; keep it below the Pod's "
+            "terminationGracePeriodSeconds."
+        ),
+    )
     log_format: Literal["json", "text"] = Field(default="json")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO")
     kubeconfig: Path | None = Field(

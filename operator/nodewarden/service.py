@@ -28,6 +28,7 @@ from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials.setup import build_resolver
 from nodewarden.dispatch import Dispatcher, build_dispatcher
 from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.drain import drain
 from nodewarden.endpoints import Health, serve
 from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
@@ -42,6 +43,7 @@ from nodewarden.metrics import LEADER, LOOP_LAG
 from nodewarden.power.board import PowerBoard
 from nodewarden.power.build import build_controller
 from nodewarden.power.status import NodeStatusWriter
+from nodewarden.units import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +130,7 @@ async def run(config: OperatorConfig) -> int:
     )
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    _handle_stop_signals(stop)
 
     elector: LeaderElector | None = None
     exit_code = 0
@@ -234,6 +233,11 @@ async def _act(
     ready = asyncio.Event()
     lost = asyncio.Event()
     failed = asyncio.Event()
+    # kopf stops only after the dispatcher and the power controller have: it cancels every
+    # task it did not start after a 5 s grace, which would cut runner starts and power
+    # requests short at a point the service does not choose (see `nodewarden.drain`)
+    kopf_stop = asyncio.Event()
+    grace = parse_duration(config.shutdown_grace).total_seconds()
 
     def on_lost() -> None:
         lost.set()
@@ -241,34 +245,65 @@ async def _act(
 
     async def mark_ready() -> None:
         await ready.wait()
+        # kopf has installed its own SIGINT/SIGTERM handlers by now: take them back, so a
+        # signal stops the service's components first (`act`), and kopf after them
+        _handle_stop_signals(stop)
         health.handlers_ready = True
         log.info("handlers running")
+
+    async def stop_kopf_last() -> None:
+        await stop.wait()
+        # `act` winds down within the grace; a start-up still under way (the dispatcher's
+        # first probe round) is cancelled once the grace is over
+        await asyncio.wait([acting], timeout=grace + 5.0)
+        if not acting.done():
+            acting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acting
+        await feed.stop()  # its watches too: kopf would wait 5 s for them
+        kopf_stop.set()
+
+    async def wind_down(loops: list[asyncio.Task[None]]) -> None:
+        """Stop acting: no new rounds; the round, writes, runner starts and power requests
+        under way finish within `shutdown_grace` (none after a lost lease); then the rest
+        is cancelled."""
+        budget = 0.0 if lost.is_set() else grace
+        deadline = asyncio.get_running_loop().time() + budget
+        controller.halt()
+        if dispatcher is not None:
+            dispatcher.halt()
+        await drain(loops, budget)
+        left = max(0.0, deadline - asyncio.get_running_loop().time())
+        stops = [controller.stop(left)]
+        if dispatcher is not None:
+            stops.append(dispatcher.stop(left))
+        await asyncio.gather(*stops)
 
     async def act() -> None:
         """The dispatcher recovers first (queue, cloud, a first probe of every node); then
         the dispatcher and the power controller run side by side."""
-        await ready.wait()
+        starting = asyncio.ensure_future(ready.wait())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+        starting.cancel()
+        if stop.is_set():
+            stopping.cancel()
+            return
         try:
             await feed.start()
             if dispatcher is not None:
                 await dispatcher.start()
             await controller.start()
-            loops = [asyncio.ensure_future(controller.run())]
+            loops = [asyncio.create_task(controller.run())]
             if dispatcher is not None:
-                loops.append(asyncio.ensure_future(dispatcher.run()))
-            stopping = asyncio.ensure_future(stop.wait())
+                loops.append(asyncio.create_task(dispatcher.run()))
             done, _ = await asyncio.wait([*loops, stopping], return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
-            # stop acting as soon as shutdown begins
-            await controller.stop()
-            if dispatcher is not None:
-                await dispatcher.stop()
-            for loop_task in loops:
-                loop_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop_task
+            await wind_down(loops)
             for finished in done:
                 if finished is stopping:
+                    continue
+                if finished.cancelled():
                     continue
                 error = finished.exception()
                 if error is not None:
@@ -299,7 +334,8 @@ async def _act(
     ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.keep(on_lost)))
-    tasks.append(asyncio.create_task(act()))
+    acting = asyncio.create_task(act())
+    tasks += [acting, asyncio.create_task(stop_kopf_last())]
     try:
         await kopf.operator(
             registry=registry,
@@ -307,7 +343,7 @@ async def _act(
             standalone=True,
             clusterwide=config.all_namespaces,
             namespaces=() if config.all_namespaces else [namespace],
-            stop_flag=stop,
+            stop_flag=kopf_stop,
             ready_flag=ready,
         )
     finally:
@@ -322,6 +358,13 @@ async def _act(
         await feed.stop()
         await feed_api.close()
     return 1 if lost.is_set() or failed.is_set() else 0
+
+
+def _handle_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
 
 
 def _kubeconfig_namespace(path: Path) -> str | None:

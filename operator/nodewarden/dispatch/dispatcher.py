@@ -42,6 +42,7 @@ from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.queue import FINALIZER, Container, ContainerQueue
 from nodewarden.dispatch.workers import Worker, WorkerPool, _iso
+from nodewarden.drain import drain
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.metrics import (
     CONTAINERS,
@@ -122,6 +123,7 @@ class Dispatcher:
     last_plan: Plan | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _closed: bool = False
     _starts: asyncio.Semaphore | None = None
     _next_sync: datetime | None = None
 
@@ -197,16 +199,25 @@ class Dispatcher:
             # coalesce bursts of watch events into one round
             await asyncio.sleep(max(min(0.2, self.settings.tick_interval), took))
 
-    async def stop(self) -> None:
-        if self._stop.is_set():
-            return
+    def halt(self) -> None:
+        """Start no more rounds (the one under way ends normally; see `stop`)."""
         self._stop.set()
         self.wake.set()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Halt, let the writes and runner starts under way finish for up to `grace`
+        seconds (`nodewarden.drain`), cancel the rest, close the adapters."""
+        self.halt()
+        if self._closed:
+            return
+        self._closed = True
+        drained = await drain(self._tasks, grace)
+        if drained.finished or drained.cancelled:
+            log.info(
+                "dispatcher stopped: %d tasks under way finished, %d cancelled",
+                drained.finished,
+                drained.cancelled,
+            )
         if self.pool is not None:
             await self.pool.close()
         if self.prober is not None:
@@ -691,6 +702,8 @@ class Dispatcher:
         """Carry out a plan. Nothing here blocks the round: writes and starts run as
         background tasks (one at a time per container), creates register their worker at
         once so the next plan counts them."""
+        if self._stop.is_set():
+            return  # stopping: what is under way finishes, nothing new begins
         by_uuid = self.queue.by_uuid()
         for uuid, why in result.unsatisfiable.items():
             c = by_uuid.get(uuid)

@@ -46,6 +46,7 @@ from nodewarden.cloud.model import CloudInstance
 from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.policies import Policy, PolicyBook
 from nodewarden.dispatch.workers import Worker, WorkerPool
+from nodewarden.drain import drain
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.metrics import POWER_DECISIONS, POWER_REQUESTS
 from nodewarden.policy.actions import (
@@ -179,6 +180,7 @@ class PowerController:
         self.wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
         self._plan: tuple[list[ContainerView], Plan, datetime] | None = None
         self._reread_wanted: set[str] = set()
         self._policy_generations: dict[str | None, int | None] = {}
@@ -456,14 +458,34 @@ class PowerController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=timeout)
 
-    async def stop(self) -> None:
+    def halt(self) -> None:
+        """Start no more rounds (the one under way ends normally; see `stop`)."""
         self._stop.set()
         self.wake.set()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Halt, let the power requests, intent and status writes under way finish for up
+        to `grace` seconds (`nodewarden.drain`) and write what they contributed, cancel the
+        rest, close the power adapters."""
+        self.halt()
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        drained = await drain(self._tasks, grace)
+        left = deadline - loop.time()
+        if left > 0:
+            try:
+                await asyncio.wait_for(self.status.flush(), timeout=left)
+            except TimeoutError:
+                log.warning("power controller stopped before its last status writes ended")
+        if drained.finished or drained.cancelled:
+            log.info(
+                "power controller stopped: %d tasks under way finished, %d cancelled",
+                drained.finished,
+                drained.cancelled,
+            )
         await self.control.close()
 
     async def round(self) -> None:
