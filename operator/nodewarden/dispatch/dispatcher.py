@@ -37,11 +37,11 @@ from typing import Any
 from nodewarden.api.containerdispatch import TERMINAL_PHASES
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudErrorKind
-from nodewarden.cloud.facade import CloudFacade
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.policies import PolicyBook
-from nodewarden.dispatch.queue import FINALIZER, Container, ContainerQueue
-from nodewarden.dispatch.workers import Worker, WorkerPool, _iso
+from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
+from nodewarden.dispatch.queue import FINALIZER, Container
+from nodewarden.dispatch.workers import Worker, _iso
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.metrics import (
     CONTAINERS,
@@ -65,7 +65,6 @@ from nodewarden.scheduling.scheduler import (
     plan,
 )
 from nodewarden.ssh.errors import SshError
-from nodewarden.ssh.prober import SshProber
 from nodewarden.units import parse_quantity
 
 log = logging.getLogger(__name__)
@@ -101,11 +100,11 @@ class Dispatcher:
     namespace: str
     dispatcher_id: str
     settings: DispatchSettings
-    queue: ContainerQueue
+    queue: ContainerQueuePort
     policies: PolicyBook
-    pool: WorkerPool | None
-    cloud: CloudFacade | None
-    prober: SshProber | None
+    pool: WorkerPoolPort | None
+    cloud: CloudPort | None
+    prober: ProberPort | None
     board: PowerBoard = field(default_factory=PowerBoard)
     """What the power controller says about each node (admission, state, readiness)."""
     planned: Callable[[list[ContainerView], Plan, datetime], None] = _ignore_plan
