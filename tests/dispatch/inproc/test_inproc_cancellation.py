@@ -62,3 +62,14 @@ async def test_deleting_a_running_container_stops_its_runner_first() -> None:
     await rig.rounds(8, 1.0)
     assert rig.runners() == {}
     assert "c1" not in rig.api.objects
+
+
+async def test_deleting_a_queued_container_lets_it_go() -> None:
+    rig = Rig(maxNodes=0)  # nowhere to run: it waits
+    await rig.start()
+    rig.api.create(container("c1"))
+    await rig.rounds(2)
+    rig.api.delete("c1")
+    await rig.rounds(2)
+    assert "c1" not in rig.api.objects
+    assert rig.starts() == []

@@ -63,3 +63,22 @@ async def test_nothing_is_started_or_killed_before_the_first_probe_round() -> No
     assert rig.starts() == []
     assert vm.signals == []
     assert rig.cloud.created == []
+
+
+async def test_a_runner_that_finished_while_the_dispatcher_was_down_completes() -> None:
+    rig = Rig()
+    vm = rig.vm("vm-a")
+    vm.ended[uuid_of("c1")] = ("exited", 7)
+    running = {
+        "phase": "Running",
+        "lockedBy": ME,
+        "node": "vm-a",
+        "attempts": 1,
+        "startedAt": "2025-12-31T23:00:00Z",
+    }
+    rig.api.create(container("c1", status=running))
+    await rig.start()
+    await rig.rounds(2)
+    status = rig.api.status("c1")
+    assert (status["phase"], status["exitCode"]) == ("Complete", 7)
+    assert rig.starts() == []
