@@ -421,7 +421,11 @@ class Dispatcher:
                 "startedAt": c.status.started_at.isoformat()
                 if c.status.started_at
                 else _iso(self.clock()),
-                "attempts": max(c.status.attempts, 1),
+                # Locked: started just before a crash, never written as Running, so this
+                # run is not counted yet (a Queued one was counted by its requeue)
+                "attempts": c.status.attempts + 1
+                if c.phase == "Locked"
+                else max(c.status.attempts, 1),
                 "schedulingStatus": f"running on {worker.name} (adopted runner pid {pid})",
                 "reason": "Adopted",
             },

@@ -3,7 +3,7 @@ at policy maxAttempts the container is Failed with a reason, not run again."""
 
 from __future__ import annotations
 
-from fakes import Rig, container
+from fakes import ME, Rig, container, uuid_of
 
 
 async def test_runs_lost_up_to_the_cap_then_failed_with_a_reason() -> None:
@@ -53,3 +53,20 @@ async def test_a_container_that_fits_no_type_fails_at_once() -> None:
     assert status["phase"] == "Failed"
     assert status["reason"] == "NoInstanceTypeFits"
     assert rig.cloud.created == []
+
+
+async def test_an_adopted_run_of_a_locked_container_counts_as_an_attempt() -> None:
+    # one run counted; a second started just before a crash (still Locked, not counted)
+    rig = Rig(maxAttempts=2)
+    vm = rig.vm("vm-a")
+    vm.runners[uuid_of("c1")] = 500
+    locked = {"phase": "Locked", "lockedBy": ME, "node": "vm-a", "attempts": 1}
+    rig.api.create(container("c1", status=locked))
+    await rig.start()
+    await rig.rounds(2)
+    assert (rig.api.phase("c1"), rig.api.status("c1")["attempts"]) == ("Running", 2)
+    vm.lose(uuid_of("c1"))
+    await rig.round()
+    status = rig.api.status("c1")
+    assert (status["phase"], status["reason"]) == ("Failed", "MaxAttemptsExceeded")
+    assert rig.starts() == []
