@@ -82,3 +82,19 @@ async def test_a_runner_that_finished_while_the_dispatcher_was_down_completes() 
     status = rig.api.status("c1")
     assert (status["phase"], status["exitCode"]) == ("Complete", 7)
     assert rig.starts() == []
+
+
+async def test_a_locked_container_whose_runner_already_ended_is_not_run_again() -> None:
+    rig = Rig()
+    vm = rig.vm("vm-a")
+    vm.ended[uuid_of("c1")] = ("exited", 0)  # started before the crash, ended while down
+    vm.ended[uuid_of("c2")] = ("lost", None)  # started before the crash, then vanished
+    for name in ("c1", "c2"):
+        locked = {"phase": "Locked", "lockedBy": ME, "node": "vm-a", "attempts": 0}
+        rig.api.create(container(name, status=locked))
+    await rig.start()
+    await rig.rounds(3)
+    status = rig.api.status("c1")
+    assert (status["phase"], status["exitCode"], status["attempts"]) == ("Complete", 0, 1)
+    assert rig.starts() == ["c2"]  # requeued as a lost run (attempt 1 counted), run again
+    assert rig.api.status("c2")["attempts"] == 2
