@@ -146,7 +146,6 @@ async def build_dispatcher(
         status=status,
     )
     dispatcher = Dispatcher(
-        kube=kube,
         namespace=namespace,
         dispatcher_id=config.dispatcher_id,
         settings=settings,

@@ -42,7 +42,7 @@ from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
 from nodewarden.dispatch.queue import FINALIZER, Container
 from nodewarden.dispatch.workers import Worker, _iso
-from nodewarden.kube.client import Kube, KubeError
+from nodewarden.kube.client import KubeError
 from nodewarden.metrics import (
     CONTAINERS,
     CONTAINERS_FINISHED,
@@ -97,7 +97,6 @@ def _ignore_plan(containers: list[ContainerView], plan: Plan, now: datetime) -> 
 
 @dataclass
 class Dispatcher:
-    kube: Kube
     namespace: str
     dispatcher_id: str
     settings: DispatchSettings

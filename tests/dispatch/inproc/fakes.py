@@ -215,6 +215,7 @@ class FakeQueue:
 
     def __init__(self, api: FakeApi) -> None:
         self.api = api
+        # the cache never calls Kubernetes; `write` and `set_finalizer` are replaced below
         self.cache = ContainerQueue(kube=Kube.__new__(Kube), namespace=NS, dispatcher_id=ME)
         api.watchers.append(self)
 
@@ -509,7 +510,6 @@ class Rig:
         self.policies = PolicyBook(namespace=NS, default_name="default")
         self.policies.observe(policy(**dispatch))
         self.dispatcher = Dispatcher(
-            kube=Kube.__new__(Kube),
             namespace=NS,
             dispatcher_id=dispatcher_id,
             settings=DispatchSettings(term_interval=5, term_timeout=30, sync_interval=1),
