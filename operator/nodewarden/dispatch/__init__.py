@@ -4,16 +4,20 @@
 - `workers`     the worker pool: cloud instances <-> WorkerNodes, probes, create/destroy
 - `policies`    PowerPolicy views (default policy, built-in fallback)
 - `identity`    per-instance secrets derived from the operator's SSH key
+- `ports`       the Protocols the dispatcher depends on (queue, pool, cloud, prober)
 - `dispatcher`  the main loop: recover, reconcile runners, cancel, plan, execute, lifecycle
 
 `build_dispatcher(config, kube, namespace)` reads the Secrets it needs (SSH key, cloud
-credentials) and composes everything once.
+credentials) and composes everything once. The dispatcher sees its parts through the
+Protocols of `ports`; the composition code that wires the same parts to the power
+controller and the informers gets the concrete adapters back with `adapters_of`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pydantic import SecretStr
@@ -39,7 +43,7 @@ from nodewarden.units import parse_duration
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Dispatcher", "build_dispatcher"]
+__all__ = ["Adapters", "Dispatcher", "adapters_of", "build_dispatcher"]
 
 
 class _Metrics(CloudMetricsHook):
@@ -142,7 +146,6 @@ async def build_dispatcher(
         status=status,
     )
     dispatcher = Dispatcher(
-        kube=kube,
         namespace=namespace,
         dispatcher_id=config.dispatcher_id,
         settings=settings,
@@ -155,6 +158,36 @@ async def build_dispatcher(
     )
     dispatcher_holder.append(dispatcher)
     return dispatcher
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """The concrete parts a dispatcher made by `build_dispatcher` runs on."""
+
+    queue: ContainerQueue
+    pool: WorkerPool | None
+    cloud: CloudFacade | None
+    prober: SshProber | None
+
+
+def adapters_of(dispatcher: Dispatcher) -> Adapters:
+    """The concrete adapters behind `dispatcher`'s Protocol-typed parts, for wiring the
+    power controller and the informers to the same objects. TypeError for a dispatcher
+    composed from other implementations (in-process test fakes): it has no such wiring."""
+    queue, pool, cloud, prober = (
+        dispatcher.queue,
+        dispatcher.pool,
+        dispatcher.cloud,
+        dispatcher.prober,
+    )
+    if (
+        not isinstance(queue, ContainerQueue)
+        or not isinstance(pool, WorkerPool | None)
+        or not isinstance(cloud, CloudFacade | None)
+        or not isinstance(prober, SshProber | None)
+    ):
+        raise TypeError("adapters_of: the dispatcher was not composed by build_dispatcher")
+    return Adapters(queue, pool, cloud, prober)
 
 
 def _now() -> datetime:

@@ -37,13 +37,13 @@ from typing import Any
 from nodewarden.api.containerdispatch import TERMINAL_PHASES
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudErrorKind
-from nodewarden.cloud.facade import CloudFacade
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.policies import PolicyBook
-from nodewarden.dispatch.queue import FINALIZER, Container, ContainerQueue
-from nodewarden.dispatch.workers import Worker, WorkerPool, _iso
+from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
+from nodewarden.dispatch.queue import FINALIZER, Container
+from nodewarden.dispatch.workers import Worker, _iso
 from nodewarden.drain import drain
-from nodewarden.kube.client import Kube, KubeError
+from nodewarden.kube.client import KubeError
 from nodewarden.metrics import (
     CONTAINERS,
     CONTAINERS_FINISHED,
@@ -66,7 +66,7 @@ from nodewarden.scheduling.scheduler import (
     plan,
 )
 from nodewarden.ssh.errors import SshError
-from nodewarden.ssh.prober import SshProber
+from nodewarden.ssh.facts import RunnerOutcome
 from nodewarden.units import parse_quantity
 
 log = logging.getLogger(__name__)
@@ -98,15 +98,14 @@ def _ignore_plan(containers: list[ContainerView], plan: Plan, now: datetime) -> 
 
 @dataclass
 class Dispatcher:
-    kube: Kube
     namespace: str
     dispatcher_id: str
     settings: DispatchSettings
-    queue: ContainerQueue
+    queue: ContainerQueuePort
     policies: PolicyBook
-    pool: WorkerPool | None
-    cloud: CloudFacade | None
-    prober: SshProber | None
+    pool: WorkerPoolPort | None
+    cloud: CloudPort | None
+    prober: ProberPort | None
     board: PowerBoard = field(default_factory=PowerBoard)
     """What the power controller says about each node (admission, state, readiness)."""
     planned: Callable[[list[ContainerView], Plan, datetime], None] = _ignore_plan
@@ -119,6 +118,9 @@ class Dispatcher:
     inflight: set[str] = field(default_factory=set)
     wait_writes: set[str] = field(default_factory=set)
     held_back: dict[str, str] = field(default_factory=dict)
+    locks_checked: set[str] = field(default_factory=set)
+    """Locked containers whose node was asked how their runner is (`_check_lock`): only
+    these may be started again under the same lock."""
     pending_starts: dict[str, int] = field(default_factory=dict)
     last_plan: Plan | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -349,9 +351,20 @@ class Dispatcher:
             return
         by_uuid = self.queue.by_uuid()
         running_on: dict[str, list[Container]] = {}
+        locked_on: dict[str, list[Container]] = {}
+        self.locks_checked.intersection_update(
+            c.uuid for c in by_uuid.values() if c.phase == "Locked"
+        )
         for c in by_uuid.values():
             if c.phase == "Running" and c.status.node:
                 running_on.setdefault(c.status.node, []).append(c)
+            elif (
+                c.phase == "Locked"
+                and c.status.node
+                and c.status.locked_by in (None, self.dispatcher_id)
+                and c.uuid not in self.locks_checked
+            ):
+                locked_on.setdefault(c.status.node, []).append(c)
         for worker in list(self.pool.workers.values()):
             if worker.runners is None or worker.runners_at is None:
                 continue
@@ -378,6 +391,10 @@ class Dispatcher:
                 if started is not None and worker.runners_at <= started + timedelta(seconds=1):
                     continue  # the listing predates the start
                 self._spawn_guarded(c.uuid, self._runner_gone(c, worker))
+            for c in locked_on.get(worker.name, ()):
+                if c.uuid in worker.runners or c.uuid in self.inflight or c.cancel_requested:
+                    continue  # a listed runner is adopted above
+                self._spawn_guarded(c.uuid, self._check_lock(c, worker))
         # Running containers whose node no longer exists
         for c in by_uuid.values():
             if c.phase not in ("Running", "Locked") or c.uuid in self.inflight:
@@ -433,7 +450,11 @@ class Dispatcher:
                 "startedAt": c.status.started_at.isoformat()
                 if c.status.started_at
                 else _iso(self.clock()),
-                "attempts": max(c.status.attempts, 1),
+                # Locked: started just before a crash, never written as Running, so this
+                # run is not counted yet (a Queued one was counted by its requeue)
+                "attempts": c.status.attempts + 1
+                if c.phase == "Locked"
+                else max(c.status.attempts, 1),
                 "schedulingStatus": f"running on {worker.name} (adopted runner pid {pid})",
                 "reason": "Adopted",
             },
@@ -445,18 +466,52 @@ class Dispatcher:
                 with contextlib.suppress(KubeError):
                     await self.queue.set_finalizer(latest, True)
 
-    async def _runner_gone(self, c: Container, worker: Worker) -> None:
-        """A Running container's runner is no longer listed: find out how it ended."""
+    async def _check_lock(self, c: Container, worker: Worker) -> None:
+        """A Locked container whose runner the node does not list (a lock taken before a
+        restart, or a start cut short): ask the node how its runner is before the lock is
+        used again -- a runner that already ended must not run a second time. Until this
+        has an answer the container is in flight, so the plan does not start it."""
+        outcome = await self._runner_outcome(c, worker)
+        if outcome is None:
+            return
+        self.locks_checked.add(c.uuid)
+        if outcome.state in ("running", "unknown"):
+            return  # running: the next listing adopts it; unknown: never ran, start it
+        attempts = c.status.attempts + 1  # it ran, and was never written as Running
+        if outcome.state == "exited":
+            code = outcome.exit_code if outcome.exit_code is not None else -1
+            if await self._write(c, {"attempts": attempts}):
+                await self._finish(
+                    self.queue.get(c.name) or c,
+                    "Complete",
+                    "Exited",
+                    f"exited with code {code} on {worker.name}",
+                    code,
+                )
+            return
+        await self._requeue_or_fail(
+            c,
+            f"runner on {worker.name} ended without finishing the container ({outcome.state})",
+            attempts,
+            "RunnerLost",
+        )
+
+    async def _runner_outcome(self, c: Container, worker: Worker) -> RunnerOutcome | None:
+        """How `c`'s runner on `worker` is or ended, or None when the node cannot say."""
         assert self.pool is not None and self.prober is not None
         target = await self.pool.target(worker)
         if target is None:
-            return
+            return None
         try:
-            outcome = await self.prober.runner_status(target, c.uuid)
+            return await self.prober.runner_status(target, c.uuid)
         except SshError as exc:
             log.info("runner status of %s on %s unknown: %s", c.uuid, worker.name, exc)
-            return
-        if outcome.state == "running":
+            return None
+
+    async def _runner_gone(self, c: Container, worker: Worker) -> None:
+        """A Running container's runner is no longer listed: find out how it ended."""
+        outcome = await self._runner_outcome(c, worker)
+        if outcome is None or outcome.state == "running":
             return
         if outcome.state == "exited":
             code = outcome.exit_code if outcome.exit_code is not None else -1

@@ -12,9 +12,23 @@ WorkerNode object (what the user wants: idle behaviour, policy). The pool
   tags it with the probe time at most every `probe_tag_interval`;
 - writes the WorkerNode status only when something a person would see changed.
 
-Worker lifecycle (display states): Booting -> Idle <-> Active -> Draining -> ShuttingDown
--> (WorkerNode deleted once the instance is gone). The decisions that move a worker to
-Draining / ShuttingDown are made by the dispatcher with the node-manager matrix.
+A worker's own lifecycle is `Worker.state` (a `WorkerState`), changed only by
+`Worker.move`, which allows exactly the transitions of `TRANSITIONS`:
+
+    from           to                       when
+    Booting        Ready                    a probe finds the node ready
+    Booting        ShuttingDown             its destroy is requested (lame, idle, unwanted)
+    Booting        Gone                     create failed / instance left the cloud list
+    Ready          Booting                  a side node stops answering ready (powered off)
+    Ready          ShuttingDown             its destroy is requested
+    Ready          Gone                     its instance left the cloud list / node dropped
+    ShuttingDown   Gone                     its instance is gone and its WorkerNode removed
+
+A refused move (a probe that finishes after its node was destroyed or removed: the
+background tasks of one worker race by design) is logged and leaves the state as it
+was; it never raises, so a late task cannot bring down a probe loop or a round. The
+state is internal: what users see as a node's state (WorkerNode status, metrics, the
+management snapshot) is the power controller's (`policy.state.api_state`).
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ import secrets
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, Protocol
 
 from nodewarden.api.kinds import WORKER_NODE
@@ -76,6 +91,33 @@ def node_name_for(dispatcher_id: str, instance_type: str) -> str:
     return f"{dispatcher_id}-{slug}-{suffix}"[:63].strip("-")
 
 
+class WorkerState(StrEnum):
+    """Where a worker is in the pool's lifecycle (transitions: `TRANSITIONS`)."""
+
+    BOOTING = "Booting"
+    """Known, not (or no longer) answering ready: its instance is being created or boots,
+    or a side node is off."""
+    READY = "Ready"
+    """The last probe found it ready."""
+    SHUTTING_DOWN = "ShuttingDown"
+    """Its destroy was requested; it is not probed any more."""
+    GONE = "Gone"
+    """Removed from the pool (its instance is gone, its create failed, or it was dropped)."""
+
+
+TRANSITIONS: Mapping[WorkerState, frozenset[WorkerState]] = {
+    WorkerState.BOOTING: frozenset(
+        {WorkerState.READY, WorkerState.SHUTTING_DOWN, WorkerState.GONE}
+    ),
+    WorkerState.READY: frozenset(
+        {WorkerState.BOOTING, WorkerState.SHUTTING_DOWN, WorkerState.GONE}
+    ),
+    WorkerState.SHUTTING_DOWN: frozenset({WorkerState.GONE}),
+    WorkerState.GONE: frozenset(),
+}
+"""The only allowed changes of `Worker.state` (the table of the module docstring)."""
+
+
 @dataclass
 class Worker:
     """One cloud node: its instance, its WorkerNode, what the probes found."""
@@ -87,8 +129,8 @@ class Worker:
     body: Mapping[str, Any] | None = None
     """The WorkerNode's compact body (shared with the informer's store: read-only); set
     through `take`, which parses the spec once per body."""
-    state: str = "Booting"
-    ready: bool = False
+    state: WorkerState = WorkerState.BOOTING
+    """Changed only by `move` (see `TRANSITIONS`)."""
     ready_since: datetime | None = None
     last_success: datetime | None = None
     last_attempt: datetime | None = None
@@ -150,6 +192,33 @@ class Worker:
     @property
     def spec(self) -> WorkerNodeSpec | None:
         return self._spec
+
+    def move(self, to: WorkerState, why: str) -> bool:
+        """Change `state` to `to` if `TRANSITIONS` allows it (staying put is allowed);
+        otherwise log the refusal and keep the state. True when the state is `to` now."""
+        if to is self.state:
+            return True
+        if to not in TRANSITIONS[self.state]:
+            log.info(
+                "WorkerNode %s: refused state change %s -> %s (%s)",
+                self.name,
+                self.state.value,
+                to.value,
+                why,
+            )
+            return False
+        self.state = to
+        return True
+
+    @property
+    def ready(self) -> bool:
+        """The last probe found the node ready (and nothing moved it on since)."""
+        return self.state is WorkerState.READY
+
+    @property
+    def probing(self) -> bool:
+        """Probes are wanted: neither shutting down nor gone."""
+        return self.state in (WorkerState.BOOTING, WorkerState.READY)
 
     @property
     def idle_behavior(self) -> str:
@@ -318,6 +387,7 @@ class WorkerPool:
         worker.take(body, spec)
 
     def _drop_side(self, worker: Worker) -> None:
+        worker.move(WorkerState.GONE, "no longer a side node of this dispatcher")
         if worker.probe_task is not None:
             worker.probe_task.cancel()
         self.workers.pop(worker.name, None)
@@ -550,6 +620,7 @@ class WorkerPool:
                 )
             except KubeError as exc:
                 log.warning("could not relabel WorkerNode %s: %s", name, exc)
+                worker.move(WorkerState.GONE, "its WorkerNode could not be made")
                 del self.workers[name]
                 return None
         if body is None:
@@ -559,6 +630,7 @@ class WorkerPool:
                 )
             except KubeError as exc:
                 log.warning("could not create WorkerNode for adopted %s: %s", inst.id, exc)
+                worker.move(WorkerState.GONE, "its WorkerNode could not be made")
                 del self.workers[name]
                 return None
             log.info("adopted instance %s as WorkerNode %s", inst.id, name)
@@ -605,6 +677,7 @@ class WorkerPool:
     async def _forget(self, worker: Worker, why: str) -> None:
         """The instance is gone: delete the WorkerNode (finalizer first)."""
         log.info("WorkerNode %s: %s; removing it", worker.name, why)
+        worker.move(WorkerState.GONE, why)
         if worker.probe_task is not None:
             worker.probe_task.cancel()
         await self.prober.forget(worker.name)
@@ -673,6 +746,7 @@ class WorkerPool:
             )
         except KubeError as exc:
             log.warning("could not create WorkerNode for a new %s: %s", itype.name, exc)
+            worker.move(WorkerState.GONE, "its WorkerNode could not be created")
             self.workers.pop(worker.name, None)
             self.on_change()
             return
@@ -700,6 +774,7 @@ class WorkerPool:
                 exc,
             )
             worker.creating = False
+            worker.move(WorkerState.GONE, "its instance could not be created")
             self.workers.pop(worker.name, None)
             await self._remove_node(worker.name)
             self.on_change()
@@ -707,6 +782,7 @@ class WorkerPool:
         except Exception:  # a bug must not leave a half-made worker
             log.exception("create of %s for %s failed unexpectedly", itype.name, worker.name)
             worker.creating = False
+            worker.move(WorkerState.GONE, "its instance could not be created")
             self.workers.pop(worker.name, None)
             await self._remove_node(worker.name)
             self.on_change()
@@ -723,7 +799,7 @@ class WorkerPool:
         if worker.destroy_requested_at is None:
             worker.destroy_requested_at = now
             worker.destroy_reason = reason
-            worker.state = "ShuttingDown"
+            worker.move(WorkerState.SHUTTING_DOWN, reason)
             log.info("shutting down WorkerNode %s: %s", worker.name, reason)
         if worker.instance is None:
             if not worker.creating:
@@ -800,7 +876,7 @@ class WorkerPool:
         return creds.target(worker.name)
 
     def _ensure_probe(self, worker: Worker) -> None:
-        if self._closing or worker.destroy_requested_at is not None:
+        if self._closing or not worker.probing:
             return
         if worker.probe_task is None or worker.probe_task.done():
             worker.probe_task = asyncio.ensure_future(self._probe_loop(worker))
@@ -842,7 +918,7 @@ class WorkerPool:
         # A probe asked for at once (`request_probe`) still waits this long after the last
         # one, so a caller that asks after every result cannot make probes spin.
         min_gap = min(self.settings.boot_probe_interval, 1.0)
-        while not self._closing and worker.destroy_requested_at is None:
+        while not self._closing and worker.probing:
             wanted = not worker.side or self.observer.should_probe(worker)
             if wanted:
                 await self.probe_once(worker)
@@ -893,8 +969,7 @@ class WorkerPool:
         if report.ready.ready:
             worker.last_success = report.finished_at
             worker.attempts_since_success = 0
-            if not worker.ready:
-                worker.ready = True
+            if not worker.ready and worker.move(WorkerState.READY, "a probe found it ready"):
                 worker.ready_since = report.finished_at
                 log.info("WorkerNode %s is ready", worker.name)
             if report.runners is not None:
@@ -907,8 +982,8 @@ class WorkerPool:
                 await self._maybe_tag_probe(worker, report.finished_at)
         else:
             worker.attempts_since_success += 1
-            if worker.side:
-                worker.ready = False  # a side node that powered off boots again
+            if worker.side:  # a side node that powered off boots again
+                worker.move(WorkerState.BOOTING, "a probe found it not ready")
         self.observer.probed(worker, report, None)
         self.on_change()
         return report

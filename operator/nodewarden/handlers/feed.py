@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY, WORKER_NODE
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.dispatch import Dispatcher
+from nodewarden.dispatch import Dispatcher, adapters_of
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.handlers.validation import ContainerValidator
 from nodewarden.kube.client import Kube, KubeError
@@ -83,9 +83,10 @@ class Feed:
         self._validator = validator
         status.fold = self.nodes.fold
         if dispatcher is not None:
-            if dispatcher.pool is not None:
-                dispatcher.pool.fold = self.nodes.fold
-            dispatcher.queue.fold = self.containers.fold
+            parts = adapters_of(dispatcher)
+            if parts.pool is not None:
+                parts.pool.fold = self.nodes.fold
+            parts.queue.fold = self.containers.fold
         self._validation: asyncio.Task[None] | None = None
         self._specs: dict[str, tuple[Mapping[str, Any], WorkerNodeSpec | None]] = {}
 

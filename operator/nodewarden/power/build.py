@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from nodewarden.config import OperatorConfig
 from nodewarden.credentials import CredentialResolver
-from nodewarden.dispatch import Dispatcher
+from nodewarden.dispatch import Dispatcher, adapters_of
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.kube.client import Kube
 from nodewarden.power.board import PowerBoard
@@ -33,11 +33,12 @@ def build_controller(
     dispatcher: Dispatcher | None,
 ) -> PowerController:
     """The power controller for `namespace`, wired to the dispatcher's pool (if any)."""
-    pool = dispatcher.pool if dispatcher is not None else None
-    cloud = dispatcher.cloud if dispatcher is not None else None
+    parts = adapters_of(dispatcher) if dispatcher is not None else None
+    pool = parts.pool if parts is not None else None
+    cloud = parts.cloud if parts is not None else None
     control = PowerControl(
         credentials,
-        dispatcher.prober if dispatcher is not None else None,
+        parts.prober if parts is not None else None,
         pool,
         _now,
         request_timeout=config.power.request_timeout,

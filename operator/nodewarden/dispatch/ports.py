@@ -1,0 +1,155 @@
+"""The dispatcher's seams: what `Dispatcher` needs of its queue, pool, cloud and prober.
+
+Declared by the consumer (the Arvados scheduler's `interfaces.go` pattern): each
+Protocol lists exactly the members `dispatch.dispatcher.Dispatcher` uses, nothing more.
+The adapters (`ContainerQueue`, `WorkerPool`, `CloudFacade`, `SshProber`) satisfy them
+structurally -- `build_dispatcher` passes them where these types are expected, so
+`mypy --strict` checks the fit -- and in-process tests pass in-memory fakes instead
+(`tests/dispatch/inproc/fakes.py`), with a fake clock, to drive `Dispatcher.step()`
+without a cluster, a cloud or SSH.
+
+Values that cross a seam (`Container`, `Worker`, `CloudInstance`, `SshTarget`,
+`RunnerStarted`, `RunnerOutcome`, `CreatePermission`) are the product's own data types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.cloud.backoff import CreatePermission
+from nodewarden.dispatch.queue import Container
+from nodewarden.dispatch.workers import Worker
+from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
+from nodewarden.ssh.credentials import SshTarget
+from nodewarden.ssh.facts import ProbeReport, RunnerOutcome, RunnerStarted
+
+
+class ContainerQueuePort(Protocol):
+    """The ContainerDispatch objects as the dispatcher knows them, and their writes."""
+
+    @property
+    def by_name(self) -> Mapping[str, Container]:
+        """Every known container by object name."""
+
+    def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """Fold a watched object into the cache (a newer resourceVersion wins)."""
+
+    def get(self, name: str) -> Container | None: ...
+
+    def by_uuid(self) -> dict[str, Container]:
+        """Containers with a valid spec, by container uuid."""
+
+    def __iter__(self) -> Iterator[Container]: ...
+
+    async def write(
+        self,
+        c: Container,
+        status: Mapping[str, Any],
+        *,
+        precondition: bool = False,
+        background: bool = False,
+    ) -> bool:
+        """Merge-patch the status; False when the object changed (`precondition`) or is gone."""
+
+    async def set_finalizer(self, c: Container, present: bool, background: bool = False) -> bool:
+        """Add or remove the dispatcher's finalizer; False when the object changed or is gone."""
+
+    def conditions(self, c: Container, valid: bool, reason: str, message: str) -> list[Any]:
+        """The status conditions of `c` with its Valid condition set (wire form)."""
+
+
+class WorkerPoolPort(Protocol):
+    """The dispatcher's nodes: cloud VMs and side nodes, their probes and creates."""
+
+    @property
+    def workers(self) -> Mapping[str, Worker]:
+        """Every node of the pool by WorkerNode name."""
+
+    @property
+    def declared(self) -> Mapping[str, Mapping[str, Any]]:
+        """CloudVM WorkerNodes a person declared that still wait for an instance."""
+
+    sync_wanted: bool
+    """Someone asked for a cloud list at the next round (the dispatcher clears it)."""
+
+    def observe_node(
+        self, body: Mapping[str, Any], deleted: bool = False, spec: WorkerNodeSpec | None = None
+    ) -> None: ...
+
+    async def sync_cloud(self) -> None:
+        """List the cloud: adopt instances tagged as ours, drop workers whose instance left."""
+
+    async def adopt_declared(self) -> None:
+        """Give each declared CloudVM WorkerNode an instance."""
+
+    async def probe_once(self, worker: Worker) -> ProbeReport | None:
+        """Probe `worker` now (readiness and runners), folding the result into it."""
+
+    def ensure_probes(self) -> None:
+        """Every node with something to probe has its probe loop running."""
+
+    async def target(self, worker: Worker) -> SshTarget | None:
+        """Where and how to reach `worker` over SSH now, or None."""
+
+    def create(self, itype: InstanceType) -> Worker:
+        """Register a new worker now (the next plan counts it); its instance comes later."""
+
+    def pending_creates(self) -> int:
+        """Workers whose create is still in flight."""
+
+    def contribute_statuses(self, containers_by_node: Mapping[str, list[str]]) -> None:
+        """Hand the pool's WorkerNode status fields to the status writer."""
+
+    async def close(self) -> None: ...
+
+
+class TypePolicySource(Protocol):
+    """The part of the cloud's configuration the scheduler reads."""
+
+    @property
+    def instance_type_policy(self) -> InstanceTypePolicy: ...
+
+
+class BackoffSnapshot(Protocol):
+    """The cloud back-off as the management status endpoint shows it."""
+
+    def snapshot(self, now: datetime) -> dict[str, object]: ...
+
+
+class CloudPort(Protocol):
+    """The cloud as the scheduler sees it: the catalogue and whether a create may go now."""
+
+    @property
+    def catalogue(self) -> Sequence[InstanceType]: ...
+
+    @property
+    def config(self) -> TypePolicySource: ...
+
+    @property
+    def backoff(self) -> BackoffSnapshot: ...
+
+    def instance_type(self, name: str) -> InstanceType | None: ...
+
+    def may_create(
+        self, instance_type: InstanceType, now: datetime | None = None
+    ) -> CreatePermission: ...
+
+    async def close(self) -> None: ...
+
+
+class ProberPort(Protocol):
+    """Runners over SSH: start, signal, ask how one ended."""
+
+    async def start_runner(self, target: SshTarget, config: Mapping[str, Any]) -> RunnerStarted:
+        """Start the runner of a container (or find it already running); raises SshError."""
+
+    async def kill_runner(self, target: SshTarget, uuid: str, signal: str | int = "TERM") -> None:
+        """Signal the runner of `uuid`; raises SshError."""
+
+    async def runner_status(self, target: SshTarget, uuid: str) -> RunnerOutcome:
+        """How the runner of `uuid` is or ended; raises SshError."""
+
+    async def aclose(self) -> None: ...
