@@ -53,13 +53,15 @@ def _dispatcher(now: list[datetime], prober: _Prober | None = None) -> Dispatche
     )
 
 
-def _container(queue: ContainerQueue, generation: int, status: dict[str, Any]) -> Container:
+def _container(
+    queue: ContainerQueue, generation: int, status: dict[str, Any], rv: str = "7"
+) -> Container:
     queue.observe(
         {
             "metadata": {
                 "name": "c",
                 "namespace": "ns",
-                "resourceVersion": "7",
+                "resourceVersion": rv,
                 "generation": generation,
             },
             "spec": {
@@ -133,3 +135,42 @@ def test_an_unwanted_runner_gets_term_every_interval_then_kill() -> None:
         ("u1", "KILL"),  # 70: term_timeout passed
     ]
     assert worker.probe_now.is_set()
+
+
+class _RecordingCustom:
+    def __init__(self) -> None:
+        self.patches: list[dict[str, Any]] = []
+
+    async def patch_namespaced_custom_object_status(self, *args: Any, **kw: Any) -> dict[str, Any]:
+        patch: dict[str, Any] = args[5]
+        self.patches.append(patch)
+        return {"metadata": {"name": args[4], "namespace": args[2], "resourceVersion": "99"}}
+
+
+class _RecordingKube:
+    field_manager = "test"
+
+    def __init__(self) -> None:
+        self.custom = _RecordingCustom()
+
+
+def test_a_write_that_would_conflict_or_became_pointless_is_not_sent() -> None:
+    kube = _RecordingKube()
+    queue = ContainerQueue(kube=kube, namespace="ns", dispatcher_id="d")  # type: ignore[arg-type]
+    stale = _container(queue, 1, {})
+    _container(queue, 1, {"phase": "Queued"}, rv="8")  # the watch brought a newer version
+
+    async def scenario() -> list[bool]:
+        return [
+            # the cache moved on (resourceVersion 8): the API server would answer 409
+            await queue.write(stale, {"phase": "Queued"}, precondition=True),
+            # a start took the container while the write waited for its lane
+            await queue.write(queue.by_name["c"], {"phase": "Queued"}, unless=lambda: True),
+            # current: sent
+            await queue.write(queue.by_name["c"], {"phase": "Queued"}, precondition=True),
+        ]
+
+    assert asyncio.run(scenario()) == [False, False, True]
+    assert kube.custom.patches == [
+        {"status": {"phase": "Queued"}, "metadata": {"resourceVersion": "8"}}
+    ]

@@ -789,16 +789,28 @@ class Dispatcher:
             return
         if not self._wait_changes(c, why):
             return
+
         # Preconditioned: a start may lock the container meanwhile; its write must win.
+        # Dropped unsent if a start takes the container while this write waits its turn.
+        def started() -> bool:
+            return c.uuid in self.inflight
+
         if c.phase not in (None, "Queued"):
             if c.status.scheduling_status != why:
-                await self._write(c, {"schedulingStatus": why}, background=True, precondition=True)
+                await self._write(
+                    c,
+                    {"schedulingStatus": why},
+                    background=True,
+                    precondition=True,
+                    unless=started,
+                )
             return
         await self._write(
             c,
             {"phase": "Queued", "schedulingStatus": why, "reason": "Waiting"},
             background=True,
             precondition=True,
+            unless=started,
         )
 
     async def _start(self, c: Container, node: str, relock: bool) -> None:

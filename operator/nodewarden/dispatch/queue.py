@@ -185,12 +185,25 @@ class ContainerQueue:
         *,
         precondition: bool = False,
         background: bool = False,
+        unless: Callable[[], bool] | None = None,
     ) -> bool:
-        """Merge-patch the status; True on success, False if the object changed or vanished."""
+        """Merge-patch the status; True on success, False if the object changed or vanished.
+
+        Checked once the write's lane is free, so a write that waited is not sent in vain:
+        `unless()` true drops it (a background write for a container being started
+        meanwhile), and a preconditioned write whose object the cache already shows
+        changed or gone is dropped too (the API server would refuse it with a conflict)."""
         patch: dict[str, Any] = {"status": dict(status)}
         if precondition:
             patch["metadata"] = {"resourceVersion": c.resource_version}
         async with self.background_writes if background else self.writes:
+            if unless is not None and unless():
+                return False
+            if precondition:
+                current = self.by_name.get(c.name)
+                if current is None or current.resource_version != c.resource_version:
+                    log.debug("status write to %s skipped: changed meanwhile", c.name)
+                    return False
             self.api_writes += 1
             KUBE_REQUESTS.labels("patch_status").inc()
             try:
