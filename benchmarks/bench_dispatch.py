@@ -40,7 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "e2e")]
 
-from auditkit import audit_events, breakdown, is_write  # noqa: E402
+from auditkit import audit_events, breakdown, is_write, write_breakdown  # noqa: E402
 from clusterkit import ClusterHandle, OperatorProcess  # noqa: E402
 from dispatchkit import DispatchEnv, container  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
@@ -99,11 +99,13 @@ def api_breakdown(local: LocalCluster, namespace: str, containers: int) -> dict[
         if e["objectRef"]["resource"] == "workernodes" and e["objectRef"].get("name")
     }
     wn_writes = [e for e in writes if e["objectRef"]["resource"] == "workernodes"]
-    conflicts = sum(1 for e in writes if (e.get("responseStatus") or {}).get("code") == 409)
+    conflicts = write_breakdown(
+        e for e in writes if (e.get("responseStatus") or {}).get("code") == 409
+    )
     return {
         "requests_total": len(events),
         "writes_total": len(writes),
-        "conflicts_409": conflicts,
+        "conflicts_409": dict(conflicts),
         "containerdispatch_writes_per_container": round(len(cd_writes) / containers, 2),
         "max_containerdispatch_writes_of_one_container": max(per_container.values(), default=0),
         "containers_by_write_count": dict(sorted(Counter(per_container.values()).items())),
