@@ -80,6 +80,14 @@ class DispatchSettings(_Config):
     term_timeout: float = Field(
         default=120.0, gt=0, description="Seconds of TERM before KILL [2 m]."
     )
+    scheduling_status_interval: float = Field(
+        default=30.0,
+        ge=0,
+        description=(
+            "Seconds between rewrites of a waiting container's changed scheduling status "
+            "(a change of phase or spec is written at once)."
+        ),
+    )
     max_concurrent_starts: int = Field(default=20, ge=1, description="Runner starts in flight.")
     max_concurrent_writes: int = Field(
         default=16, ge=1, description="Kubernetes status writes in flight."

@@ -20,7 +20,7 @@ from nodewarden.check import crds, kubeapi, lease, policies, rbac
 from nodewarden.check.render import render_json, render_table
 from nodewarden.check.result import CheckResult, Report, Status, failed, passed, warned
 from nodewarden.config import OperatorConfig
-from nodewarden.dispatch.queue import ContainerQueue
+from nodewarden.dispatch.queue import LEGACY_FINALIZER, ContainerQueue
 from nodewarden.kube.client import Conflict
 from nodewarden.kube.permissions import REQUIRED_PERMISSIONS
 from nodewarden.metrics import KUBE_CONFLICTS
@@ -223,19 +223,27 @@ class _ConflictingKube:
         raise Conflict("patch ContainerDispatch ns/c: conflict (Conflict)", 409)
 
 
-def test_a_finalizer_conflict_is_counted_and_logged_at_debug(
+def test_a_legacy_finalizer_conflict_is_counted_and_logged_at_debug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     queue = ContainerQueue(kube=_ConflictingKube(), namespace="ns", dispatcher_id="d")  # type: ignore[arg-type]
     queue.observe(
-        {"metadata": {"name": "c", "namespace": "ns", "resourceVersion": "5"}, "spec": {}}
+        {
+            "metadata": {
+                "name": "c",
+                "namespace": "ns",
+                "resourceVersion": "5",
+                "finalizers": [LEGACY_FINALIZER],
+            },
+            "spec": {},
+        }
     )
     counter = KUBE_CONFLICTS.labels("ContainerDispatch", "patch")
     before = counter._value.get()
     with caplog.at_level(logging.DEBUG, logger="nodewarden.dispatch.queue"):
         container = queue.get("c")
         assert container is not None
-        assert asyncio.run(queue.set_finalizer(container, True)) is False
+        assert asyncio.run(queue.drop_legacy_finalizer(container)) is False
     assert counter._value.get() == before + 1
     records = [r for r in caplog.records if "finalizer update of c skipped" in r.getMessage()]
     assert [r.levelno for r in records] == [logging.DEBUG]

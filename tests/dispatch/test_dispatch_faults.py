@@ -60,26 +60,74 @@ def test_cancel_mid_run_stops_the_runner(make_env: Any) -> None:
     env.wait_no_nodes(timeout=90)
 
 
-def test_deleting_a_running_container_kills_its_runner_first(make_env: Any) -> None:
-    env = make_env()
-    env.start_operator()
-    apply_many(env, [container("doomed", 3, duration=600)])
-    env.wait_phases({"doomed": "Running"}, timeout=90)
-    obj = env.cluster.get_json(env.namespace, "cd", "doomed")
-    assert "nodewarden.io/runner-cleanup" in obj["metadata"]["finalizers"]
-    node = obj["status"]["node"]
-    env.cluster.kubectl("-n", env.namespace, "delete", "cd", "doomed", "--wait=false")
-    wait_for(
-        lambda: (
-            env.cluster.kubectl("-n", env.namespace, "get", "cd", "doomed", check=False).returncode
-            != 0
-        ),
-        timeout=60,
-        what="ContainerDispatch deleted",
-    )
+def _running_on(env: DispatchEnv, node: str) -> list[str]:
     vm = next(v for v in env.ours() if v.tags.get("nodewarden-node") == node)
     detail = env.stub.admin.vm(vm.id)
-    assert detail is not None and not detail.running_containers
+    assert detail is not None
+    return list(detail.running_containers)
+
+
+def _gone(env: DispatchEnv, name: str) -> bool:
+    cmd = env.cluster.kubectl("-n", env.namespace, "get", "cd", name, check=False)
+    return cmd.returncode != 0
+
+
+def test_deleting_a_container_kills_its_runner_now_or_after_a_restart(make_env: Any) -> None:
+    """No finalizer: a deleted ContainerDispatch is gone at once; its runner is killed on
+    the DELETED event, or, if the operator was down, by the first probe round after its
+    restart. Objects of earlier releases lose the old finalizer (terminal or deleting)."""
+    env = make_env()
+    first = env.start_operator(name="first")
+    apply_many(
+        env,
+        [
+            container("doomed", 3, duration=600),
+            container("orphan", 4, duration=600),
+            container("legacy", 5, duration=600),
+            container("done", 6, duration=1),
+        ],
+    )
+    env.wait_phases(
+        {"doomed": "Running", "orphan": "Running", "legacy": "Running", "done": "Complete"},
+        timeout=90,
+    )
+    objs = {c["metadata"]["name"]: c for c in env.containers()}
+    assert not [n for n, c in objs.items() if c["metadata"].get("finalizers")]
+    node = {n: c["status"]["node"] for n, c in objs.items()}
+    uuid = {n: c["spec"]["uuid"] for n, c in objs.items()}
+
+    # deleted while the operator runs: gone at once, runner killed on the DELETED event
+    env.cluster.kubectl("-n", env.namespace, "delete", "cd", "doomed", "--wait=true")
+    wait_for(
+        lambda: uuid["doomed"] not in _running_on(env, node["doomed"]),
+        timeout=30,
+        what="runner of the deleted container killed",
+    )
+    assert uuid["orphan"] in _running_on(env, node["orphan"])
+
+    # deleted while the operator is down; two objects carry the finalizer of earlier releases
+    first.stop()
+    legacy = json.dumps({"metadata": {"finalizers": ["nodewarden.io/runner-cleanup"]}})
+    for name in ("legacy", "done"):
+        env.cluster.kubectl("-n", env.namespace, "patch", "cd", name, "--type=merge", "-p", legacy)
+    env.cluster.kubectl("-n", env.namespace, "delete", "cd", "orphan", "--wait=true")
+    env.cluster.kubectl("-n", env.namespace, "delete", "cd", "legacy", "--wait=false")
+    assert uuid["orphan"] in _running_on(env, node["orphan"])
+    env.start_operator(name="second")
+    wait_for(
+        lambda: uuid["orphan"] not in _running_on(env, node["orphan"]),
+        timeout=60,
+        what="runner of the container deleted during the outage killed after the restart",
+    )
+    # the old finalizer holds a deleting container until its runner is stopped
+    wait_for(lambda: _gone(env, "legacy"), timeout=60, what="legacy container released")
+    assert uuid["legacy"] not in _running_on(env, node["legacy"])
+    # and leaves a finished one (one write)
+    wait_for(
+        lambda: not env.cluster.get_json(env.namespace, "cd", "done")["metadata"].get("finalizers"),
+        timeout=30,
+        what="old finalizer removed from a Complete container",
+    )
 
 
 def test_runner_crashes_requeue_then_fail_at_the_attempts_cap(make_env: Any) -> None:
@@ -122,6 +170,9 @@ def test_create_errors_are_retried(make_env: Any) -> None:
 def test_instance_quota_of_five_with_twenty_waiting(make_env: Any) -> None:
     env = make_env(
         faults={"instance_quota": 5},
+        # the quota reason replaces "waiting for a new ... to boot" in the scheduling status
+        # within this interval (30 s by default: longer than this test's whole queue)
+        dispatch={"scheduling_status_interval": 1},
         policy={
             "dispatch": {
                 "maxAttempts": 3,

@@ -11,14 +11,17 @@ Each round (`step`, every `tick_interval` or sooner when an event arrives):
 
 1. sync with the cloud list when due (`sync_interval`);
 2. reconcile runners with containers, node by node, from the latest probe: adopt a runner
-   whose container is Locked/Queued, kill a runner nobody wants, finish a Running container
+   whose container is Locked/Queued, kill a runner nobody wants (its container deleted,
+   finished or placed elsewhere: TERM every `term_interval`, KILL after `term_timeout`;
+   no finalizer holds a deleted container back), finish a Running container
    whose runner is gone (Complete with its exit code, or requeue / Failed after the
    attempts cap when the runner died without finishing);
-3. cancel what was cancelled or deleted (TERM repeated every `term_interval`, KILL after
-   `term_timeout`), releasing our finalizer only when the runner is gone;
+3. cancel what was cancelled (TERM repeated every `term_interval`, KILL after
+   `term_timeout`), and drop the finalizer of earlier releases from terminal containers;
 4. plan with the pure scheduler (`nodewarden.scheduling.scheduler.plan`);
 5. execute: fail unsatisfiable containers, unlock stale locks, lock + start runners,
-   create instances, and write scheduling statuses that changed;
+   create instances, and write scheduling statuses that changed (at most once per
+   `scheduling_status_interval` per container unless the phase or the spec changed);
 6. decide each node's fate with the node-manager matrix (drain, shut down), honouring
    idle behaviour run/hold/drain, min warm nodes, lame and broken nodes;
 7. write WorkerNode statuses that changed and update the metrics.
@@ -40,7 +43,7 @@ from nodewarden.cloud.errors import CloudErrorKind
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
-from nodewarden.dispatch.queue import FINALIZER, Container
+from nodewarden.dispatch.queue import LEGACY_FINALIZER, Container
 from nodewarden.dispatch.workers import Worker, _iso
 from nodewarden.drain import drain
 from nodewarden.kube.client import KubeError
@@ -122,6 +125,8 @@ class Dispatcher:
     """Locked containers whose node was asked how their runner is (`_check_lock`): only
     these may be started again under the same lock."""
     pending_starts: dict[str, int] = field(default_factory=dict)
+    unwanted_terms: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
+    """(node, container uuid) of a runner nobody wants -> (first, last) signal sent."""
     last_plan: Plan | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -292,10 +297,14 @@ class Dispatcher:
     async def _write(self, c: Container, status: dict[str, Any], **kw: Any) -> bool:
         latest = self.queue.get(c.name) or c
         try:
-            return await self.queue.write(latest, {**self._base(latest), **status}, **kw)
+            ok = await self.queue.write(latest, {**self._base(latest), **status}, **kw)
         except KubeError as exc:
             log.warning("status write for %s failed: %s", c.name, exc)
             return False
+        written = self.queue.get(c.name)
+        if ok and written is not None:
+            written.status_written_at = self.clock()
+        return ok
 
     async def _finish(
         self, c: Container, phase: str, reason: str, message: str, exit_code: int | None = None
@@ -316,9 +325,9 @@ class Dispatcher:
                 if worker is not None:
                     worker.last_container = c.uuid
         latest = self.queue.get(c.name)
-        if latest is not None and FINALIZER in latest.finalizers:
+        if latest is not None and LEGACY_FINALIZER in latest.finalizers:
             with contextlib.suppress(KubeError):
-                await self.queue.set_finalizer(latest, False)
+                await self.queue.drop_legacy_finalizer(latest)
 
     async def _requeue_or_fail(
         self, c: Container, why: str, attempts: int, reason: str, flap: bool = False
@@ -429,13 +438,29 @@ class Dispatcher:
         self._spawn(run())
 
     async def _kill_unwanted(self, worker: Worker, uuid: str) -> None:
+        """TERM a runner nobody wants (its ContainerDispatch deleted, finished, or placed
+        on another node), again every `term_interval`, KILL after `term_timeout`."""
         assert self.pool is not None and self.prober is not None
+        now = self.clock()
+        key = (worker.name, uuid)
+        first, last = self.unwanted_terms.get(key, (now, None))
+        if last is not None and (now - last).total_seconds() < self.settings.term_interval:
+            return
         target = await self.pool.target(worker)
         if target is None:
             return
-        log.info("killing runner of unwanted container %s on %s", uuid, worker.name)
+        signal = "KILL" if (now - first).total_seconds() >= self.settings.term_timeout else "TERM"
+        log.info("killing runner of unwanted container %s on %s (%s)", uuid, worker.name, signal)
         with contextlib.suppress(SshError):
-            await self.prober.kill_runner(target, uuid, "TERM")
+            await self.prober.kill_runner(target, uuid, signal)
+        # a runner still listed is signalled every term_interval: an older entry is gone
+        forget = now - timedelta(
+            seconds=max(10 * self.settings.term_interval, 2 * self.settings.term_timeout)
+        )
+        for k, (_, at) in list(self.unwanted_terms.items()):
+            if at < forget:
+                del self.unwanted_terms[k]
+        self.unwanted_terms[key] = (first, self.clock())
         worker.probe_now.set()
 
     async def _adopt_runner(self, c: Container, worker: Worker, pid: int) -> None:
@@ -461,10 +486,6 @@ class Dispatcher:
         )
         if ok:
             log.info("adopted runner %s of container %s on %s", pid, c.uuid, worker.name)
-            latest = self.queue.get(c.name)
-            if latest is not None:
-                with contextlib.suppress(KubeError):
-                    await self.queue.set_finalizer(latest, True)
 
     async def _check_lock(self, c: Container, worker: Worker) -> None:
         """A Locked container whose runner the node does not list (a lock taken before a
@@ -536,8 +557,8 @@ class Dispatcher:
             if c.spec is None or c.uuid in self.inflight:
                 continue
             if c.terminal:
-                if c.deleting and FINALIZER in c.finalizers:
-                    self._spawn_guarded(c.uuid, self.queue.set_finalizer(c, False))
+                if LEGACY_FINALIZER in c.finalizers:  # one write, objects of earlier releases
+                    self._spawn_guarded(c.uuid, self.queue.drop_legacy_finalizer(c))
                 continue
             if not c.cancel_requested:
                 continue
@@ -815,45 +836,50 @@ class Dispatcher:
             self.wait_writes.discard(uuid)
 
     def _wait_changes(self, c: Container, why: str) -> bool:
-        return not (
-            c.status.scheduling_status == why
-            and c.status.observed_generation == c.generation
-            and c.phase is not None
+        """A waiting container's status is written at once when it has no phase yet or
+        its spec changed; a changed scheduling status alone at most once per
+        `scheduling_status_interval` (the wait for a VM to boot costs one write)."""
+        if c.phase is None or c.status.observed_generation != c.generation:
+            return True
+        if c.status.scheduling_status == why:
+            return False
+        last = c.status_written_at
+        return (
+            last is None
+            or (self.clock() - last).total_seconds() >= self.settings.scheduling_status_interval
         )
 
     async def _wait(self, c: Container, why: str) -> None:
-        """Scheduling-status chatter (and the acknowledgement of a new container) goes in the
-        background lane; a new container also gets our finalizer here, off the start path."""
+        """Scheduling-status chatter (and the acknowledgement of a new container, with its
+        Valid condition) goes in the background lane."""
         c = self.queue.get(c.name) or c
         if c.terminal or c.cancel_requested or c.uuid in self.inflight:
             return
-        if (
-            c.phase in (None, "Queued")
-            and c.status.scheduling_status == why
-            and c.status.observed_generation == c.generation
-        ):
+        if not self._wait_changes(c, why):
             return
+
         # Preconditioned: a start may lock the container meanwhile; its write must win.
+        # Dropped unsent if a start takes the container while this write waits its turn.
+        def started() -> bool:
+            return c.uuid in self.inflight
+
         if c.phase not in (None, "Queued"):
             if c.status.scheduling_status != why:
-                await self._write(c, {"schedulingStatus": why}, background=True, precondition=True)
+                await self._write(
+                    c,
+                    {"schedulingStatus": why},
+                    background=True,
+                    precondition=True,
+                    unless=started,
+                )
             return
-        ok = await self._write(
+        await self._write(
             c,
             {"phase": "Queued", "schedulingStatus": why, "reason": "Waiting"},
             background=True,
             precondition=True,
+            unless=started,
         )
-        if not ok:
-            return
-        latest = self.queue.get(c.name)
-        if (
-            latest is not None
-            and not latest.cancel_requested
-            and FINALIZER not in latest.finalizers
-        ):
-            with contextlib.suppress(KubeError):
-                await self.queue.set_finalizer(latest, True, background=True)
 
     async def _start(self, c: Container, node: str, relock: bool) -> None:
         assert self.pool is not None and self.prober is not None and self._starts is not None
@@ -887,10 +913,6 @@ class Dispatcher:
                 latest = self.queue.get(c.name)
                 if latest is None or latest.cancel_requested:
                     return
-                if FINALIZER not in latest.finalizers:
-                    with contextlib.suppress(KubeError):
-                        await self.queue.set_finalizer(latest, True)
-                    latest = self.queue.get(c.name) or latest
                 attempts = latest.status.attempts + 1
                 config = {"uuid": c.spec.uuid, **c.spec.to_wire()}
                 try:

@@ -14,7 +14,7 @@ Values that cross a seam (`Container`, `Worker`, `CloudInstance`, `SshTarget`,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -51,11 +51,13 @@ class ContainerQueuePort(Protocol):
         *,
         precondition: bool = False,
         background: bool = False,
+        unless: Callable[[], bool] | None = None,
     ) -> bool:
-        """Merge-patch the status; False when the object changed (`precondition`) or is gone."""
+        """Merge-patch the status; False when the object changed (`precondition`) or is gone,
+        or when `unless()` is true once the write's turn comes (then nothing is sent)."""
 
-    async def set_finalizer(self, c: Container, present: bool, background: bool = False) -> bool:
-        """Add or remove the dispatcher's finalizer; False when the object changed or is gone."""
+    async def drop_legacy_finalizer(self, c: Container) -> bool:
+        """Remove the finalizer of earlier releases; False when the object changed or is gone."""
 
     def conditions(self, c: Container, valid: bool, reason: str, message: str) -> list[Any]:
         """The status conditions of `c` with its Valid condition set (wire form)."""

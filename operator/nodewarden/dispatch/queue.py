@@ -8,8 +8,11 @@ so two dispatchers can never both lock a container) and folds the answer back: i
 informer (`fold`), which hands it to `observe`.
 
 Phases: Queued -> Locked -> Running -> Complete / Cancelled / Failed. A Locked container
-has a node and holds our finalizer (`FINALIZER`), which is removed only once its runner
-is known to be gone, so deleting a ContainerDispatch never leaves a runner behind.
+has a node. No finalizer is set (a finalizer cannot ride on a status write, so it would
+cost two writes per container): deleting a ContainerDispatch leaves no runner behind
+because the dispatcher kills any runner whose container is in no ContainerDispatch, at
+once on the DELETED event and at the first probe round after a restart. Objects from
+before that still carry `LEGACY_FINALIZER` lose it once terminal or deleting.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from nodewarden.metrics import KUBE_CONFLICTS, KUBE_REQUESTS
 
 log = logging.getLogger(__name__)
 
-FINALIZER = "nodewarden.io/runner-cleanup"
+LEGACY_FINALIZER = "nodewarden.io/runner-cleanup"
+"""Set on Locked containers by earlier releases; only ever removed now."""
 
 
 def _rv(body: Mapping[str, Any]) -> int:
@@ -58,6 +62,8 @@ class Container:
     problem: str | None = None  # spec did not parse (the schema should prevent this)
     first_term_at: datetime | None = None
     last_term_at: datetime | None = None
+    status_written_at: datetime | None = None
+    """When this dispatcher last wrote this container's status (in memory only)."""
 
     @property
     def uuid(self) -> str:
@@ -158,6 +164,7 @@ class ContainerQueue:
         if previous is not None:
             out.first_term_at = previous.first_term_at
             out.last_term_at = previous.last_term_at
+            out.status_written_at = previous.status_written_at
         return out
 
     def __iter__(self) -> Iterator[Container]:
@@ -178,12 +185,25 @@ class ContainerQueue:
         *,
         precondition: bool = False,
         background: bool = False,
+        unless: Callable[[], bool] | None = None,
     ) -> bool:
-        """Merge-patch the status; True on success, False if the object changed or vanished."""
+        """Merge-patch the status; True on success, False if the object changed or vanished.
+
+        Checked once the write's lane is free, so a write that waited is not sent in vain:
+        `unless()` true drops it (a background write for a container being started
+        meanwhile), and a preconditioned write whose object the cache already shows
+        changed or gone is dropped too (the API server would refuse it with a conflict)."""
         patch: dict[str, Any] = {"status": dict(status)}
         if precondition:
             patch["metadata"] = {"resourceVersion": c.resource_version}
         async with self.background_writes if background else self.writes:
+            if unless is not None and unless():
+                return False
+            if precondition:
+                current = self.by_name.get(c.name)
+                if current is None or current.resource_version != c.resource_version:
+                    log.debug("status write to %s skipped: changed meanwhile", c.name)
+                    return False
             self.api_writes += 1
             KUBE_REQUESTS.labels("patch_status").inc()
             try:
@@ -208,17 +228,14 @@ class ContainerQueue:
         self._take(obj)
         return True
 
-    async def set_finalizer(self, c: Container, present: bool, background: bool = False) -> bool:
-        """Add or remove our finalizer (metadata patch; list replaced as a whole)."""
+    async def drop_legacy_finalizer(self, c: Container) -> bool:
+        """Remove `LEGACY_FINALIZER` (metadata patch; list replaced as a whole)."""
         c = self.by_name.get(c.name, c)
         finalizers = c.finalizers
-        if present == (FINALIZER in finalizers):
+        if LEGACY_FINALIZER not in finalizers:
             return True
-        if present:
-            finalizers.append(FINALIZER)
-        else:
-            finalizers = [f for f in finalizers if f != FINALIZER]
-        async with self.background_writes if background else self.writes:
+        finalizers = [f for f in finalizers if f != LEGACY_FINALIZER]
+        async with self.writes:
             self.api_writes += 1
             try:
                 obj = await self.kube.patch(

@@ -40,7 +40,7 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
         NW,
         "containerdispatches",
         ("list", "watch", "patch"),
-        why="watch the queue; the runner-cleanup finalizer",
+        why="watch the queue; remove the runner-cleanup finalizer of earlier releases",
     ),
     Permission(NW, "containerdispatches/status", ("patch",), why="phase, node, attempts"),
     Permission(

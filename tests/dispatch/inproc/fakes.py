@@ -8,7 +8,7 @@ These are fakes by design (the cluster tests in `tests/dispatch/` run the real p
   dispatcher only through `deliver` (the watch), so a test can let the API and the
   dispatcher's cache disagree, as they do between a write and its watch event.
 - `FakeQueue` is the real `ContainerQueue` cache (parsing, newest-version-wins) with its
-  two writes (`write`, `set_finalizer`) sent to the `FakeApi` instead of Kubernetes.
+  two writes (`write`, `drop_legacy_finalizer`) sent to the `FakeApi` instead of Kubernetes.
 - `FakeCloud` and `FakeVM`: the catalogue, back-off answers, and VMs whose readiness and
   runners the test sets.
 - `FakePool`: workers for the fake VMs; probes run when the rig says so, not on timers.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,7 +37,7 @@ from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.dispatcher import Dispatcher
 from nodewarden.dispatch.policies import PolicyBook
-from nodewarden.dispatch.queue import FINALIZER, Container, ContainerQueue
+from nodewarden.dispatch.queue import LEGACY_FINALIZER, Container, ContainerQueue
 from nodewarden.dispatch.workers import Worker, WorkerState
 from nodewarden.kube.client import Kube
 from nodewarden.policy.state import PowerState
@@ -215,7 +215,7 @@ class FakeQueue:
 
     def __init__(self, api: FakeApi) -> None:
         self.api = api
-        # the cache never calls Kubernetes; `write` and `set_finalizer` are replaced below
+        # the cache never calls Kubernetes; `write` and `drop_legacy_finalizer` are replaced below
         self.cache = ContainerQueue(kube=Kube.__new__(Kube), namespace=NS, dispatcher_id=ME)
         api.watchers.append(self)
 
@@ -245,18 +245,21 @@ class FakeQueue:
         *,
         precondition: bool = False,
         background: bool = False,
+        unless: Callable[[], bool] | None = None,
     ) -> bool:
         await asyncio.sleep(0)  # an API call yields to the loop
+        if unless is not None and unless():
+            return False
         out = self.api.patch_status(c.name, status, c.resource_version if precondition else None)
         if out is None:
             return False
         self.cache.observe(out)
         return True
 
-    async def set_finalizer(self, c: Container, present: bool, background: bool = False) -> bool:
+    async def drop_legacy_finalizer(self, c: Container) -> bool:
         await asyncio.sleep(0)
         c = self.cache.get(c.name) or c
-        finalizers = [f for f in c.finalizers if f != FINALIZER] + ([FINALIZER] if present else [])
+        finalizers = [f for f in c.finalizers if f != LEGACY_FINALIZER]
         if finalizers == c.finalizers:
             return True
         out = self.api.patch_finalizers(c.name, finalizers, c.resource_version)

@@ -54,7 +54,6 @@ async def test_an_unused_lock_is_released_and_flapping_is_held_back() -> None:
     assert (status["phase"], status["reason"], status["lockFlaps"]) == ("Queued", "Unlocked", 1)
     await rig.rounds(10)  # held back for 30 s after its last lock
     assert rig.api.phase("c1") == "Queued"
-    assert rig.api.status("c1")["schedulingStatus"].startswith("waiting: unlocked 1 times")
     assert rig.starts() == []
     await rig.rounds(25)
     assert rig.runners() == {"c1": "vm-b"}
