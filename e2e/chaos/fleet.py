@@ -96,6 +96,8 @@ class ChaosFleet:
     config_path: Path
     replicas: list[OperatorProcess] = field(default_factory=list)
     killed: list[OperatorProcess] = field(default_factory=list)
+    exited: list[OperatorProcess] = field(default_factory=list)
+    """Replicas that ended by themselves (a leader that lost its Lease exits with 1)."""
     injected: list[Injected] = field(default_factory=list)
     vm_deaths: dict[str, float] = field(default_factory=dict)
     """Instance id -> monotonic time the schedule powered it off."""
@@ -157,7 +159,7 @@ class ChaosFleet:
         self.config_path.write_text(yaml.safe_dump(config))
 
     def start_replica(self) -> OperatorProcess:
-        name = f"operator-{len(self.replicas) + len(self.killed)}"
+        name = f"operator-{len(self.replicas) + len(self.killed) + len(self.exited)}"
         op = start_operator(
             self.proxied, self.namespace, self.workdir, f"--config={self.config_path}", name=name
         )
@@ -204,6 +206,7 @@ class ChaosFleet:
                     releases.remove((at, what, undo))
                     undo()
                     self.note("restored", what)
+            self._restart_exited()
             nodes = {n["metadata"]["name"]: n for n in self.cloud.nodes()}
             for trigger, stage in armed.items():
                 armed[trigger] = self._advance(trigger, stage, nodes, releases)
@@ -246,6 +249,16 @@ class ChaosFleet:
             self.power.side.admin.set_bmc(fault.target, failing_resets=2, unavailable_reads=6)
             self.note("bmc-500", f"{fault.target}: next 2 resets 500, next 6 reads 503")
         return True
+
+    def _restart_exited(self) -> None:
+        """Start a replacement for a replica that exited, as a Deployment's Pod restarts."""
+        for op in list(self.replicas):
+            code = op.proc.poll()
+            if code is not None:
+                self.replicas.remove(op)
+                self.exited.append(op)
+                self.note("replica-exited", f"{op.log_path.stem} exited {code}; restarted")
+                self.start_replica()
 
     def _kill_leader(self) -> bool:
         holder = self.holder()
@@ -331,7 +344,7 @@ class ChaosFleet:
 
     def close(self) -> None:
         self.stop()
-        for op in [*self.killed, *self.replicas]:
+        for op in [*self.killed, *self.exited, *self.replicas]:
             print(f"--- {op.log_path.name} (last 4000 chars) ---\n{op.logs()[-4000:]}")
         self.proxy.close()
         self.cloud.close()
@@ -371,10 +384,13 @@ class ChaosFleet:
             "side_power": {n: side.node(n)["power"] for n in SIDE_NODES},
             "bmc_logs": {n: side.bmc_log(n) for n in SIDE_NODES},
             "vm_deaths": dict(self.vm_deaths),
-            "processes": len(self.replicas) + len(self.killed),
+            "processes": len(self.replicas) + len(self.killed) + len(self.exited),
             "killed": len(self.killed),
             "logs": {
-                **{op.log_path.name: op.logs() for op in [*self.killed, *self.replicas]},
+                **{
+                    op.log_path.name: op.logs()
+                    for op in [*self.killed, *self.exited, *self.replicas]
+                },
                 "sidenodes.log": self.power.side.log_text(),
                 "stubcloud.log": self.cloud.stub.log_text(),
             },

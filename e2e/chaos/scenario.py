@@ -84,7 +84,8 @@ def run_chaos(
             f"chaos seed {settings.seed}: {len(schedule.containers)} containers "
             f"{Counter((c.get('status') or {}).get('phase') for c in evidence['containers'])}; "
             f"faults injected {dict(fleet.fired())}; operator processes "
-            f"{evidence['processes']} (SIGKILLed {evidence['killed']}), takeovers "
+            f"{evidence['processes']} (SIGKILLed {evidence['killed']}, exited and restarted "
+            f"{len(fleet.exited)}), takeovers "
             f"{fleet.takeovers}; drained after {drained:.0f}s, total "
             f"{time.monotonic() - started:.0f}s\n{report(results)}"
         )
