@@ -75,7 +75,10 @@ lock: ## regenerate requirements.lock (the image's Python dependencies, hashed) 
 		--strip-extras --build-deps-for=wheel --pip-args='--only-binary=:all:' --no-emit-find-links \
 		--output-file=requirements.lock pyproject.toml
 
+chaos: $(STAMP) controlplane ## the long chaos run: 320 containers under every fault, then the invariants (CHAOS_ARGS='--chaos-seed N')
+	$(PY) e2e/run_pytest.py -q -p no:cacheprovider -s e2e/chaos $(CHAOS_ARGS)
+
 e2e: $(STAMP) controlplane ## the chart on a real kubelet in its own network namespaces (root; see README)
 	$(PY) e2e/dataplane/run.py $(E2E_ARGS)
 
-.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e chart-lint
+.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e chart-lint chaos

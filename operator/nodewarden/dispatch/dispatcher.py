@@ -437,6 +437,35 @@ class Dispatcher:
 
         self._spawn(run())
 
+    async def _unlock(self, c: Container, why: str) -> None:
+        """Release a Locked container -- unless its node says its runner already started.
+
+        A leader that started the runner but could not write Running (API connection
+        lost, process killed) leaves the container Locked; the next leader must not run
+        it a second time: the node's answer finishes (exited) or adopts (running) it.
+        Only a node that cannot be asked, or that never saw the container, unlocks it.
+        """
+        assert self.pool is not None and self.prober is not None
+        worker = self.pool.workers.get(c.status.node) if c.status.node else None
+        target = await self.pool.target(worker) if worker is not None else None
+        outcome = None
+        if worker is not None and target is not None:
+            try:
+                outcome = await self.prober.runner_status(target, c.uuid)
+            except SshError as exc:
+                log.info("runner status of %s on %s unknown: %s", c.uuid, worker.name, exc)
+        if worker is not None and outcome is not None:
+            if outcome.state == "exited":
+                code = outcome.exit_code if outcome.exit_code is not None else -1
+                await self._finish(
+                    c, "Complete", "Exited", f"exited with code {code} on {worker.name}", code
+                )
+                return
+            if outcome.state == "running" and outcome.pid is not None:
+                await self._adopt_runner(c, worker, outcome.pid)
+                return
+        await self._requeue_or_fail(c, why, c.status.attempts, "Unlocked", flap=True)
+
     async def _kill_unwanted(self, worker: Worker, uuid: str) -> None:
         """TERM a runner nobody wants (its ContainerDispatch deleted, finished, or placed
         on another node), again every `term_interval`, KILL after `term_timeout`."""
@@ -807,9 +836,7 @@ class Dispatcher:
         for uuid, why in result.unlocks.items():
             c = by_uuid.get(uuid)
             if c is not None and uuid not in self.inflight:
-                self._spawn_guarded(
-                    uuid, self._requeue_or_fail(c, why, c.status.attempts, "Unlocked", flap=True)
-                )
+                self._spawn_guarded(uuid, self._unlock(c, why))
         for start in result.starts:
             c = by_uuid.get(start.uuid)
             if c is None or start.uuid in self.inflight:

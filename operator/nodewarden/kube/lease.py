@@ -18,10 +18,15 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
+
+UNREACHABLE = (aiohttp.ClientError, OSError)
+"""The API server could not be reached (connection refused or dropped, TLS or socket
+error): a failed attempt like an error answer, never a reason for the process to end."""
 
 OWN_ANNOTATION_PREFIX = "nodewarden.io/status-"
 
@@ -86,6 +91,9 @@ class LeaderElector:
         now = _now()
         try:
             lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+        except UNREACHABLE as exc:
+            log.warning("lease read failed: %s", type(exc).__name__)
+            return False
         except ApiException as exc:
             if exc.status != 404:
                 log.warning("lease read failed: HTTP %s", exc.status)
@@ -98,6 +106,9 @@ class LeaderElector:
                 await self.leases.create_namespaced_lease(self.namespace, body)
             except ApiException as create_exc:
                 log.info("lease create lost a race: HTTP %s", create_exc.status)
+                return False
+            except UNREACHABLE as create_exc:
+                log.warning("lease create failed: %s", type(create_exc).__name__)
                 return False
             self._last_renew = now
             return True
@@ -116,6 +127,9 @@ class LeaderElector:
         except ApiException as exc:
             log.info("lease update rejected: HTTP %s", exc.status)
             return False
+        except UNREACHABLE as exc:
+            log.warning("lease update failed: %s", type(exc).__name__)
+            return False
         self._last_renew = now
         return True
 
@@ -125,6 +139,9 @@ class LeaderElector:
             lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
             log.info("lease read failed: HTTP %s", exc.status)
+            return None, {}
+        except UNREACHABLE as exc:
+            log.info("lease read failed: %s", type(exc).__name__)
             return None, {}
         spec = lease.spec or client.V1LeaseSpec()
         annotations = dict((lease.metadata.annotations if lease.metadata else None) or {})
@@ -197,4 +214,6 @@ class LeaderElector:
                 await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
         except ApiException as exc:
             log.warning("lease release failed: HTTP %s", exc.status)
+        except UNREACHABLE as exc:
+            log.warning("lease release failed: %s", type(exc).__name__)
         self.is_leader = False
