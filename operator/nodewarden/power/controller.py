@@ -528,7 +528,9 @@ class PowerController:
             t = rt.state.transition
             events = [DeadlineReached(transition_id=t.id) if t is not None else Evaluate()]
         for event in events:
-            result = step(rt.state, rt.facts, event, now, view, with_record=False)
+            # the last record written is the previous one: a step that reaches the same
+            # decision gets it back re-evaluated (no full record is built)
+            result = step(rt.state, rt.facts, event, now, view, previous=rt.record)
             self.steps += 1
             if view.shadow and self._acts(result):
                 rt.facts = result.facts  # observations count; the decision is not carried out
@@ -541,7 +543,7 @@ class PowerController:
             )
             record: SafetyRecord | None = None
             if headline != rt.headline or opens_or_closes:
-                record = step(rt.state, rt.facts, event, now, view).record
+                record = result.record
             before = rt.state
             rt.state, rt.facts = result.next, result.facts
             if not await self._apply(rt, before, result, record, headline, view, now):
