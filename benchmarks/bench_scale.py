@@ -227,7 +227,7 @@ def write_config(env: DispatchEnv, bmc: BmcProcess, lease: float) -> None:
         "bmc_endpoints": [bmc.endpoint.removeprefix("https://")],
         "ssh_endpoints": [],
     }
-    config["leader_election"] = {"lease_duration": lease, "renew_interval": 10}
+    config["leader_election"] = {"lease_duration": lease, "renew_interval": max(10.0, lease / 6)}
     env.config_path.write_text(yaml.safe_dump(config))
 
 
@@ -459,7 +459,7 @@ def main() -> int:
     parser.add_argument(
         "--fresh-timeout", type=float, default=600.0, help="for fresh facts (from the start)"
     )
-    parser.add_argument("--lease", type=float, default=60.0, help="lease duration (seconds)")
+    parser.add_argument("--lease", type=float, default=120.0, help="lease duration (seconds)")
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--profile", type=Path, help="py-spy output directory")
     args = parser.parse_args()
