@@ -71,7 +71,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "e2e"), str(REPO / "benchmarks")
 
 import yaml  # noqa: E402
 
-from bench_dispatch import proc_sample  # noqa: E402
+from bench_dispatch import proc_sample as _proc_sample  # noqa: E402
 from bench_power_fleet import (  # noqa: E402
     BmcProcess,
     Seen,
@@ -235,6 +235,18 @@ def write_config(env: DispatchEnv, bmc: BmcProcess, lease: float) -> None:
 # --- one size -----------------------------------------------------------------------------
 
 
+class OperatorExited(Exception):
+    """The operator process is gone (e.g. it lost its lease on a starved machine)."""
+
+
+def proc_sample(pid: int) -> tuple[float, int]:
+    """(cpu seconds, rss bytes) of the operator; OperatorExited once it is gone."""
+    try:
+        return _proc_sample(pid)
+    except (OSError, StopIteration):
+        raise OperatorExited(pid) from None
+
+
 def per_node(counts: Mapping[str, int], nodes: int) -> float | None:
     return round(sum(counts.values()) / nodes, 2) if nodes else None
 
@@ -266,6 +278,7 @@ async def run_size(
     bmc = BmcProcess.start(max(n_side, 1), workdir)
     env: DispatchEnv | None = None
     op = None
+    peak = 0
     informer: Informer[Seen] | None = None
     watch_api = await api_client_from(cluster.kubeconfig)
     try:
@@ -303,7 +316,6 @@ async def run_size(
         if args.profile:
             start_profiler(args.profile, pid, 90, f"{n}-startup")
         cpu_start, _ = proc_sample(pid)
-        peak = 0
 
         def sample() -> None:
             nonlocal peak
@@ -436,6 +448,11 @@ async def run_size(
         )
         result["operator_log"] = str(op.log_path)
         return result
+    except OperatorExited:
+        # a partial result: what was measured before the operator stopped
+        result["operator_exited"] = f"the operator exited; its log: {op.log_path if op else '?'}"
+        result["operator_peak_rss_mb"] = round(peak / 2**20, 1)
+        return result
     finally:
         if informer is not None:
             await informer.stop()
@@ -480,6 +497,9 @@ def main() -> int:
         "/ steady writes / lag p99 bmc, spec s)"
     )
     for r in results:
+        if "operator_exited" in r:
+            print(f"  {r['nodes']:>6}: {r['operator_exited']}; partial: {json.dumps(r)[:300]}")
+            continue
         lag = r["fact_change_to_decision_written"]
         print(
             f"  {r['nodes']:>6}: {r['seconds_to_every_first_decision']} / "
