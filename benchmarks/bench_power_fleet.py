@@ -51,7 +51,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -357,6 +357,56 @@ class Watcher:
                 self.drained.set()
 
 
+async def change_facts(
+    cluster: ClusterHandle,
+    namespace: str,
+    bmc: BmcProcess,
+    watcher: Watcher,
+    informer: Informer[Any],
+    k: int,
+    wait_seconds: float,
+) -> dict[str, dict[str, Any]]:
+    """Flip `k` Off BMC nodes On at the BMC and set `spec.power: On` on `k` others (even
+    and odd node numbers from 0); wait until each decision is written (or `wait_seconds`);
+    the latencies by kind."""
+    flips = list(range(0, 2 * k, 2))
+    edits = list(range(1, 2 * k, 2))
+    if k:
+        for i in edits:
+            watcher.waiting[node_name(i)] = (
+                0.0,
+                "spec",
+                informer.store.get(namespace, node_name(i)),
+            )
+        now = time.monotonic()
+        for i in flips:
+            watcher.waiting[node_name(i)] = (now, "bmc", None)
+        bmc.power(flips, "On")
+        kube = Kube(await api_client_from(cluster.kubeconfig), field_manager="bench")
+        gate = asyncio.Semaphore(16)
+
+        async def edit(i: int) -> None:
+            async with gate:
+                name = node_name(i)
+                _, _, before = watcher.waiting[name]
+                watcher.waiting[name] = (time.monotonic(), "spec", before)
+                await kube.patch(WORKER_NODE, namespace, name, {"spec": {"power": "On"}})
+
+        await asyncio.gather(*(edit(i) for i in edits))
+        await kube.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watcher.drained.wait(), wait_seconds)
+    return {
+        kind: {
+            "changes": k,
+            "decided": len(values),
+            "p50_seconds": pct(values, 0.5),
+            "p99_seconds": pct(values, 0.99),
+        }
+        for kind, values in watcher.latencies.items()
+    }
+
+
 # --- the operator process -----------------------------------------------------------------
 
 
@@ -442,6 +492,20 @@ def audit_writes(
     cluster: ClusterHandle, namespace: str, since: datetime, until: datetime
 ) -> dict[str, int]:
     """Write requests of the operator's identity in `namespace` between two times."""
+    return audit_requests(cluster, namespace, since, until)
+
+
+def audit_requests(
+    cluster: ClusterHandle,
+    namespace: str,
+    since: datetime,
+    until: datetime,
+    verbs: tuple[str, ...] | None = WRITE_VERBS,
+    by_object: bool = False,
+) -> dict[str, int]:
+    """Requests of the operator's identity in `namespace` between two times, by "verb
+    resource[/subresource]" (`verbs` None: every verb), or with `by_object` by
+    "resource[/subresource]/name"."""
     if cluster.local is None or not cluster.local.audit_log.exists():
         return {}
     out: Counter[str] = Counter()
@@ -451,14 +515,19 @@ def audit_writes(
                 continue
             event = json.loads(line)
             ref = event.get("objectRef") or {}
-            if ref.get("namespace") != namespace or event["verb"] not in WRITE_VERBS:
+            if ref.get("namespace") != namespace:
+                continue
+            if verbs is not None and event["verb"] not in verbs:
                 continue
             at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
             if since <= at <= until:
                 resource = ref.get("resource", "") + (
                     "/" + ref["subresource"] if ref.get("subresource") else ""
                 )
-                out[f"{event['verb']} {resource}"] += 1
+                if by_object:
+                    out[f"{resource}/{ref.get('name', '')}"] += 1
+                else:
+                    out[f"{event['verb']} {resource}"] += 1
     return dict(out)
 
 
@@ -599,42 +668,9 @@ async def run(args: argparse.Namespace, cluster: ClusterHandle, workdir: Path) -
 
         # fact changes: BMC flips and spec edits, spread over the BMC nodes
         k = min(args.changes, max(n_bmc // 2, 0))
-        flips = list(range(0, 2 * k, 2))
-        edits = list(range(1, 2 * k, 2))
-        if k:
-            for i in edits:
-                watcher.waiting[node_name(i)] = (
-                    0.0,
-                    "spec",
-                    informer.store.get(namespace, node_name(i)),
-                )
-            now = time.monotonic()
-            for i in flips:
-                watcher.waiting[node_name(i)] = (now, "bmc", None)
-            bmc.power(flips, "On")
-            kube = Kube(await api_client_from(cluster.kubeconfig), field_manager="bench")
-            gate = asyncio.Semaphore(16)
-
-            async def edit(i: int) -> None:
-                async with gate:
-                    name = node_name(i)
-                    _, _, before = watcher.waiting[name]
-                    watcher.waiting[name] = (time.monotonic(), "spec", before)
-                    await kube.patch(WORKER_NODE, namespace, name, {"spec": {"power": "On"}})
-
-            await asyncio.gather(*(edit(i) for i in edits))
-            await kube.close()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watcher.drained.wait(), args.change_timeout)
-        result["fact_change_to_decision_written"] = {
-            kind: {
-                "changes": k,
-                "decided": len(values),
-                "p50_seconds": pct(values, 0.5),
-                "p99_seconds": pct(values, 0.99),
-            }
-            for kind, values in watcher.latencies.items()
-        }
+        result["fact_change_to_decision_written"] = await change_facts(
+            cluster, namespace, bmc, watcher, informer, k, args.change_timeout
+        )
         result["fact_change_notes"] = (
             "bmc: power flipped Off->On at the fake BMC until status.observedPower is On "
             "(polled every 15 s); spec: spec.power set On on an Off node until a new "
@@ -718,21 +754,26 @@ def main() -> int:
         serve_bmc(args.serve_bmc, args.state_dir)
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="nw-fleet-"))
-    local = None
-    if args.kubeconfig is None:
-        local = LocalCluster(state_dir=workdir / "cluster").up()
-        kubeconfig = local.kubeconfig
-    else:
-        kubeconfig = args.kubeconfig
-    cluster = ClusterHandle(kubeconfig, local)
-    try:
+    with control_plane(args.kubeconfig, workdir) as cluster:
         result = asyncio.run(run(args, cluster, workdir))
         result["load_average"] = os.getloadavg()
         print(json.dumps(result, indent=2))
+    return 0
+
+
+@contextlib.contextmanager
+def control_plane(kubeconfig: Path | None, workdir: Path) -> Iterator[ClusterHandle]:
+    """The cluster at `kubeconfig`, or (None) a local control plane started in `workdir`
+    and stopped afterwards."""
+    local = None
+    if kubeconfig is None:
+        local = LocalCluster(state_dir=workdir / "cluster").up()
+        kubeconfig = local.kubeconfig
+    try:
+        yield ClusterHandle(kubeconfig, local)
     finally:
         if local is not None:
             local.down()
-    return 0
 
 
 if __name__ == "__main__":

@@ -84,3 +84,20 @@ def test_another_writer_advancing_the_power_state_is_a_conflict() -> None:
         assert api.status["powerState"]["seq"] == 7
 
     asyncio.run(scenario())
+
+
+def test_a_held_node_is_written_at_the_next_flush_in_one_patch() -> None:
+    async def scenario() -> None:
+        api = FakeStatusApi()
+        writer = NodeStatusWriter(api, "ns")  # type: ignore[arg-type]
+        writer.observe("n1", api.body())
+        writer.contribute("n1", {"state": "Off", "powerState": power_state(1)})
+        await writer.flush(hold={"n1"})
+        assert api.patches == []  # held: nothing sent
+        writer.contribute("n1", {"powerState": power_state(2)})
+        await writer.flush()
+        assert api.patches == [{"state": "Off", "powerState": power_state(2)}]
+        await writer.flush()
+        assert len(api.patches) == 1  # nothing left to write
+
+    asyncio.run(scenario())

@@ -20,8 +20,12 @@ _CONTEXT = b"nodewarden instance secret v1"
 
 
 def master_secret(client_key: SshClientKey) -> SecretBytes:
-    """A 32-byte master secret derived from the operator's SSH private key."""
-    private = client_key.export_private().get_secret_value().encode()
+    """A 32-byte master secret derived from the operator's SSH private key.
+
+    From the key's PKCS#8 DER form, which is the same at every export: the OpenSSH form
+    carries a random check number, so a secret derived from it differed at every start
+    and a restarted operator could never recompute the secrets of its instances."""
+    private = client_key.asyncssh_key.export_private_key("pkcs8-der")
     return SecretBytes(hmac.new(private, _CONTEXT, hashlib.sha256).digest())
 
 

@@ -568,6 +568,7 @@ class WorkerPool:
         self.last_sync = now
         seen: set[str] = set()
         ours: dict[str, CloudInstance] = {}
+        adopt: list[tuple[CloudInstance, str]] = []
         for inst in managed:
             if inst.state is InstanceState.TERMINATED:
                 continue
@@ -577,15 +578,20 @@ class WorkerPool:
                 continue
             name = inst.tags.get(self.tags.node) or f"adopted-{inst.id}".lower()
             seen.add(name)
-            worker = self.workers.get(name)
-            if worker is None:
+            if name not in self.workers:
+                adopt.append((inst, name))
+                continue
+            self._listed(self.workers[name], inst, ours)
+        # adoptions (a restart: the whole fleet) run side by side, each a GET and a create
+        gate = asyncio.Semaphore(16)
+
+        async def adopt_one(inst: CloudInstance, name: str) -> None:
+            async with gate:
                 worker = await self._adopt(inst, name)
-                if worker is None:
-                    continue
-            worker.instance = inst
-            ours[name] = inst
-            if worker.instance_type is None and inst.instance_type:
-                worker.instance_type = self._cloud.instance_type(inst.instance_type)
+            if worker is not None:
+                self._listed(worker, inst, ours)
+
+        await asyncio.gather(*(adopt_one(inst, name) for inst, name in adopt))
         self.observer.listed(ours, listed_at)
         for worker in list(self.workers.values()):
             if worker.side or worker.name in seen or worker.creating:
@@ -596,6 +602,12 @@ class WorkerPool:
             await self._forget(worker, "instance is gone from the cloud list")
         self.synced_once = True
         self.on_change()
+
+    def _listed(self, worker: Worker, inst: CloudInstance, ours: dict[str, CloudInstance]) -> None:
+        worker.instance = inst
+        ours[worker.name] = inst
+        if worker.instance_type is None and inst.instance_type:
+            worker.instance_type = self._cloud.instance_type(inst.instance_type)
 
     async def _adopt(self, inst: CloudInstance, name: str) -> Worker | None:
         """An instance tagged as ours without a worker: (re)create its WorkerNode."""

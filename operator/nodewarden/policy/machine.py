@@ -75,7 +75,7 @@ from nodewarden.policy.gates import (
     force_off_permitted,
 )
 from nodewarden.policy.reasons import Decision, ReasonCode
-from nodewarden.policy.record import SafetyRecord, build_record
+from nodewarden.policy.record import SafetyRecord, build_record, reevaluated, same_decision
 from nodewarden.policy.state import (
     NON_TERMINAL_STATES,
     AdmissionState,
@@ -104,6 +104,8 @@ class Step:
     facts: NodeFacts
     record: SafetyRecord | None
     overrides_applied: tuple[str, ...] = ()
+    record_reused: bool = False
+    """`record` is the `previous` record given to `step`, re-evaluated (same decision)."""
 
 
 @dataclass(slots=True)
@@ -999,8 +1001,13 @@ def step(
     policy: PolicyView,
     *,
     with_record: bool = True,
+    previous: SafetyRecord | None = None,
 ) -> Step:
-    """Advance the machine by one event. Pure; see the module docstring."""
+    """Advance the machine by one event. Pure; see the module docstring.
+
+    `previous`: the node's last Safety Record. When this step reaches the same decision
+    (`record.same_decision`) and opens, closes or requests nothing, the record is
+    `previous` with the new evaluation time (`record_reused`), not a full one."""
     require_aware(now)
     if facts.node != state.node:
         raise ValueError(f"facts are for node {facts.node!r} but state is for {state.node!r}")
@@ -1016,7 +1023,26 @@ def step(
     actions = tuple(c.actions)
     reasons = tuple(c.reasons)
     record = None
-    if with_record:
+    reused = False
+    if (
+        with_record
+        and previous is not None
+        and not any(isinstance(a, _RECORD_ALWAYS) for a in actions)
+        and same_decision(
+            previous,
+            before=state,
+            after=nxt,
+            facts=merged,
+            now=now,
+            policy=policy,
+            evaluation=c.evaluation,
+            decision=c.decision,
+            reasons=reasons,
+            overrides_applied=c.overrides,
+        )
+    ):
+        record, reused = reevaluated(previous, now), True
+    elif with_record:
         record = build_record(
             before=state,
             after=nxt,
@@ -1039,7 +1065,12 @@ def step(
         facts=merged,
         record=record,
         overrides_applied=c.overrides,
+        record_reused=reused,
     )
+
+
+_RECORD_ALWAYS = (OpenTransition, CloseTransition, RequestPower)
+"""Actions whose step always gets a full record."""
 
 
 def _finish(c: _Ctx) -> NodePowerState:

@@ -19,6 +19,15 @@ state* (what a trusted source observed).
 `build_record(...)` is called by the state machine at every step;
 `record_for_evaluation(...)` makes a record from a bare gate evaluation (explain,
 periodic checks). The format is documented field by field in docs/safety-record.md.
+
+Incremental records: both take the node's previous record (`previous`, a fact like any
+other). When the decision is the same -- decision, reasons, state before and after,
+admission, transition and its request, race flag, manual override, policy version,
+chosen action, every gate's verdict and the set of stale or missing readings
+(`same_decision`) -- and the step opened, closed
+or requested nothing, the result is the previous record with `evaluatedAt` set to the new
+evaluation time (`reevaluated`); only a changed decision costs a full record. A full
+record never carries `evaluatedAt`, so its content is exactly what it always was.
 """
 
 from __future__ import annotations
@@ -177,6 +186,9 @@ class SafetyRecord(CoreModel):
     actions: tuple[str, ...]
     recheck_at: AwareDatetime | None = None
     deadline: AwareDatetime | None = None
+    evaluated_at: AwareDatetime | None = None
+    """The latest evaluation that reached this same decision (absent on the record of
+    the step that made it); the evidence above is as of `decided_at`."""
 
     def to_status(self) -> dict[str, Any]:
         """JSON-ready dict (camelCase, no nulls) for PowerIntent status.safetyRecord."""
@@ -262,20 +274,7 @@ def _freshness(
         stale: tuple[str, ...] = evaluation.stale
         missing: tuple[str, ...] = evaluation.missing
     else:
-        oldest = None
-        stale_l: list[str] = []
-        missing_l: list[str] = []
-        for name in _DECISIVE:
-            reading = getattr(facts, name)
-            if reading is None:
-                missing_l.append(name)
-                continue
-            at = reading.observed_at
-            if oldest is None or at < oldest:
-                oldest = at
-            if (now - at).total_seconds() > max_age:
-                stale_l.append(name)
-        stale, missing = tuple(stale_l), tuple(missing_l)
+        oldest, stale, missing = _decisive_freshness(facts, now, max_age)
     return trusted(
         TelemetryFreshness,
         {
@@ -286,6 +285,27 @@ def _freshness(
             "missing": missing,
         },
     )
+
+
+def _decisive_freshness(
+    facts: NodeFacts, now: datetime, max_age: float
+) -> tuple[datetime | None, tuple[str, ...], tuple[str, ...]]:
+    """The oldest decisive reading's time, the stale and the missing ones (a step
+    without a gate evaluation)."""
+    oldest: datetime | None = None
+    stale: list[str] = []
+    missing: list[str] = []
+    for name in _DECISIVE:
+        reading = getattr(facts, name)
+        if reading is None:
+            missing.append(name)
+            continue
+        at = reading.observed_at
+        if oldest is None or at < oldest:
+            oldest = at
+        if (now - at).total_seconds() > max_age:
+            stale.append(name)
+    return oldest, tuple(stale), tuple(missing)
 
 
 def _request_evidence(
@@ -529,8 +549,93 @@ def build_record(
             "actions": actions,
             "recheck_at": recheck_at if recheck_at is not None else after.recheck_at,
             "deadline": after_transition.deadline if after_transition is not None else None,
+            "evaluated_at": None,
         },
     )
+
+
+def same_decision(
+    previous: SafetyRecord,
+    *,
+    before: NodePowerState,
+    after: NodePowerState,
+    facts: NodeFacts,
+    now: datetime,
+    policy: PolicyView,
+    evaluation: Evaluation | None,
+    decision: Decision,
+    reasons: tuple[ReasonCode, ...],
+    overrides_applied: tuple[str, ...] = (),
+) -> bool:
+    """Whether a step with these outcomes reaches the decision `previous` records, on the
+    same gate verdicts (see the module docstring). Cheap: no record is built."""
+    d = previous.__dict__  # one dict, read by key (pydantic attribute reads are slower)
+    if (
+        d["decision"] is not decision
+        or d["state_after"] is not after.state
+        or d["state_before"] is not before.state
+        or d["reasons"] != reasons
+        or d["race"] != after.race
+        or d["node"] != facts.node
+        or d["drain"].admission is not after.admission
+    ):
+        return False
+    version = policy.version
+    if d["policy"] is not version and d["policy"] != version:
+        return False
+    transition = after.transition or before.transition
+    chosen = evaluation.action if evaluation is not None else None
+    prev_request: RequestEvidence | None = d["request"]
+    if transition is None:
+        if d["transition_id"] is not None or prev_request is not None:
+            return False
+    else:
+        request = transition.request
+        if request is not None:
+            chosen = request.action
+            if (
+                prev_request is None
+                or prev_request.attempt != request.attempt
+                or prev_request.result is not request.status
+                or prev_request.retries_used != transition.retries_used
+            ):
+                return False
+        elif prev_request is not None:
+            return False
+        deadline = after.transition.deadline if after.transition is not None else None
+        if d["transition_id"] != transition.id or d["deadline"] != deadline:
+            return False
+    if d["control"].chosen_action != chosen:
+        return False
+    override: OverrideEvidence | None = d["manual_override"]
+    intent = facts.intent
+    if override is None:
+        if intent is not None and intent.override is not None:
+            return False
+    elif intent is None or override.intent != intent.name or override.applied != overrides_applied:
+        return False
+    telemetry: TelemetryFreshness = d["telemetry"]
+    stale: tuple[str, ...]
+    missing: tuple[str, ...]
+    if evaluation is not None:
+        stale, missing = evaluation.stale, evaluation.missing
+    else:
+        _, stale, missing = _decisive_freshness(facts, now, policy.seconds.telemetry_max_age)
+    if telemetry.stale != stale or telemetry.missing != missing:
+        return False  # the same verdicts on other readings: time made another one stale
+    gates = evaluation.gates if evaluation is not None else ()
+    prev_gates: tuple[GateResult, ...] = d["gates"]
+    if len(gates) != len(prev_gates):
+        return False
+    for new, old in zip(gates, prev_gates, strict=True):
+        if new.verdict is not old.verdict or new.gate is not old.gate:
+            return False
+    return True
+
+
+def reevaluated(previous: SafetyRecord, now: datetime) -> SafetyRecord:
+    """`previous` with `evaluated_at` = `now` (the same decision, evaluated again)."""
+    return trusted(SafetyRecord, {**previous.__dict__, "evaluated_at": now})
 
 
 _EVALUATION_EVENT = {"shutdown": "evaluate-shutdown", "wake": "evaluate-wake"}
@@ -542,8 +647,23 @@ def record_for_evaluation(
     now: datetime,
     policy: PolicyView,
     state: NodePowerState,
+    previous: SafetyRecord | None = None,
 ) -> SafetyRecord:
-    """A record of a bare evaluation (no transition made): state before == after."""
+    """A record of a bare evaluation (no transition made): state before == after.
+    With the node's `previous` record and the same decision: `previous` re-evaluated."""
+    if previous is not None and same_decision(
+        previous,
+        before=state,
+        after=state,
+        facts=facts,
+        now=now,
+        policy=policy,
+        evaluation=evaluation,
+        decision=evaluation.decision,
+        reasons=evaluation.reasons,
+        overrides_applied=evaluation.overrides_applied,
+    ):
+        return reevaluated(previous, now)
     return build_record(
         before=state,
         after=state,

@@ -13,7 +13,10 @@ The loop (`run`), each round:
 3. for a step whose actions include a power request, persist the new power state
    (resourceVersion precondition) *before* sending it: a replica that resumes from
    status never sends a request the state machine did not ask for;
-4. write the WorkerNode statuses that changed (one patch each) and the metrics;
+4. write the WorkerNode statuses that changed (one patch each) and the metrics; a node
+   that asked to be stepped again at once (a recheck due now, e.g. the wake evaluation
+   that follows an observed Off) writes one round later, both steps in one patch (never
+   held two rounds in a row);
 5. sleep until an event arrives or the next recheck time.
 
 Observations arrive as they happen: probe results (`probed`), the cloud list (`listed`,
@@ -75,6 +78,7 @@ from nodewarden.policy.events import (
 from nodewarden.policy.facts import (
     CapabilityReading,
     DesiredReading,
+    FleetReading,
     ManualIntent,
     NodeFacts,
     VmReading,
@@ -185,6 +189,10 @@ class PowerController:
         self._reread_wanted: set[str] = set()
         self._policy_generations: dict[str | None, int | None] = {}
         self._next_resync: datetime | None = None
+        self._hold_writes: set[str] = set()
+        """Nodes whose status write waits for the next round (see `run`, step 4)."""
+        self._held: set[str] = set()
+        """Nodes whose write waited in the last round (they are not held again)."""
         self.steps = 0
         self.started = False
         self._synced = asyncio.Event()
@@ -502,19 +510,23 @@ class PowerController:
                 keep = timedelta(seconds=self.settings.keep_intents_of_gone_nodes)
                 self._spawn(self.intents.expire_gone(set(self.nodes), now, keep))
         self._schedule_observations(now)
-        fleet = fleet_readings(self.nodes.values(), now)
+        fleet: dict[str | None, FleetReading] | None = None  # counted once a node steps
         for rt in list(self.nodes.values()):
             due = rt.due_at is not None and now >= rt.due_at
             if not rt.events and not due:
                 continue
             if due:
                 rt.due_at = None
+            if fleet is None:
+                fleet = fleet_readings(self.nodes.values(), now)
             rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
             await self._process(rt, now, due=due)
         if self._reread_wanted:
             self._spawn(self._reread_demand(set(self._reread_wanted)))
             self._reread_wanted.clear()
-        await self.status.flush()
+        held, self._hold_writes = self._hold_writes, set()
+        await self.status.flush(hold=held)
+        self._held = held
         gauges.publish(self.nodes.values(), now)
 
     def _sleep_for(self, now: datetime) -> float:
@@ -550,7 +562,9 @@ class PowerController:
             t = rt.state.transition
             events = [DeadlineReached(transition_id=t.id) if t is not None else Evaluate()]
         for event in events:
-            result = step(rt.state, rt.facts, event, now, view, with_record=False)
+            # the last record written is the previous one: a step that reaches the same
+            # decision gets it back re-evaluated (no full record is built)
+            result = step(rt.state, rt.facts, event, now, view, previous=rt.record)
             self.steps += 1
             if view.shadow and self._acts(result):
                 rt.facts = result.facts  # observations count; the decision is not carried out
@@ -563,7 +577,7 @@ class PowerController:
             )
             record: SafetyRecord | None = None
             if headline != rt.headline or opens_or_closes:
-                record = step(rt.state, rt.facts, event, now, view).record
+                record = result.record
             before = rt.state
             rt.state, rt.facts = result.next, result.facts
             if not await self._apply(rt, before, result, record, headline, view, now):
@@ -890,6 +904,8 @@ class PowerController:
             # it waits for is still on its way would otherwise step the node in a loop
             at = max(action.at, now + _MIN_RECHECK)
             rt.due_at = at if rt.due_at is None else min(rt.due_at, at)
+            if action.at <= now and rt.name not in self._held:
+                self._hold_writes.add(rt.name)  # the next step's write carries this one's
 
     async def _request(self, rt: NodeRuntime, ref: NodeRef, action: RequestPower) -> None:
         outcome = await self.control.request(

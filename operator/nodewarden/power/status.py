@@ -6,7 +6,8 @@ the worker pool owns what it observes of a cloud instance and its runners (insta
 address, boot time, running containers, last probe, learned host key, price). Each calls
 `contribute(node, fields)`; a field equal to what the API server already holds is not
 sent, so a node whose status did not change costs no write. `flush()` sends one merge
-patch per node with everything that changed. A field that only says when something was
+patch per node with everything that changed (`flush(hold=...)` keeps some nodes' changes
+for the next one). A field that only says when something was
 last seen (`RIDE_ALONG`: `observedPowerTime`, which moves at every BMC poll) is no
 change on its own: it waits and rides along with the node's next real change (the
 controller's freshness gates use each reading's own time, never the status field).
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,8 @@ class NodeStatusWriter:
         self._nodes: dict[str, _Node] = {}
         self._writes = asyncio.Semaphore(concurrency)
         self._flushing: set[str] = set()
+        self._pending: set[str] = set()
+        """Nodes that may have pending fields (a superset; `dirty` checks each)."""
         self.writes = 0
         self.fold: Callable[[Mapping[str, Any]], bool] | None = None
         """Where an object returned by a write goes (the WorkerNode informer, which hands
@@ -148,18 +151,28 @@ class NodeStatusWriter:
             if key in node.pending and _same(node.pending[key], value):
                 continue
             node.pending[key] = value
+            self._pending.add(name)
             changed = changed or key not in RIDE_ALONG
         return changed
 
     def dirty(self) -> list[str]:
-        """Nodes with a pending change worth a write (not only `RIDE_ALONG` fields)."""
-        return [name for name, node in self._nodes.items() if not node.pending.keys() <= RIDE_ALONG]
+        """Nodes with a pending change worth a write (not only `RIDE_ALONG` fields); looks
+        only at nodes that were given fields, not at the whole fleet."""
+        out: list[str] = []
+        for name in list(self._pending):
+            node = self._nodes.get(name)
+            if node is None or not node.pending:
+                self._pending.discard(name)
+            elif not node.pending.keys() <= RIDE_ALONG:
+                out.append(name)
+        return out
 
     # -- writes -----------------------------------------------------------------------
 
-    async def flush(self) -> None:
-        """Write every node with pending changes (one patch each, bounded concurrency)."""
-        names = [n for n in self.dirty() if n not in self._flushing]
+    async def flush(self, hold: Collection[str] = ()) -> None:
+        """Write every node with pending changes (one patch each, bounded concurrency),
+        except those in `hold` (their changes wait for the next flush)."""
+        names = [n for n in self.dirty() if n not in self._flushing and n not in hold]
         if not names:
             return
         await asyncio.gather(*(self._write_guarded(n) for n in names))
