@@ -126,6 +126,8 @@ class Worker:
     instance_type: InstanceType | None
     created_at: datetime
     instance: CloudInstance | None = None
+    instance_known_at: datetime | None = None
+    """When our create call returned the instance (None for adopted instances)."""
     body: Mapping[str, Any] | None = None
     """The WorkerNode's compact body (shared with the informer's store: read-only); set
     through `take`, which parses the spec once per body."""
@@ -598,6 +600,9 @@ class WorkerPool:
                 continue
             if worker.instance is None and now - worker.created_at < timedelta(seconds=60):
                 continue  # created moments ago; the instance may not be listed yet
+            if worker.instance_known_at is not None and worker.instance_known_at >= now:
+                # its create returned while this list was on its way: not in it, not gone
+                continue
             await self.observer.gone(worker, listed_at)
             await self._forget(worker, "instance is gone from the cloud list")
         self.synced_once = True
@@ -801,6 +806,7 @@ class WorkerPool:
             return
         worker.creating = False
         worker.instance = inst
+        worker.instance_known_at = self.clock()
         log.info("created instance %s (%s) for WorkerNode %s", inst.id, itype.name, worker.name)
         self._ensure_probe(worker)
         self.on_change()
