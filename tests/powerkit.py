@@ -11,6 +11,7 @@ against the real local API server (no cloud: side nodes only, unless `cloud=` is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,7 +57,10 @@ def side_node_entry(name: str, power: str = "fakebmc", **extra: Any) -> dict[str
         "gpus": 1,
     }
     if power in ("wol", "wol+bmc"):
-        entry.setdefault("mac", "52:54:00:aa:00:%02x" % (abs(hash(name)) % 250 + 1))
+        # from the name's bytes, not hash(): str hashes vary per process, and two nodes of
+        # one fleet once drew the same MAC (the side-node process refused the config)
+        digest = hashlib.sha256(name.encode()).digest()
+        entry.setdefault("mac", "52:54:00:" + digest[:3].hex(":"))
     entry.update(extra)
     return entry
 
