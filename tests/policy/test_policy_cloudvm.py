@@ -291,3 +291,42 @@ def test_a_held_vm_set_to_drain_completes_its_drain() -> None:
     done = step(first.next, facts, Evaluate(), t, POLICY)
     assert done.next.state is PowerState.SHUTTING_DOWN, done.reasons
     assert R.IDLE_BEHAVIOR_DRAIN in done.reasons
+
+
+def _stopped_off_state() -> NodePowerState:
+    """A VM that stopped by itself: ACTIVE -> OFF on the cloud list's Off (UNEXPECTED)."""
+    facts = vm_facts(power=power("Off", when=at(-2)), vm=vm(stopped=True))
+    went = step(vm_on_state(), facts, PowerObserved(reading=facts.power), at(-2), POLICY)  # type: ignore[arg-type]
+    assert went.next.state is PowerState.OFF
+    return went.next
+
+
+def test_a_vm_that_stopped_by_itself_is_down_and_destroyed_from_off() -> None:
+    state = _stopped_off_state()
+    facts = vm_facts(power=power("Off", when=at(-1)), vm=vm(stopped=True), work=None)
+    assert rule_codes(facts) == ("down", R.WORKER_DOWN)
+    result = step(state, facts, Evaluate(), NOW, POLICY)
+    assert result.next.state is PowerState.SHUTTING_DOWN
+    assert result.decision is Decision.SHUTDOWN
+    assert R.WORKER_DOWN in result.reasons
+    request = next(a for a in result.actions if isinstance(a, RequestPower))
+    assert request.action == "GracefulShutdown"
+    assert result.record is not None
+    rule_gate = next(g for g in result.record.gates if g.gate is GateName.NODE_MANAGER)
+    assert any(e.name == "stopped" and e.value is True for e in rule_gate.evidence)
+    power_gate = next(g for g in result.record.gates if g.gate is GateName.POWER)
+    assert power_gate.verdict is Verdict.PASS
+
+
+def test_an_off_reading_in_off_opens_nothing_and_a_listed_vm_that_is_not_stopped_stays() -> None:
+    state = _stopped_off_state()
+    # the reading that says the instance left the list: nothing is requested for it
+    facts = vm_facts(power=power("Off", when=at(-1)), vm=vm(stopped=True), work=None)
+    gone = step(state, facts, PowerObserved(reading=facts.power), NOW, POLICY)  # type: ignore[arg-type]
+    assert gone.next.state is PowerState.OFF
+    assert not any(isinstance(a, RequestPower) for a in gone.actions)
+    # an Off VM that is not listed stopped (a heartbeat still fresh) is not destroyed
+    quiet = vm_facts(power=power("Off", when=at(-1)), vm=vm(), work=None)
+    kept = step(state, quiet, Evaluate(), NOW, POLICY)
+    assert kept.next.state is PowerState.OFF
+    assert not any(isinstance(a, RequestPower) for a in kept.actions)

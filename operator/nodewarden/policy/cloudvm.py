@@ -190,7 +190,8 @@ def fire(facts: NodeFacts, now: datetime, policy: PolicyView) -> Fired:
     inputs = derive_inputs(
         CloudWorkerFacts(
             paired=vm.paired,
-            scheduler_state="alloc" if busy else "idle",
+            # a stopped VM is 'down' whatever its last probe said
+            scheduler_state="down" if vm.stopped else ("alloc" if busy else "idle"),
             last_heartbeat=vm.last_heartbeat,
             booted_at=vm.booted_at,
             idle_since=idle_since,
@@ -271,6 +272,8 @@ def _rule_gate(facts: NodeFacts, fired: Fired, now: datetime) -> GateResult:
         _ev("lastHeartbeat", vm.last_heartbeat.isoformat() if vm.last_heartbeat else "never", vm),
         _ev("probeAttemptsSinceSuccess", vm.probe_attempts, vm),
     ]
+    if vm.stopped:
+        evidence.append(_ev("stopped", True, vm))
     if vm.broken:
         evidence.append(_ev("broken", True, vm))
     if vm.deletion_requested:
@@ -371,7 +374,9 @@ def evaluate_vm_shutdown(
     for name in stale + missing:
         if name not in refresh:
             refresh.append(name)
-    pwr_gate = power_gate(power, "On", R.ALREADY_OFF)
+    # a stopped VM is destroyed like a running one (only leaving the list confirms it gone)
+    stopped = forced and vm is not None and vm.stopped and power is not None
+    pwr_gate = power_gate(power, "Off" if stopped else "On", R.ALREADY_OFF)
     cap_gate, action = capability_gate(facts.capability, policy, SHUTDOWN_ACTIONS)
     gates = (pol_gate, wanted, rule_gate, demand_g, work_g, tel_gate, pwr_gate, cap_gate, fleet_g)
     # A VM that should go anyway (forced, broken, pinned off, drain) waits for queued

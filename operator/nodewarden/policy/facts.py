@@ -187,6 +187,13 @@ class VmReading(Reading):
     )
     broken: bool = Field(default=False, description="The runner reported the node broken.")
     deletion_requested: bool = Field(default=False, description="A person deleted the WorkerNode.")
+    stopped: bool = Field(
+        default=False,
+        description=(
+            "The cloud lists the instance stopped: nodewarden never stops VMs, so it stopped "
+            "by itself (host failure, a spot stop) and cannot run work (matrix 'down')."
+        ),
+    )
 
 
 class FleetReading(Reading):

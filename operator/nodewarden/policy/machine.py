@@ -461,6 +461,10 @@ def _handle_off(c: _Ctx) -> None:
     ):
         _enter_verify(c, Decision.DEFER, R.UNEXPECTED_POWER_CHANGE)
         return
+    # a cloud VM the cloud still lists, stopped by itself: destroyed by the 'down' rule
+    # (not on the Off reading itself, which may be the one saying it left the list)
+    if not isinstance(ev, PowerObserved) and _vm_forced_shutdown(c):
+        return
     if isinstance(ev, AdmissionClosed):
         c.set(admission=AdmissionState.CLOSED, admission_since=min(ev.at, c.now))
     evaluation = evaluate_wake(c.facts, c.now, c.policy, c.current())

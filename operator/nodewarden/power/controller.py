@@ -45,7 +45,7 @@ from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE
 from nodewarden.api.powerintent import PowerAction
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.cloud.model import CloudInstance
+from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.policies import Policy, PolicyBook
 from nodewarden.dispatch.workers import Worker, WorkerPool
@@ -417,6 +417,10 @@ class PowerController:
             waiting = rt.state.state in NON_TERMINAL_STATES
             if previous is None or previous.power != reading.power or waiting:
                 rt.events.append(PowerObserved(reading=reading))
+            elif (
+                rt.state.state is PowerState.OFF and rt.facts.vm is not None and rt.facts.vm.stopped
+            ):
+                rt.events.append(Evaluate())  # a stopped VM is destroyed (rule 'down')
         self.wake.set()
 
     async def gone(self, worker: Worker, at: datetime) -> None:
@@ -730,6 +734,7 @@ class PowerController:
             probe_attempts=attempts,
             broken=worker.broken,
             deletion_requested=worker.deletion_requested,
+            stopped=worker.instance is not None and worker.instance.state is InstanceState.STOPPED,
         )
         if rt.facts.vm != reading:
             capability = rt.facts.capability
