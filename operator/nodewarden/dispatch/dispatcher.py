@@ -603,7 +603,11 @@ class Dispatcher:
         )
         if worker is None or worker.instance is None or self.prober is None:
             # nothing runs anywhere (or its node is gone)
-            await self._finish(c, "Cancelled", "Cancelled", "cancelled before it ran")
+            if c.phase == "Running":
+                why = f"cancelled; its node {c.status.node} is gone"
+            else:
+                why = "cancelled before it ran"
+            await self._finish(c, "Cancelled", "Cancelled", why)
             return
         assert self.pool is not None
         listed = worker.runners is not None and c.uuid in worker.runners

@@ -73,3 +73,15 @@ async def test_deleting_a_queued_container_lets_it_go() -> None:
     await rig.rounds(2)
     assert "c1" not in rig.api.objects
     assert rig.starts() == []
+
+
+async def test_cancelling_a_running_container_whose_node_is_gone_says_so() -> None:
+    rig = Rig()
+    await rig.running()
+    del rig.cloud.vms["vm-a"], rig.pool.workers["vm-a"]  # its node went away
+    rig.api.cancel("c1")
+    await rig.rounds(2)
+    assert rig.api.phase("c1") == "Cancelled"
+    status = str(rig.api.status("c1"))
+    assert "node vm-a is gone" in status, status
+    assert "before it ran" not in status
