@@ -808,6 +808,11 @@ class WorkerPool:
         worker.instance = inst
         worker.instance_known_at = self.clock()
         log.info("created instance %s (%s) for WorkerNode %s", inst.id, itype.name, worker.name)
+        if worker.destroy_requested_at is not None:
+            # its destroy was asked for while the create was in flight: carry it out now
+            await self.destroy(worker, worker.destroy_reason or "destroyed while being created")
+            self.on_change()
+            return
         self._ensure_probe(worker)
         self.on_change()
 

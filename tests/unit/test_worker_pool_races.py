@@ -1,5 +1,6 @@
-"""The cloud sync does not take a VM for vanished when its create returned while the list
-was on its way (the list was asked for before the instance existed)."""
+"""Races in the worker pool: the cloud sync does not take a VM for vanished when its create
+returned while the list was on its way; a destroy asked for while the create was in flight
+is carried out once the instance exists."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import SecretBytes
+
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.cloud.tags import TagKeys
+from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.workers import Worker, WorkerPool
+from nodewarden.scheduling.instancetypes import InstanceType
+
+SMALL = InstanceType(name="small", provider_type="t3.small", vcpus=2, ram=4 * 2**30, price=0.02)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -75,3 +82,42 @@ def test_an_instance_created_while_the_list_was_on_its_way_is_not_gone() -> None
     asyncio.run(pool.sync_cloud())
     assert forgotten == ["early"]  # known before the list was asked for, and not in it
     assert "late" not in forgotten
+
+
+def test_a_destroy_asked_for_while_the_create_was_in_flight_is_carried_out() -> None:
+    clock = [T0]
+    destroyed: list[str] = []
+    probed: list[str] = []
+    pool: WorkerPool
+
+    class Key:
+        public_key = "ssh-ed25519 AAAA test"
+
+    class Prober:
+        async def disconnect(self, name: str) -> None:
+            pass
+
+    async def create(request: Any) -> CloudInstance:
+        # the power controller destroys the node while its create is on its way
+        await pool.destroy(worker, "WORKER_DOWN")
+        return _instance("i-new")
+
+    async def destroy(instance: CloudInstance) -> None:
+        destroyed.append(instance.id)
+
+    pool, _ = _pool(clock, None)
+    cloud: Any = pool.cloud
+    cloud.create_request = lambda **kw: (kw, None)
+    cloud.create = create
+    cloud.destroy = destroy
+    pool.master = SecretBytes(b"m" * 32)
+    pool.client_key = Key()  # type: ignore[assignment]
+    pool.settings = DispatchSettings()
+    pool.prober = Prober()  # type: ignore[assignment]
+    pool._ensure_probe = lambda w: probed.append(w.name)  # type: ignore[method-assign]
+    worker = Worker(name="n1", instance_type=None, created_at=T0, creating=True)
+    pool.workers["n1"] = worker
+
+    asyncio.run(pool._create_instance(worker, SMALL))
+    assert destroyed == ["i-new"]
+    assert probed == []  # nothing is started on a node that is going
