@@ -7,6 +7,7 @@ are registered for log redaction and never returned unwrapped).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import SecretStr
@@ -59,6 +61,16 @@ class NotFound(KubeError):
 
 class Conflict(KubeError):
     pass
+
+
+UNREACHABLE = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+"""What a request raises when the API server cannot be reached or the connection drops."""
+
+
+def unreachable(exc: BaseException) -> KubeError:
+    """A request that never got an answer: a KubeError (no status) callers handle like any
+    other failed request, so an API outage is a retry, never a crash."""
+    return KubeError(f"Kubernetes API server unreachable ({type(exc).__name__}: {exc})", None)
 
 
 def _wrap(exc: ApiException, what: str) -> KubeError:
@@ -125,6 +137,8 @@ class Kube:
                 GROUP, VERSION, namespace, kind.plural, name
             )
             return obj
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -143,6 +157,8 @@ class Kube:
                 result = await self.custom.list_namespaced_custom_object(
                     GROUP, VERSION, namespace, kind.plural, label_selector=label_selector or ""
                 )
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             raise _wrap(exc, f"list {kind.plural}") from exc
         items: list[dict[str, Any]] = result.get("items", [])
@@ -156,6 +172,8 @@ class Kube:
                 GROUP, VERSION, namespace, kind.plural, body, field_manager=self.field_manager
             )
             return obj
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             raise _wrap(exc, f"create {kind.kind} in {namespace}") from exc
 
@@ -175,6 +193,8 @@ class Kube:
                 _content_type=MERGE_PATCH,  # type: ignore[call-arg]
             )
             return obj
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             raise _wrap(exc, f"patch {kind.kind} {namespace}/{name}") from exc
 
@@ -204,6 +224,8 @@ class Kube:
                 _content_type=MERGE_PATCH,  # type: ignore[call-arg]
             )
             return obj
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             raise _wrap(exc, f"patch status of {kind.kind} {namespace}/{name}") from exc
 
@@ -214,6 +236,8 @@ class Kube:
                 GROUP, VERSION, namespace, kind.plural, name
             )
             return True
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -226,6 +250,8 @@ class Kube:
         KUBE_REQUESTS.labels("get_secret").inc()
         try:
             secret = await self.core.read_namespaced_secret(name, namespace)
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             raise _wrap(exc, f"read Secret {namespace}/{name}") from exc
         data = secret.data or {}
@@ -245,6 +271,8 @@ class Kube:
         KUBE_REQUESTS.labels("get_secret").inc()
         try:
             secret = await self.core.read_namespaced_secret(name, namespace)
+        except UNREACHABLE as exc:
+            raise unreachable(exc) from exc
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -313,6 +341,9 @@ class Kube:
                 status = resp.status
             finally:
                 resp.release()
+        except UNREACHABLE as exc:
+            log.warning("could not post event %s: %s", reason, unreachable(exc))
+            return
         except ApiException as exc:
             status = exc.status
         if not 200 <= int(status or 0) <= 299:

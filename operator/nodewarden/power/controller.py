@@ -462,7 +462,8 @@ class PowerController:
                 # an awaited future was cancelled under us, not this task: a bug to report
                 log.exception("power controller round was cancelled from inside; retrying")
             except Exception:
-                log.exception("power controller round failed; retrying")
+                log.exception("power controller round failed; retrying in a second")
+                await asyncio.sleep(1.0)  # not in a tight loop while, say, the API is away
             # a round scans the whole fleet: after one that took T, the next waits T (at
             # most a second), so a stream of observations cannot hold the event loop
             await asyncio.sleep(min(loop.time() - started, MAX_PAUSE))
