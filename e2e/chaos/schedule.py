@@ -31,11 +31,6 @@ ready probe fails after a wake; side-d: a shutdown inhibitor is taken while it d
 
 
 KNOWN_BUGS: dict[str, str] = {
-    "vm-dies": (
-        "a cloud VM that powers off mid-run is recorded OFF (UNEXPECTED_POWER_CHANGE) and "
-        "then nothing happens: its containers stay Running forever, the stopped instance is "
-        "never destroyed"
-    ),
     "leader-kill": (
         "with SSH commands slowed on a side node, a leader SIGKILLed while it starts runners "
         "there had packed several GPU containers onto that 1-GPU node (observed once, seed 1, "
