@@ -409,8 +409,11 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
     _R.WORKER_DOWN: ReasonDoc(
         _C.PROGRESS,
         "Cloud VM rule (node-manager matrix 'down'): the node was paired but no probe has "
-        "succeeded for heartbeatStaleAfter; it is shut down whatever the billing window.",
-        "Check why the node stopped answering (the record's probe evidence); nothing else.",
+        "succeeded for heartbeatStaleAfter, or the cloud lists it stopped (nodewarden never "
+        "stops VMs); it is destroyed whatever the billing window, and its containers are "
+        "requeued once it is gone.",
+        "Check why the node stopped answering or stopped (the record's probe and 'stopped' "
+        "evidence); nothing else.",
     ),
     _R.LAME_NODE: ReasonDoc(
         _C.PROGRESS,
