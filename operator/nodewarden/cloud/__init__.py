@@ -15,7 +15,7 @@ Modules, one concept each:
 - `initscript` -- user data carrying the SSH key and the per-instance secret.
 - `tags` -- the tag keys nodewarden writes.
 - `plugins` -- out-of-tree drivers named `module:attribute` in the config (the stub cloud
-  of `nodewarden_doubles` is one; nodewarden never imports it by name).
+  among the test doubles is one; nodewarden never imports it by name).
 """
 
 from nodewarden.cloud.backoff import BackoffSettings, CloudBackoff, CreatePermission

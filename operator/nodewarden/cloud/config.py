@@ -110,7 +110,7 @@ class CloudConfig(_Config):
         pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
         description=(
             "For a provider outside libcloud: 'package.module:attribute' of a driver plugin "
-            "that registers it (the stub cloud: 'nodewarden_doubles.stubcloud:plugin')."
+            "that registers it (the stub cloud among the test doubles is one; README 'Cloud')."
         ),
     )
     driver_params: dict[str, DriverParam] = Field(

@@ -5,7 +5,7 @@ own driver) is named in `CloudConfig.driver_plugin` as ``package.module:attribut
 That attribute is a `DriverPlugin`: it registers its provider with libcloud (so
 `get_driver(config.driver)` works) and says where to dial the addresses its instances
 report. nodewarden itself imports no such package by name: the installed operator
-runs without the test doubles (`nodewarden_doubles`), which `make demo` and the tests
+runs without the test doubles (a sibling package of `operator/`), which `make demo` and the tests
 name in their configuration.
 """
 

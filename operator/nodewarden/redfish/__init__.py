@@ -8,7 +8,7 @@
   its pure rule.
 - facts.py: what the adapter returns; errors.py: what it raises.
 - the fake BMC for faults sushy-tools cannot produce lives beside the product, in
-  `nodewarden_doubles.fakebmc` (tests, demo).
+  the test doubles' fake BMC module (tests, demo).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 This is the whole interface between the operator and a worker node. A real node meets it
 with stock tools (systemd, busctl, ethtool, /proc) plus one small program, the *runner*;
-`nodewarden_doubles.stubworker` implements exactly this contract for tests and demos.
+the stub worker among the test doubles implements exactly this contract for tests and demos.
 
 Ready probe (default ``systemctl is-system-running``)
     Exit status 0 means the node is ready for work; any other status means still booting
