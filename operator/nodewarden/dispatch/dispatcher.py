@@ -445,15 +445,9 @@ class Dispatcher:
         it a second time: the node's answer finishes (exited) or adopts (running) it.
         Only a node that cannot be asked, or that never saw the container, unlocks it.
         """
-        assert self.pool is not None and self.prober is not None
+        assert self.pool is not None
         worker = self.pool.workers.get(c.status.node) if c.status.node else None
-        target = await self.pool.target(worker) if worker is not None else None
-        outcome = None
-        if worker is not None and target is not None:
-            try:
-                outcome = await self.prober.runner_status(target, c.uuid)
-            except SshError as exc:
-                log.info("runner status of %s on %s unknown: %s", c.uuid, worker.name, exc)
+        outcome = await self._runner_outcome(c, worker) if worker is not None else None
         if worker is not None and outcome is not None:
             if outcome.state == "exited":
                 code = outcome.exit_code if outcome.exit_code is not None else -1
