@@ -402,4 +402,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from calibration import summary  # the machine figure this run compares through
+
+    print(summary(), flush=True)
     raise SystemExit(main())

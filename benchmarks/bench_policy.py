@@ -35,9 +35,11 @@ import argparse
 import gc
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.policy.events import Evaluate
@@ -315,4 +317,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from calibration import summary  # the machine figure this run compares through
+
+    print(summary(), flush=True)
     main()

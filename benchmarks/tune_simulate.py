@@ -17,8 +17,10 @@ Figures, not assertions. Run:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
@@ -129,4 +131,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from calibration import summary  # the machine figure this run compares through
+
+    print(summary(), flush=True)
     main()

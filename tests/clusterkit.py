@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calibration import scaled
 from localcluster import REPO, LocalCluster, free_port, run_kubectl
 
 
@@ -43,7 +44,9 @@ class ClusterHandle:
 
 
 def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.2, what: str = "") -> Any:
-    """Poll `predicate` until it returns a truthy value; fail with `what` after `timeout`."""
+    """Poll `predicate` until it returns a truthy value; fail with `what` after `timeout`
+    (seconds on the reference machine, scaled by the calibration figure)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -65,6 +68,7 @@ async def wait_for_async(
     Tests that serve peers (a fake BMC, a stub SSH worker) on their own event loop must not
     block it while they wait for the operator to reach those peers.
     """
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

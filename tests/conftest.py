@@ -16,8 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from calibration import summary
 from clusterkit import ClusterHandle, OperatorProcess, start_operator
 from localcluster import LocalCluster
+
+
+def pytest_report_header() -> str:
+    """The machine's calibration figure first: test deadlines are scaled by it."""
+    return summary()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -69,6 +69,7 @@ from typing import Any
 
 import yaml
 
+from calibration import scaled
 from dataplane import sidenodes
 from dataplane.envs import Environment
 from dataplane.monitoring import Prometheus, dashboard_queries
@@ -102,7 +103,8 @@ class NotYet(str):
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
     """Poll `check` until it returns something truthy that is not `NotYet`; E2EError
-    naming `what` and the last answer after `timeout`."""
+    naming `what` and the last answer after `timeout` (scaled by the calibration figure)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncssh
 
+from calibration import scaled
 from nodewarden.ssh import (
     KnownHostKeys,
     ProbeSettings,
@@ -90,7 +91,9 @@ async def probe_state(prober: SshProber, target: SshTarget) -> str:
 async def eventually(
     predicate: Callable[[], bool], deadline_s: float = 10.0, interval: float = 0.02, what: str = ""
 ) -> float:
-    """Poll ``predicate`` until it holds (returns the seconds it took) or fail at the deadline."""
+    """Poll ``predicate`` until it holds (returns the seconds it took) or fail at the deadline
+    (scaled by the calibration figure)."""
+    deadline_s = scaled(deadline_s)
     start = time.monotonic()
     while not predicate():
         if time.monotonic() - start > deadline_s:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from calibration import scaled
 from nodewarden.ssh import KnownHostKeys, ProbeSettings, SshClientKey, SshTarget
 from nodewarden_doubles.stubworker import StubWorker
 
@@ -55,8 +56,9 @@ def target_for(
 async def eventually(
     predicate: Callable[[], bool], deadline_s: float = 10.0, interval: float = 0.01
 ) -> None:
-    """Poll ``predicate`` until it holds or fail after ``deadline_s`` seconds."""
-    deadline = time.monotonic() + deadline_s
+    """Poll ``predicate`` until it holds or fail after ``deadline_s`` seconds (scaled by the
+    calibration figure)."""
+    deadline = time.monotonic() + scaled(deadline_s)
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached before the deadline")
