@@ -141,13 +141,14 @@ class CloudConfig(_Config):
         default=1, ge=0, description="Creates in flight at once (0 = unlimited)."
     )
     tag_write_max_wait: float = Field(
-        default=60.0,
+        default=10.0,
         ge=0,
         le=3600,
         description=(
             "Seconds a tag write (probe-time refresh, idle behaviour, takeover claim) waits "
             "while creates or destroys are pending before it is sent anyway; keep it well "
-            "below the policy's takeover_after."
+            "below the policy's takeoverAfter (a late refresh must not look like a stopped "
+            "dispatcher)."
         ),
     )
     max_threads: int = Field(

@@ -209,7 +209,7 @@ class RateLimitLayer(_Layer):
         *,
         ops_per_second: float = 10.0,
         max_concurrent_creates: int = 1,
-        tag_write_max_wait: float = 60.0,
+        tag_write_max_wait: float = 10.0,
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
