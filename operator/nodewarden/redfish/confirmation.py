@@ -210,7 +210,8 @@ async def request_and_confirm(
 
     Raises ConfirmationDeadlineExceeded at the deadline, ValueError for reset types
     whose outcome PowerState cannot show, and the client's typed errors for refusals
-    that waiting cannot fix (AuthFailed, TlsError, ActionNotSupported, TaskFailed…).
+    that waiting cannot fix (AuthFailed, TlsError, ActionNotSupported…). What a task
+    monitor says never raises: it is evidence in `requests[i].task`.
     """
     target = RESET_TARGETS.get(reset_type)
     if target is None:
@@ -237,6 +238,7 @@ async def _confirm(
     clock: Callable[[], datetime],
     sleep: Callable[[float], Awaitable[None]],
 ) -> PowerTransitionResult:
+    """The loop of `request_and_confirm` (see there and the module docstring)."""
     endpoint = control.source.removeprefix("redfish:")
     started_at = clock()
     deadline = started_at + settings.deadline
