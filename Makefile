@@ -57,6 +57,7 @@ bench: $(STAMP) controlplane ## run the benchmark scripts and print their figure
 	$(PY) benchmarks/bench_stub_cloud.py
 	$(PY) benchmarks/bench_dispatch.py
 	$(PY) benchmarks/bench_power_fleet.py --nodes 1000
+	$(PY) benchmarks/bench_intents.py
 	$(PY) benchmarks/bench_scale.py --nodes 1000  # issue 14's fleet: --nodes 10000 (heavy)
 	$(PY) benchmarks/bench_simulate.py
 

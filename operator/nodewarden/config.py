@@ -186,6 +186,18 @@ class PowerSettings(_Config):
         description="Seconds the finished policy-made PowerIntents of a deleted WorkerNode "
         "(e.g. a destroyed VM) are kept before they are deleted.",
     )
+    delete_finished_manual_intents: bool = Field(
+        default=False,
+        description="Delete finished manual PowerIntents (a person's request, override or "
+        "ForceOff: audit records) once finished_manual_intent_retention has passed. Off: "
+        "they are kept until a person deletes them.",
+    )
+    finished_manual_intent_retention: float = Field(
+        default=90 * 86400.0,
+        ge=3600,
+        description="Seconds a finished manual PowerIntent is kept when "
+        "delete_finished_manual_intents is on (default 90 days).",
+    )
 
 
 class OperatorConfig(_Config):

@@ -2,7 +2,8 @@
 
 THIS IS A FAKE, not a real peer. Tests use the real sushy-tools emulator wherever it can
 show a behaviour; this server exists only for BMC behaviours sushy-tools 2.2 lacks:
-202 + Location/Retry-After task monitors, reset types published only through an
+202 + Location/Retry-After task monitors (also one that never finishes and one on
+another origin: `task_monitor_never_finishing`, `task_monitor_elsewhere`), reset types published only through an
 ActionInfo resource, SessionService logins (X-Auth-Token) with expiry → 401, logins
 that succeed oddly (204 without a body) or half-fail (no token, no Location, a broken
 body after the session was created, an error status), 409 on a reset that conflicts
@@ -92,12 +93,14 @@ class FakeBmcOptions:
     allowable: tuple[str, ...] = DEFAULT_ALLOWABLE
     allowable_in: Literal["inline", "action_info", "nowhere"] = "inline"
     reset_reply: Literal[200, 204, 202] = 204
-    task_polls: int = 1
-    """202 replies of the task monitor before it reports the end state."""
+    task_polls: int | None = 1
+    """202 replies of the task monitor before it reports the end state (None: a task
+    monitor that never finishes, as some BMCs have)."""
     task_retry_after: int | None = 1
     task_end_state: Literal["Completed", "Exception", "Killed"] = "Completed"
     task_location_origin: str = ""
-    """Prefix for the task monitor Location, e.g. another origin (a misbehaving BMC)."""
+    """Prefix for the task monitor Location, e.g. another origin (a misbehaving BMC whose
+    monitor points at another host; see `task_monitor_elsewhere`)."""
     transition_seconds: float = 0.0
     """Time from an accepted reset to the new state (0: immediate)."""
     report_transitional: bool = True
@@ -138,6 +141,8 @@ class RequestRecord:
     status: int
     live_sessions: int
     """Sessions still live on the fake after this request."""
+    at: float = 0.0
+    """The fake's clock when the request arrived (time.monotonic by default)."""
 
 
 @dataclass(frozen=True)
@@ -283,6 +288,19 @@ class FakeBmc:
         system = self.systems[system_id]
         system.power, system.pending = power, None
 
+    def settled_at(self, system_id: str) -> float | None:
+        """The fake's clock when the system's last accepted reset takes effect (None:
+        none accepted). With `report_transitional` off, reads show the old state until
+        then."""
+        for record in reversed(self.resets):
+            if record.system_id == system_id and record.outcome == "scheduled":
+                return record.at + self.options.transition_seconds
+        return None
+
+    def task_monitor_reads(self) -> list[RequestRecord]:
+        """The GETs of task monitors so far (on this fake's own origin)."""
+        return [r for r in self.requests if r.path.startswith(TASK_MONITORS + "/")]
+
     def power_of(self, system_id: str) -> str:
         """What the fake would report for the system now."""
         system = self.systems[system_id]
@@ -295,6 +313,7 @@ class FakeBmc:
     async def _middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        arrived = self._clock()
         if self.options.response_delay > 0:
             await asyncio.sleep(self.options.response_delay)
         open_paths = {ROOT, ROOT + "/"}
@@ -321,7 +340,12 @@ class FakeBmc:
             )
         self.requests.append(
             RequestRecord(
-                request.method, request.path, auth or "none", response.status, self.live_sessions
+                request.method,
+                request.path,
+                auth or "none",
+                response.status,
+                self.live_sessions,
+                arrived,
             )
         )
         return response
@@ -633,7 +657,7 @@ class FakeBmc:
         if task is None or task.done:
             return _error(404, "Base.1.8.ResourceNotFound", "no such task monitor")
         task.polls += 1
-        if task.polls <= self.options.task_polls:
+        if self.options.task_polls is None or task.polls <= self.options.task_polls:
             headers = {}
             if self.options.task_retry_after is not None:
                 headers["Retry-After"] = str(self.options.task_retry_after)
@@ -644,6 +668,21 @@ class FakeBmc:
         return web.json_response(
             _task_body(task.task_id, self.options.task_end_state, task.reset_type)
         )
+
+
+def task_monitor_never_finishing(**options: Any) -> FakeBmcOptions:
+    """A BMC that answers every reset 202 with a task monitor that stays Running for
+    ever (Retry-After 1), while the reset itself takes effect as usual."""
+    return FakeBmcOptions(**{"reset_reply": 202, "task_polls": None, **options})
+
+
+def task_monitor_elsewhere(origin: str, **options: Any) -> FakeBmcOptions:
+    """A BMC that answers every reset 202 with a task monitor on another origin
+    (`origin`, e.g. "https://127.0.0.1:<a port nothing serves>"); the reset itself takes
+    effect as usual. A client must not send its credentials there."""
+    return FakeBmcOptions(
+        **{"reset_reply": 202, "task_location_origin": origin, "task_retry_after": 0, **options}
+    )
 
 
 def _task_body(task_id: str, state: str, reset_type: str) -> dict[str, Any]:

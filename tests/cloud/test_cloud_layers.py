@@ -67,24 +67,37 @@ class InFlightProbe:
         await self.inner.close()
 
 
+class FakeTime:
+    """A monotonic clock that moves only when a call sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
 async def test_calls_are_spaced_by_the_ops_per_second_cap(
     stub_cloud_factory: StubCloudFactory, catalogue: list[InstanceType]
 ) -> None:
     cloud = stub_cloud_factory()
-    slept: list[float] = []
-
-    async def record(seconds: float) -> None:
-        slept.append(round(seconds, 6))
-
+    fake = FakeTime()
     layer = RateLimitLayer(
         base_set(cloud, catalogue),
         CloudBackoff(),
         ops_per_second=10,
-        monotonic=lambda: 100.0,  # time stands still: each call reserves the next slot
-        sleep=record,
+        monotonic=fake,
+        sleep=fake.sleep,
     )
     await asyncio.gather(*(layer.list_instances() for _ in range(5)))
-    assert sorted(slept) == [0.1, 0.2, 0.3, 0.4]
+    assert fake.slept == [0.1, 0.1, 0.1, 0.1]  # the first at once, then one per 0.1 s
+    assert fake.now == pytest.approx(100.4)
     assert cloud.api_calls["list"] == 5
 
 

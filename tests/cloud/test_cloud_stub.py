@@ -226,7 +226,9 @@ async def test_rate_limit_with_retry_after(
         await facade.list_instances()
     assert again.value.locally_throttled
     assert cloud.api_calls["list"] == calls
-    assert not facade.may_create(catalogue[0]).allowed
+    # a rate limit drawn by a list pauses lists and tag writes, never creates
+    assert facade.backoff.call_allowed_at(clock.now, "set_tags") is not None
+    assert facade.may_create(catalogue[0]).allowed
 
     clock.advance(4)
     assert await facade.list_instances() == []
@@ -244,7 +246,7 @@ async def test_rate_limit_without_retry_after_backs_off_x1_5_plus_1(
         cloud.force_rate_limit(1)
         with pytest.raises(RateLimited):
             await facade.list_instances()
-        until = facade.backoff.call_allowed_at(clock.now)
+        until = facade.backoff.call_allowed_at(clock.now, "list")
         assert until is not None
         waits.append((until - clock.now).total_seconds())
         clock.now = until

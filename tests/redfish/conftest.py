@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -54,9 +55,12 @@ async def fake_bmc(server_ssl_context: ssl.SSLContext, ca_pem: str) -> AsyncIter
     """Start fake BMCs with the given FakeBmcOptions fields; all are stopped afterwards."""
     started: list[FakeBmc] = []
 
-    async def start(**options: Any) -> FakeBmcRunning:
+    async def start(base: FakeBmcOptions | None = None, **options: Any) -> FakeBmcRunning:
+        """`base`: a named variant (e.g. `task_monitor_never_finishing()`), `options`
+        override its fields."""
         options.setdefault("password", FAKE_PASSWORD)
-        bmc = FakeBmc(FakeBmcOptions(**options), ssl_context=server_ssl_context)
+        chosen = replace(base, **options) if base is not None else FakeBmcOptions(**options)
+        bmc = FakeBmc(chosen, ssl_context=server_ssl_context)
         await bmc.start()
         started.append(bmc)
         return FakeBmcRunning(bmc, ca_pem)

@@ -174,7 +174,6 @@ class FakeBmcRunning:
             "password": SecretStr(self.bmc.options.password),
             "ca_bundle_pem": self.ca_pem,
             "request_timeout": 5.0,
-            "task_poll_interval": 0.1,
         }
         values.update(overrides)
         return RedfishEndpointConfig(**values)

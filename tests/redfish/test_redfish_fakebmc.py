@@ -1,10 +1,9 @@
 """The Redfish client and confirmation against the project fake BMC.
 
-Only behaviours sushy-tools cannot produce are tested here: 202 task monitors,
-ActionInfo-only allowable values, sessions (X-Auth-Token, expiry, re-login), 409,
-a reset accepted but never applied, PoweringOn/Off, the early-Off quirk, slow answers,
-resets that fail or hang. Login faults are in test_redfish_sessions.py, body faults in
-test_redfish_bodies.py.
+Only behaviours sushy-tools cannot produce are tested here: ActionInfo-only allowable
+values, sessions (X-Auth-Token, expiry, re-login), 409, a reset accepted but never
+applied, PoweringOn/Off, the early-Off quirk, slow answers, resets that fail or hang. Login faults are in test_redfish_sessions.py, body faults in
+test_redfish_bodies.py, 202 task monitors in test_redfish_tasks.py.
 """
 
 from __future__ import annotations
@@ -27,10 +26,8 @@ from nodewarden.redfish import (
     RedfishClient,
     RedfishConnectionError,
     RedfishEndpointConfig,
-    RedfishProtocolError,
     RedfishTimeout,
     SystemDiscoveryError,
-    TaskFailed,
     request_and_confirm,
 )
 
@@ -129,55 +126,7 @@ async def test_bmc_rejection_of_a_reset_type_is_action_not_supported(
     assert [r.outcome for r in peer.bmc.resets] == ["rejected"]
 
 
-# -- 202 task monitors -------------------------------------------------------------------
-
-
-async def test_202_task_monitor_is_followed_to_completion(fake_bmc: StartFakeBmc) -> None:
-    peer = await fake_bmc(reset_reply=202, task_polls=2, task_retry_after=0)
-    # Without honouring Retry-After: 0 the 60 s poll interval would overrun the task deadline.
-    config = peer.config(task_poll_interval=60.0, task_deadline=5.0)
-    async with RedfishClient(config) as client:
-        result = await client.request_reset("On")
-    assert result.http_status == 202
-    assert result.task is not None
-    assert result.task.finished and result.task.state == "Completed"
-    assert result.task.polls == 3  # 202, 202, then the completed task
-    assert result.task.monitor.startswith("/redfish/v1/TaskService/TaskMonitors/")
-    monitor_gets = [r for r in peer.bmc.requests if r.path == result.task.monitor]
-    assert [r.status for r in monitor_gets] == [202, 202, 200]
-    assert result.answered_at >= result.requested_at
-
-
-async def test_task_that_ends_in_exception_is_task_failed(fake_bmc: StartFakeBmc) -> None:
-    peer = await fake_bmc(
-        reset_reply=202, task_polls=1, task_retry_after=0, task_end_state="Exception"
-    )
-    async with RedfishClient(peer.config(task_poll_interval=0.05)) as client:
-        with pytest.raises(TaskFailed) as caught:
-            await client.request_reset("On")
-    assert caught.value.task_state == "Exception"
-    assert any("failed" in m for m in caught.value.messages)
-
-
-async def test_task_still_running_at_the_task_deadline_is_reported_unfinished(
-    fake_bmc: StartFakeBmc,
-) -> None:
-    peer = await fake_bmc(reset_reply=202, task_polls=1000, task_retry_after=None)
-    config = peer.config(task_poll_interval=0.1, task_deadline=0.5)
-    async with RedfishClient(config) as client:
-        result = await client.request_reset("On")
-        not_waited = await client.request_reset("GracefulShutdown", wait_for_task=False)
-    assert result.task is not None and not result.task.finished
-    assert result.task.state == "Running" and result.task.polls >= 1
-    assert not_waited.task is not None and not_waited.task.state == "NotWaited"
-
-
-async def test_confirmation_after_a_202_task_observes_the_state(fake_bmc: StartFakeBmc) -> None:
-    peer = await fake_bmc(reset_reply=202, task_polls=1, task_retry_after=0)
-    async with RedfishClient(peer.config()) as client:
-        result = await request_and_confirm(client, "On", FAST)
-    assert result.requests[0].task is not None and result.requests[0].task.finished
-    assert result.confirmation.state is PowerState.ON
+# -- 202 task monitors: test_redfish_tasks.py --------------------------------------------
 
 
 # -- sessions ----------------------------------------------------------------------------
@@ -304,6 +253,7 @@ async def test_already_at_target_sends_nothing(fake_bmc: StartFakeBmc) -> None:
 async def test_reset_accepted_but_never_applied_hits_the_confirmation_deadline(
     fake_bmc: StartFakeBmc,
 ) -> None:
+    # DMTF's Redfish-Mockup-Server behaves so: every Reset 204, PowerState never changes
     peer = await fake_bmc(initial_power="Off", never_apply=True)
     settings = ConfirmationSettings(
         deadline=timedelta(seconds=1.5),
@@ -386,17 +336,6 @@ async def test_unconfirmable_reset_type_is_refused(fake_bmc: StartFakeBmc) -> No
         with pytest.raises(ValueError, match="cannot confirm"):
             await request_and_confirm(client, "GracefulRestart", FAST)
     assert peer.bmc.resets == []
-
-
-async def test_links_to_another_origin_are_not_followed(fake_bmc: StartFakeBmc) -> None:
-    with socket.socket() as elsewhere:  # bound, not listening: a connection would be refused
-        elsewhere.bind(("127.0.0.1", 0))
-        other = f"https://127.0.0.1:{elsewhere.getsockname()[1]}"
-        peer = await fake_bmc(reset_reply=202, task_retry_after=0, task_location_origin=other)
-        async with RedfishClient(peer.config()) as client:
-            with pytest.raises(RedfishProtocolError) as caught:
-                await client.request_reset("On")
-    assert "another origin" in str(caught.value)
 
 
 async def test_200_reply_is_an_accepted_request_without_a_task(fake_bmc: StartFakeBmc) -> None:

@@ -136,7 +136,7 @@ async def _bmc_line(
     node: Node, creds: BmcCredentials, contact_timeout: float
 ) -> CheckResult | None:
     config = creds.redfish_config(
-        connect_timeout=min(contact_timeout, 5.0), request_timeout=contact_timeout, task_deadline=0
+        connect_timeout=min(contact_timeout, 5.0), request_timeout=contact_timeout
     )
     where = f"WorkerNode {node.name}: BMC {creds.endpoint}"
     try:

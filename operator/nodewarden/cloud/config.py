@@ -140,6 +140,17 @@ class CloudConfig(_Config):
     max_concurrent_creates: int = Field(
         default=1, ge=0, description="Creates in flight at once (0 = unlimited)."
     )
+    tag_write_max_wait: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds a tag write (probe-time refresh, idle behaviour, takeover claim) waits "
+            "while creates or destroys are pending before it is sent anyway; keep it well "
+            "below the policy's takeoverAfter (a late refresh must not look like a stopped "
+            "dispatcher)."
+        ),
+    )
     max_threads: int = Field(
         default=8, ge=1, le=256, description="Threads running libcloud calls (bounds concurrency)."
     )

@@ -228,6 +228,7 @@ def build_cloud(
         backoff,
         ops_per_second=config.ops_per_second,
         max_concurrent_creates=config.max_concurrent_creates,
+        tag_write_max_wait=config.tag_write_max_wait,
         clock=clock,
     )
     stack = TagFilterLayer(

@@ -4,7 +4,8 @@ Composed once by `nodewarden.cloud.facade.build_cloud`, outermost first:
 
     TagFilterLayer        list only instances carrying our dispatcher tag
       DefaultTagsLayer    add the default tags (dispatcher id, ...) to creates and tag sets
-        RateLimitLayer    ops/s cap, max concurrent creates, back-off from CloudBackoff
+        RateLimitLayer    ops/s cap (creates and destroys first), max concurrent
+                          creates, back-off from CloudBackoff
           MetricsLayer    one observation per real cloud call
             LibcloudInstanceSet   the driver in a bounded thread pool; lists the instances
                                   of every dispatcher (dispatcher tag key present)
@@ -20,15 +21,18 @@ Every layer implements `nodewarden.cloud.protocol.InstanceSet` and raises only
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from nodewarden.cloud.backoff import CloudBackoff
+from nodewarden.cloud.backoff import CallPriority, CloudBackoff, call_priority
 from nodewarden.cloud.errors import CloudError, CreateBlocked, RateLimited
 from nodewarden.cloud.libcloudset import Clock, utc_now
 from nodewarden.cloud.model import CloudInstance, CreateRequest
@@ -133,14 +137,66 @@ class MetricsLayer(_Layer):
 # ---- rate limiting and back-off -----------------------------------------------------------
 
 
+class _Slots:
+    """At most one call starts per `interval`, highest priority first (lower
+    `CallPriority` value), in arrival order within a priority. A call that finds no one
+    waiting and its slot free starts at once."""
+
+    def __init__(
+        self,
+        interval: float,
+        monotonic: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self._interval = interval
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._next = float("-inf")
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._releaser: asyncio.Task[None] | None = None
+
+    async def take(self, priority: CallPriority) -> None:
+        if self._interval <= 0:
+            return
+        now = self._monotonic()
+        if not self._waiting and now >= self._next:
+            self._next = now + self._interval
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (int(priority), next(self._order), turn))
+        if self._releaser is None or self._releaser.done():
+            self._releaser = asyncio.ensure_future(self._release())
+        await turn
+
+    async def _release(self) -> None:
+        while self._waiting:
+            now = self._monotonic()
+            if now < self._next:
+                await self._sleep(self._next - now)
+                continue
+            _, _, turn = heapq.heappop(self._waiting)
+            if turn.done():  # its caller gave up (cancelled)
+                continue
+            self._next = now + self._interval
+            turn.set_result(None)
+
+
 class RateLimitLayer(_Layer):
     """Caps calls per second and concurrent creates; applies and feeds `CloudBackoff`.
 
     - At most `ops_per_second` calls start per second (0 = unlimited): a call waits for
-      its slot (calls are spaced evenly, FIFO).
+      its slot; waiting creates and destroys take the next slot before a waiting list,
+      and a list before a waiting tag write (`CallPriority`).
     - At most `max_concurrent_creates` creates run at once (0 = unlimited).
-    - While the back-off says calls must wait (rate limit), a call fails at once with
+    - A tag write waits while any create or destroy is pending here (called and not
+      finished, waiting for its slot or a create slot included), for at most
+      `tag_write_max_wait` seconds: tag refreshes take no budget a create needs, yet
+      still land well before another dispatcher's takeover would need them.
+    - While the back-off holds a call's priority back (a rate limit drawn at that
+      priority or a higher one), the call fails at once with
       `RateLimited(locally_throttled=True, retry_at=...)` instead of reaching the cloud.
+      A rate limit drawn by a tag write never holds back a create.
     - A create the back-off does not allow fails at once with `CreateBlocked` carrying
       the reason and `retry_at`.
     - Every outcome of a real call is recorded in the back-off.
@@ -153,33 +209,64 @@ class RateLimitLayer(_Layer):
         *,
         ops_per_second: float = 10.0,
         max_concurrent_creates: int = 1,
+        tag_write_max_wait: float = 10.0,
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         super().__init__(inner)
         self.backoff = backoff
-        self._interval = 1.0 / ops_per_second if ops_per_second > 0 else 0.0
+        self._slots = _Slots(1.0 / ops_per_second if ops_per_second > 0 else 0.0, monotonic, sleep)
         self._create_slots = (
             asyncio.Semaphore(max_concurrent_creates) if max_concurrent_creates > 0 else None
         )
+        self._tag_write_max_wait = tag_write_max_wait
         self._clock = clock
-        self._monotonic = monotonic
-        self._sleep = sleep
-        self._next_slot = 0.0
+        self._mutations = 0
+        self._no_mutations = asyncio.Event()
+        self._no_mutations.set()
 
-    async def _wait_for_slot(self) -> None:
-        if self._interval <= 0:
-            return
-        now = self._monotonic()
-        start = max(now, self._next_slot)
-        self._next_slot = start + self._interval
-        if start > now:
-            await self._sleep(start - now)
+    @property
+    def pending_mutations(self) -> int:
+        """Creates and destroys called here and not finished."""
+        return self._mutations
+
+    @contextlib.asynccontextmanager
+    async def _mutation(self) -> AsyncIterator[None]:
+        self._mutations += 1
+        self._no_mutations.clear()
+        try:
+            yield
+        finally:
+            self._mutations -= 1
+            if self._mutations == 0:
+                self._no_mutations.set()
+
+    async def _tag_slot(self) -> None:
+        """Take a slot for a tag write once no create or destroy is pending, or once it
+        has waited `tag_write_max_wait` for them. A create that arrives while the write
+        waits for its slot sends it back to waiting."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._tag_write_max_wait
+        while True:
+            if not self._no_mutations.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(give_up):
+                        await self._no_mutations.wait()
+            await self._slots.take(CallPriority.TAG)
+            if self._no_mutations.is_set():
+                return
+            if loop.time() >= give_up:
+                log.info(
+                    "tag write sent after waiting %gs for %d pending create(s)/destroy(s)",
+                    self._tag_write_max_wait,
+                    self._mutations,
+                )
+                return
 
     def _check_calls_allowed(self, operation: str) -> None:
         now = self._clock()
-        until = self.backoff.call_allowed_at(now)
+        until = self.backoff.call_allowed_at(now, operation)
         if until is not None:
             raise RateLimited(
                 f"throttled locally after a provider rate limit; retry after {until.isoformat()}",
@@ -196,7 +283,10 @@ class RateLimitLayer(_Layer):
         request: CreateRequest | None = None,
     ) -> T:
         self._check_calls_allowed(operation)
-        await self._wait_for_slot()
+        if operation == "set_tags":
+            await self._tag_slot()
+        else:
+            await self._slots.take(call_priority(operation))
         self._check_calls_allowed(operation)
         if request is not None:
             self._check_create_allowed(request)
@@ -207,7 +297,7 @@ class RateLimitLayer(_Layer):
                 err, self._clock(), request.instance_type if request else None
             )
             raise
-        self.backoff.record_success(self._clock())
+        self.backoff.record_success(self._clock(), operation)
         return result
 
     def _check_create_allowed(self, request: CreateRequest) -> None:
@@ -230,16 +320,18 @@ class RateLimitLayer(_Layer):
 
     async def create(self, request: CreateRequest) -> CloudInstance:
         self._check_create_allowed(request)
-        if self._create_slots is None:
-            return await self._guarded("create", lambda: self.inner.create(request), request)
-        async with self._create_slots:
-            return await self._guarded("create", lambda: self.inner.create(request), request)
+        async with self._mutation():
+            if self._create_slots is None:
+                return await self._guarded("create", lambda: self.inner.create(request), request)
+            async with self._create_slots:
+                return await self._guarded("create", lambda: self.inner.create(request), request)
 
     async def set_tags(self, instance: CloudInstance, tags: Mapping[str, str]) -> None:
         await self._guarded("set_tags", lambda: self.inner.set_tags(instance, tags))
 
     async def destroy(self, instance: CloudInstance) -> None:
-        await self._guarded("destroy", lambda: self.inner.destroy(instance))
+        async with self._mutation():
+            await self._guarded("destroy", lambda: self.inner.destroy(instance))
 
 
 # ---- tags ------------------------------------------------------------------------------

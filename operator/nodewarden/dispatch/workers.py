@@ -1002,7 +1002,9 @@ class WorkerPool:
                     log.warning("the runner on %s reports the node broken; draining", worker.name)
                     worker.broken = True
             if not worker.side:
-                await self._maybe_tag_probe(worker, report.finished_at)
+                # in the background: a tag write yields to pending creates and destroys
+                # (cloud rate-limit priorities) and must not hold back the probe's result
+                self._background(self._maybe_tag_probe(worker, report.finished_at))
         else:
             worker.attempts_since_success += 1
             if worker.side:  # a side node that powered off boots again

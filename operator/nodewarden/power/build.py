@@ -51,6 +51,8 @@ def build_controller(
         resync_interval=parse_duration(config.resync_interval).total_seconds(),
         keep_finished_intents=config.power.keep_finished_intents,
         keep_intents_of_gone_nodes=config.power.keep_intents_of_gone_nodes,
+        delete_finished_manual_intents=config.power.delete_finished_manual_intents,
+        finished_manual_intent_retention=config.power.finished_manual_intent_retention,
     )
     controller = PowerController(
         kube=kube,

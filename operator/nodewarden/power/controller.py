@@ -105,7 +105,12 @@ from nodewarden.power.demand import (
     reread_demand,
 )
 from nodewarden.power.explain import explain_node
-from nodewarden.power.intents import IntentBook, policy_intent_name, record_fields
+from nodewarden.power.intents import (
+    IntentBook,
+    ManualRetention,
+    policy_intent_name,
+    record_fields,
+)
 from nodewarden.power.nodestatus import board_view, conditions, power_status
 from nodewarden.power.phases import manual_phase, phase_message
 from nodewarden.power.readings import (
@@ -179,7 +184,16 @@ class PowerController:
         self.type_policy = type_policy or InstanceTypePolicy()
         self.acknowledge_admission = acknowledge_admission
         """No dispatcher places work: closing admission is acknowledged at once."""
-        self.intents = IntentBook(kube, namespace, dispatcher_id, settings.keep_finished_intents)
+        self.intents = IntentBook(
+            kube,
+            namespace,
+            dispatcher_id,
+            settings.keep_finished_intents,
+            ManualRetention(
+                settings.delete_finished_manual_intents,
+                timedelta(seconds=settings.finished_manual_intent_retention),
+            ),
+        )
         self.nodes: dict[str, NodeRuntime] = {}
         self.wake = asyncio.Event()
         self._stop = asyncio.Event()
@@ -514,6 +528,7 @@ class PowerController:
             if self._synced.is_set():
                 keep = timedelta(seconds=self.settings.keep_intents_of_gone_nodes)
                 self._spawn(self.intents.expire_gone(set(self.nodes), now, keep))
+                self._spawn(self.intents.expire_manual(now))
         self._schedule_observations(now)
         fleet: dict[str | None, FleetReading] | None = None  # counted once a node steps
         for rt in list(self.nodes.values()):

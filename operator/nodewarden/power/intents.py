@@ -14,11 +14,20 @@ Succeeded | Blocked | Aborted | Superseded | Failed, and Shadow for decisions a 
 Shadow mode records without acting. A manual Drain intent keeps the node's admission
 closed for as long as it exists; its phase becomes Succeeded once the node has drained.
 Finished policy-made intents are kept (`keep_finished` per node) and then deleted.
+
+Per-node work is bounded by the node's own intents: an index by node holds only the
+manual intents still applied to it (not finished, or a drained Drain), so finding a
+node's active and waiting intents never looks at the rest of the fleet's. Finished
+manual intents are audit records (a person's override, a ForceOff): they stay, unless
+deleting them is switched on (`ManualRetention`), then each is deleted once it has been
+finished for the retention (90 days by default), found through a heap ordered by when
+it finished -- never by scanning.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import re
 from collections import deque
@@ -69,6 +78,7 @@ class Intent:
     phase: str | None = None
     written: dict[str, Any] = field(default_factory=dict)
     started_at: datetime | None = None
+    finished_at: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -91,17 +101,40 @@ class Intent:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ManualRetention:
+    """Whether finished manual intents are deleted, and after how long (operator config
+    `power.delete_finished_manual_intents` / `power.finished_manual_intent_retention`)."""
+
+    delete: bool = False
+    after: timedelta = timedelta(days=90)
+
+
 class IntentBook:
     """See the module docstring. One per controller."""
 
     def __init__(
-        self, kube: Kube, namespace: str, dispatcher_id: str, keep_finished: int = 5
+        self,
+        kube: Kube,
+        namespace: str,
+        dispatcher_id: str,
+        keep_finished: int = 5,
+        manual_retention: ManualRetention | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.dispatcher_id = dispatcher_id
         self.keep_finished = keep_finished
+        self.manual_retention = manual_retention or ManualRetention()
         self.intents: dict[str, Intent] = {}
+        self._applied: dict[str, dict[str, Intent]] = {}
+        """node -> the manual intents still applied to it, by name (see `_index`)."""
+        self._applied_node: dict[str, str] = {}
+        """name -> the node whose entry of `_applied` holds it."""
+        self._finished_manual: list[tuple[datetime, str]] = []
+        """Heap of (finished at, name) of finished manual intents (deleted on opt-in)."""
+        self._filed_finished: dict[str, datetime] = {}
+        """name -> the time it is filed under in `_finished_manual`."""
         self._finished_policy: dict[str, deque[str]] = {}
         self._gone_since: dict[str, datetime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -117,7 +150,7 @@ class IntentBook:
             return None
         if deleted:
             self._locks.pop(name, None)
-            gone = self.intents.pop(name, None)
+            gone = self._drop(name)
             return gone.node if gone is not None else None
         try:
             spec = PowerIntentSpec.model_validate(body.get("spec") or {})
@@ -150,36 +183,73 @@ class IntentBook:
                 else {k: status[k] for k in RECORD_KEYS if isinstance(status.get(k), dict)}
             ),
             started_at=_parse_time(status.get("startedAt")),
+            finished_at=_parse_time(status.get("finishedAt")),
         )
         if known is not None and known.phase in TERMINAL_INTENT_PHASES and not intent.phase:
             intent.phase = known.phase  # our own write not seen yet
+        if known is not None and intent.finished_at is None:
+            intent.finished_at = known.finished_at
         self.intents[name] = intent
+        self._index(intent)
         if intent.source == "Policy" and intent.finished:
             self._remember_finished(intent)
         return intent.node
 
+    # -- the index by node ----------------------------------------------------------------
+
+    def _index(self, intent: Intent) -> None:
+        """File `intent` (the book's current object for its name) by what it is now: in
+        its node's entry of the index while it is a manual intent still applied, in the
+        heap of finished manual intents once it is finished and no longer applied."""
+        name = intent.name
+        indexed = self._applied_node.get(name)
+        if indexed is not None and (indexed != intent.node or not intent.holds):
+            self._unindex(name)
+        if intent.source != "Manual":
+            return
+        if intent.holds:
+            self._applied.setdefault(intent.node, {})[name] = intent
+            self._applied_node[name] = intent.node
+        elif self.manual_retention.delete:
+            at = intent.finished_at or intent.created
+            if self._filed_finished.get(name) != at:
+                self._filed_finished[name] = at
+                heapq.heappush(self._finished_manual, (at, name))
+
+    def _unindex(self, name: str) -> None:
+        node = self._applied_node.pop(name, None)
+        if node is None:
+            return
+        entry = self._applied.get(node)
+        if entry is not None:
+            entry.pop(name, None)
+            if not entry:
+                del self._applied[node]
+
+    def _drop(self, name: str) -> Intent | None:
+        """Forget an intent (deleted, or gone from the API server)."""
+        self._unindex(name)
+        self._filed_finished.pop(name, None)
+        return self.intents.pop(name, None)
+
     # -- who is active --------------------------------------------------------------------
 
     def manual_for(self, node: str) -> list[Intent]:
-        out = [i for i in self.intents.values() if i.node == node and i.source == "Manual"]
+        """The node's manual intents still applied (not finished, or a drained Drain), in
+        creation order: O(the node's own), whatever the book holds."""
+        out = list(self._applied.get(node, {}).values())
         out.sort(key=lambda i: (i.created, i.name))
         return out
 
     def active(self, node: str) -> Intent | None:
         """The manual intent the node's machine acts on (first still applied)."""
-        for intent in self.manual_for(node):
-            if intent.holds:
-                return intent
-        return None
+        applied = self.manual_for(node)
+        return applied[0] if applied else None
 
     def waiting(self, node: str) -> list[Intent]:
         """Live manual intents queued behind the active one."""
-        active = self.active(node)
-        return [
-            i
-            for i in self.manual_for(node)
-            if i is not active and not i.finished and active is not None
-        ]
+        applied = self.manual_for(node)
+        return [i for i in applied[1:] if not i.finished]
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -205,17 +275,22 @@ class IntentBook:
             STATUS_WRITES.labels("PowerIntent").inc()
             await self.kube.patch_status(POWER_INTENT, self.namespace, intent.name, patch)
         except NotFound:
-            self.intents.pop(intent.name, None)
+            self._drop(intent.name)
             return
         except KubeError as exc:
             log.warning("status write of PowerIntent %s failed: %s", intent.name, exc)
             return
         intent.written.update(changed)
+        finished_at = _parse_time(changed.get("finishedAt"))
+        if finished_at is not None:
+            intent.finished_at = finished_at
         if "phase" in changed:
             intent.phase = changed["phase"]
             current = self.intents.get(intent.name)
             if current is not None:
                 current.phase = changed["phase"]
+                current.finished_at = intent.finished_at or current.finished_at
+                self._index(current)
         if intent.source == "Policy" and intent.finished:
             self._remember_finished(intent)
             await self._expire(intent.node)
@@ -259,6 +334,29 @@ class IntentBook:
             if getattr(exc, "status", None) != 409:  # exists: a resumed transition
                 log.warning("could not create PowerIntent %s: %s", name, exc)
         return intent
+
+    async def expire_manual(self, now: datetime) -> int:
+        """Delete the finished manual intents whose retention is over, when deleting them
+        is switched on; returns how many were deleted. Cost: those due, never the rest."""
+        retention = self.manual_retention
+        deleted = 0
+        while (
+            retention.delete
+            and self._finished_manual
+            and now - self._finished_manual[0][0] >= retention.after
+        ):
+            at, name = heapq.heappop(self._finished_manual)
+            intent = self.intents.get(name)
+            if self._filed_finished.get(name) != at or intent is None or intent.holds:
+                continue  # gone, or filed again under another time
+            self._drop(name)
+            try:
+                await self.kube.delete(POWER_INTENT, self.namespace, name)
+                deleted += 1
+                log.info("deleted PowerIntent %s: finished at %s, retention over", name, at)
+            except KubeError as exc:
+                log.info("could not delete finished PowerIntent %s: %s", name, exc)
+        return deleted
 
     def _remember_finished(self, intent: Intent) -> None:
         done = self._finished_policy.setdefault(intent.node, deque())

@@ -36,6 +36,9 @@ class ControllerSettings:
     keep_finished_intents: int = 5
     keep_intents_of_gone_nodes: float = 3600.0
     """Seconds the finished policy-made intents of a deleted node are kept."""
+    delete_finished_manual_intents: bool = False
+    finished_manual_intent_retention: float = 90 * 86400.0
+    """Seconds a finished manual intent is kept when deleting them is switched on."""
 
 
 @dataclass

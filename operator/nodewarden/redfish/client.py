@@ -1,16 +1,18 @@
 """Async Redfish client for one BMC: discover the system, read power, list and request resets.
 
 `RedfishClient` is the adapter callers use. It reads facts (`PowerStateObservation`,
-`ResetCapabilities`) and makes requests (`ResetRequestResult`, following 202 task
-monitors), each stamped with its source ("redfish:<endpoint>") and time. It never
-decides whether a power state is confirmed: `nodewarden.redfish.confirmation` does.
+`ResetCapabilities`) and makes requests (`ResetRequestResult`), each stamped with its
+source ("redfish:<endpoint>") and time. A request returns when the BMC answered: a 202's
+task monitor is recorded, and `read_task` reads it once when a caller wants the BMC's
+word on it. It never decides whether a power state is confirmed:
+`nodewarden.redfish.confirmation` does, from PowerState.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -23,7 +25,6 @@ from nodewarden.redfish.errors import (
     ActionNotSupported,
     RedfishProtocolError,
     SystemDiscoveryError,
-    TaskFailed,
 )
 from nodewarden.redfish.facts import (
     PowerState,
@@ -245,14 +246,16 @@ class RedfishClient:
         reset_type: str,
         *,
         check_allowable: bool = True,
-        wait_for_task: bool = True,
     ) -> ResetRequestResult:
-        """POST ComputerSystem.Reset; follow a 202 task monitor if asked.
+        """POST ComputerSystem.Reset; returns as soon as the BMC answered.
 
-        A returned result proves only that the BMC accepted the request. With
-        `check_allowable`, a type the BMC says it does not accept is refused before
-        anything is sent (ActionNotSupported). Raises Conflict409, ActionNotSupported,
-        TaskFailed, AuthFailed, … for refusals.
+        A returned result proves only that the BMC accepted the request. A 202's task
+        monitor is recorded in `result.task`, never waited for: the request stays
+        accepted whatever its task does later, and the state it produces is read from
+        PowerState (`nodewarden.redfish.confirmation`). A monitor on another origin is
+        marked never to be followed. With `check_allowable`, a type the BMC says it does
+        not accept is refused before anything is sent (ActionNotSupported). Raises
+        Conflict409, ActionNotSupported, AuthFailed, … for refusals.
         """
         system = await self.discover_system()
         allowable: frozenset[str] | None = None
@@ -293,16 +296,7 @@ class RedfishClient:
         )
         if reply.status >= 300:
             raise self._reset_error(reply, reset_type, allowable)
-        task: TaskOutcome | None = None
-        if reply.status == 202:
-            monitor = reply.location or _link(reply.body)
-            if monitor is None:
-                task = TaskOutcome("", "Unknown", False, 0)
-            elif wait_for_task:
-                task = await self._follow_task(monitor, reply)
-                answered_at = self._clock()
-            else:
-                task = TaskOutcome(monitor, "NotWaited", False, 0)
+        task = self._accepted_task(reply) if reply.status == 202 else None
         return ResetRequestResult(
             system_id=system.system_id,
             reset_type=reset_type,
@@ -312,6 +306,63 @@ class RedfishClient:
             requested_at=requested_at,
             answered_at=answered_at,
         )
+
+    def _accepted_task(self, reply: HttpReply) -> TaskOutcome:
+        """The task a 202 announced, as its answer describes it (not read yet)."""
+        monitor = reply.location or _link(reply.body) or ""
+        state = _task_state(reply.body) or "Running"
+        messages = _task_messages(reply.body)
+        if not monitor:
+            return TaskOutcome("", state, False, 0, messages, "the 202 named no task monitor")
+        if not self._transport.same_origin(self._transport.url(monitor)):
+            logger.info(
+                "redfish task monitor on another origin; not followed",
+                extra={"redfish_endpoint": self.source_endpoint},
+            )
+            return TaskOutcome(
+                monitor,
+                state,
+                False,
+                0,
+                messages,
+                "the task monitor points to another origin; not followed (credentials "
+                "are only sent to the configured endpoint)",
+            )
+        return TaskOutcome(monitor, state, False, 0, messages)
+
+    async def read_task(self, task: TaskOutcome) -> TaskOutcome:
+        """Read a task monitor once: what the BMC says of the task now (evidence only).
+
+        A task that ended badly comes back `failed`, never as an error: the request it
+        belongs to was accepted and stays so. A monitor that must not be followed, or
+        that already finished, is returned unchanged without a request. Raises the
+        client's typed errors when the monitor cannot be read.
+        """
+        if not task.followable:
+            return task
+        reply = await self._auth.request("GET", task.monitor)
+        polls = task.polls + 1
+        messages = _task_messages(reply.body) or task.messages
+        if reply.status == 404:
+            # The monitor is removed once it has reported its end; we may have missed it.
+            return replace(task, state="Gone", finished=True, polls=polls, messages=messages)
+        if reply.status >= 300 and reply.status != 202:
+            raise error_for_status(self.source_endpoint, reply, "reading the reset task")
+        body_state = _task_state(reply.body)
+        if reply.status == 202 or body_state in _RUNNING_TASK_STATES:
+            return replace(task, state=body_state or "Running", polls=polls, messages=messages)
+        state = body_state or "Completed"
+        if _task_status(reply.body) == "Critical" and state not in _FAILED_TASK_STATES:
+            state = "Exception"  # a "finished" task whose status says it went wrong
+        outcome = replace(task, state=state, finished=True, polls=polls, messages=messages)
+        if outcome.failed:
+            logger.info(
+                "redfish reset task ended %s: %s",
+                state,
+                "; ".join(messages) or "no message",
+                extra={"redfish_endpoint": self.source_endpoint, "task_state": state},
+            )
+        return outcome
 
     def _reset_error(
         self, reply: HttpReply, reset_type: str, allowable: frozenset[str] | None
@@ -329,47 +380,6 @@ class RedfishClient:
                 ids,
             )
         return error_for_status(self.source_endpoint, reply, f"reset {reset_type}")
-
-    async def _follow_task(self, monitor: str, first: HttpReply) -> TaskOutcome:
-        """Poll a task monitor until it finishes or `task_deadline` passes."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.config.task_deadline
-        polls = 0
-        state = _task_state(first.body) or "Running"
-        messages = _task_messages(first.body)
-        wait = first.retry_after
-        while True:
-            delay = self.config.task_poll_interval if wait is None else wait
-            delay = max(0.0, min(delay, self.config.task_max_poll_interval))
-            if loop.time() + delay > give_up:
-                logger.info(
-                    "redfish task monitor still running at the task deadline",
-                    extra={"redfish_endpoint": self.source_endpoint, "task_state": state},
-                )
-                return TaskOutcome(monitor, state, False, polls, messages)
-            await asyncio.sleep(delay)
-            reply = await self._auth.request("GET", monitor)
-            polls += 1
-            wait = reply.retry_after
-            body_state = _task_state(reply.body)
-            messages = _task_messages(reply.body) or messages
-            if reply.status == 404:
-                # The monitor is removed once it has reported completion; we may have missed it.
-                return TaskOutcome(monitor, "Gone", True, polls, messages)
-            if reply.status >= 300 and reply.status != 202:
-                raise error_for_status(self.source_endpoint, reply, "polling the reset task")
-            if reply.status == 202 or body_state in _RUNNING_TASK_STATES:
-                state = body_state or "Running"
-                continue
-            state = body_state or "Completed"
-            if state in _FAILED_TASK_STATES or _task_status(reply.body) == "Critical":
-                raise TaskFailed(
-                    self.source_endpoint,
-                    f"reset task ended {state}: {'; '.join(messages) or 'no message'}",
-                    state,
-                    messages,
-                )
-            return TaskOutcome(monitor, state, True, polls, messages)
 
 
 def _link(value: object) -> str | None:

@@ -37,15 +37,6 @@ class RedfishEndpointConfig(BaseModel):
     )
     connect_timeout: float = Field(default=5.0, gt=0, le=300)
     request_timeout: float = Field(default=15.0, gt=0, le=600)
-    task_poll_interval: float = Field(
-        default=2.0, gt=0, le=300, description="Task monitor poll interval without Retry-After."
-    )
-    task_max_poll_interval: float = Field(
-        default=30.0, gt=0, le=600, description="Upper clamp for a BMC's Retry-After."
-    )
-    task_deadline: float = Field(
-        default=120.0, ge=0, le=3600, description="How long to follow a 202 task monitor."
-    )
 
     @field_validator("endpoint")
     @classmethod

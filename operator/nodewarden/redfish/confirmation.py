@@ -5,6 +5,12 @@ state counts as reached only when a PowerState read shows it, before the deadlin
 
 `decide_confirmation_step` is the pure rule (facts + clock in, next step out);
 `request_and_confirm` is the thin loop that reads, asks the rule, and acts:
+- the state it produces decides, never the BMC's word on its request: a request
+  returns once the BMC answered (a 202's task monitor is not waited for), so a task
+  that never finishes, fails, or lives on another origin neither delays the PowerState
+  reads nor turns an accepted request into a failed one. An unfinished task on the
+  BMC's own origin is read in the background, at most once per poll, as evidence
+  (`PowerTransitionResult.requests[i].task`);
 - the state is read *before* any reset, so nothing is sent when the system is already
   at the target or still PoweringOn/PoweringOff (which would earn a 409);
 - PoweringOn/PoweringOff count as "in progress", never as confirmation;
@@ -29,9 +35,10 @@ state counts as reached only when a PowerState read shows it, before the deadlin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
@@ -40,6 +47,7 @@ from nodewarden.redfish.errors import (
     ConfirmationDeadlineExceeded,
     Conflict409,
     RedfishConnectionError,
+    RedfishError,
     RedfishHttpError,
     RedfishTimeout,
     TlsError,
@@ -49,6 +57,7 @@ from nodewarden.redfish.facts import (
     PowerState,
     PowerStateObservation,
     ResetRequestResult,
+    TaskOutcome,
 )
 
 logger = logging.getLogger(__name__)
@@ -75,12 +84,10 @@ class PowerControl(Protocol):
     async def read_power_state(self) -> PowerStateObservation: ...
 
     async def request_reset(
-        self,
-        reset_type: str,
-        *,
-        check_allowable: bool = True,
-        wait_for_task: bool = True,
+        self, reset_type: str, *, check_allowable: bool = True
     ) -> ResetRequestResult: ...
+
+    async def read_task(self, task: TaskOutcome) -> TaskOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +210,8 @@ async def request_and_confirm(
 
     Raises ConfirmationDeadlineExceeded at the deadline, ValueError for reset types
     whose outcome PowerState cannot show, and the client's typed errors for refusals
-    that waiting cannot fix (AuthFailed, TlsError, ActionNotSupported, TaskFailed…).
+    that waiting cannot fix (AuthFailed, TlsError, ActionNotSupported…). What a task
+    monitor says never raises: it is evidence in `requests[i].task`.
     """
     target = RESET_TARGETS.get(reset_type)
     if target is None:
@@ -211,6 +219,26 @@ async def request_and_confirm(
             f"cannot confirm reset type {reset_type!r} by PowerState; "
             f"confirmable: {', '.join(sorted(RESET_TARGETS))}"
         )
+    tasks = _TaskEvidence(control)
+    try:
+        return await _confirm(
+            control, reset_type, target, settings, check_allowable, tasks, clock, sleep
+        )
+    finally:
+        await tasks.stop()
+
+
+async def _confirm(
+    control: PowerControl,
+    reset_type: str,
+    target: PowerState,
+    settings: ConfirmationSettings,
+    check_allowable: bool,
+    tasks: _TaskEvidence,
+    clock: Callable[[], datetime],
+    sleep: Callable[[float], Awaitable[None]],
+) -> PowerTransitionResult:
+    """The loop of `request_and_confirm` (see there and the module docstring)."""
     endpoint = control.source.removeprefix("redfish:")
     started_at = clock()
     deadline = started_at + settings.deadline
@@ -222,6 +250,7 @@ async def request_and_confirm(
     last_observation: PowerStateObservation | None = None
     last_error: str | None = None
     while True:
+        tasks.poll(requests)
         current: PowerState | None = None
         time_left = (deadline - clock()).total_seconds()
         try:
@@ -343,6 +372,47 @@ async def request_and_confirm(
                 )
         remaining = (deadline - clock()).total_seconds()
         await sleep(max(0.0, min(settings.poll_interval.total_seconds(), remaining)))
+
+
+class _TaskEvidence:
+    """Reads the task monitor of the latest accepted request in the background, at most
+    one read in flight, and folds what it says into that request's evidence. Never
+    awaited by the confirmation loop: a slow or silent monitor delays nothing."""
+
+    def __init__(self, control: PowerControl) -> None:
+        self.control = control
+        self._reading: asyncio.Task[TaskOutcome] | None = None
+        self._index = -1
+
+    def poll(self, requests: list[ResetRequestResult]) -> None:
+        """Fold a finished read into `requests`; start the next read if one is due."""
+        reading = self._reading
+        if reading is not None:
+            if not reading.done():
+                return
+            self._reading = None
+            request = requests[self._index]
+            assert request.task is not None
+            try:
+                outcome = reading.result()
+            except RedfishError as exc:
+                outcome = replace(
+                    request.task, state="Unreadable", not_followed=f"reading it failed: {exc}"
+                )
+            requests[self._index] = replace(request, task=outcome)
+        if not requests:
+            return
+        task = requests[-1].task
+        if task is not None and task.followable:
+            self._index = len(requests) - 1
+            self._reading = asyncio.ensure_future(self.control.read_task(task))
+
+    async def stop(self) -> None:
+        if self._reading is not None and not self._reading.done():
+            self._reading.cancel()
+        if self._reading is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reading
 
 
 def _raise_unless_transient(

@@ -121,7 +121,10 @@ class SystemDiscoveryError(RedfishError):
 
 
 class TaskFailed(RedfishError):
-    """A task monitor reported that the accepted request ended badly (Exception, Killed…)."""
+    """A task monitor reported that the accepted request ended badly (Exception, Killed…).
+
+    No longer raised by the client: an accepted request stays accepted whatever its task
+    says (`TaskOutcome.failed` carries it as evidence). Kept while callers still name it."""
 
     def __init__(
         self, endpoint: str, message: str, task_state: str, messages: Sequence[str]

@@ -125,15 +125,34 @@ class PowerStateObservation:
 
 @dataclass(frozen=True, slots=True)
 class TaskOutcome:
-    """What the task monitor of an asynchronous (202) request said, last time we asked."""
+    """What the task monitor of an asynchronous (202) request said, last time we asked.
+
+    Evidence about the request only: whatever it says, the request stays accepted and
+    the power state is judged by PowerState reads (a task may never finish, or finish
+    before the host is really off)."""
 
     monitor: str
     state: str
-    """Redfish TaskState ("Completed", "Running", …), "Gone" when the monitor vanished
-    before it reported completion, or "NotWaited" when the caller did not poll it."""
+    """Redfish TaskState ("Running", "Completed", "Exception", …) as last reported (the
+    202 answer's, until the monitor is read), "Gone" when the monitor vanished before it
+    reported an end, "Unreadable" when reading it failed."""
     finished: bool
     polls: int
     messages: tuple[str, ...] = ()
+    not_followed: str | None = None
+    """Why the monitor is not (or no longer) read: none given, it points to another
+    origin (credentials go only to the configured endpoint), or reading it failed.
+    None: it may be read."""
+
+    @property
+    def followable(self) -> bool:
+        """Still worth reading: unfinished, and on the BMC's own origin."""
+        return not self.finished and self.not_followed is None
+
+    @property
+    def failed(self) -> bool:
+        """The BMC says the task ended badly (its word; PowerState still decides)."""
+        return self.finished and self.state in ("Exception", "Killed", "Cancelled")
 
 
 @dataclass(frozen=True, slots=True)

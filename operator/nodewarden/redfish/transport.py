@@ -245,7 +245,8 @@ class RedfishTransport:
         """Absolute URL of a path or @odata.id on this origin."""
         return urljoin(self.endpoint + "/", path)
 
-    def _same_origin(self, url: str) -> bool:
+    def same_origin(self, url: str) -> bool:
+        """Whether `url` is on the configured endpoint (the only place credentials go)."""
         mine, theirs = urlsplit(self.endpoint), urlsplit(url)
         return (mine.scheme, mine.hostname, mine.port or 443) == (
             theirs.scheme,
@@ -271,7 +272,7 @@ class RedfishTransport:
         session login whose session exists although its body broke off).
         """
         url = self.url(path)
-        if not self._same_origin(url):
+        if not self.same_origin(url):
             raise RedfishProtocolError(
                 self.endpoint,
                 f"{method} {urlsplit(url).path}: link points to another origin; not followed "
@@ -283,7 +284,7 @@ class RedfishTransport:
                 raise reply.body_error
             if reply.status in (301, 302, 303, 307, 308) and reply.location and method == "GET":
                 target = urljoin(url, reply.location)
-                if not self._same_origin(target):
+                if not self.same_origin(target):
                     raise RedfishProtocolError(
                         self.endpoint,
                         f"GET {path} redirects to another origin; not followed "

@@ -33,6 +33,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -163,6 +164,9 @@ class StubCloud:
         self._thread: threading.Thread | None = None
         self._pending: set[Future[None]] = set()
         self.api_calls: dict[str, int] = {}
+        self.api_log: deque[tuple[str, bool]] = deque(maxlen=100_000)
+        """API calls in arrival order (the latest 100,000): (operation, refused as rate
+        limited)."""
         self.resolver = StubAddressResolver(self)
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -477,6 +481,7 @@ class StubCloud:
                 self._forced_rate_limits -= 1
             limited = forced or self._dice.random() < faults.rate_limit_rate
             retry_after = self._forced_retry_after if forced else faults.rate_limit_retry_after
+            self.api_log.append((operation, limited))
         if not limited:
             return
         headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else {}
