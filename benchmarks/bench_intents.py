@@ -11,8 +11,7 @@ the step applies. Before issue 19 each lookup scanned every intent of the book.
 
 Printed: node-step time p50 / p99 / mean (wall and CPU of this thread) over `--steps`
 steps spread over the fleet, the time one full scan of the book takes for comparison
-(what each of a step's three lookups cost before), the calibration figure (CPU seconds
-of `s=0; for i in range(10_000_000): s += i*i` on this machine) and the load average.
+(what each of a step's three lookups cost before), the calibration figure (e2e/calibration.py) and the load average.
 Target (issue 19): a node step <= 1 ms. Figures are printed; nothing is asserted.
 
     .venv/bin/python benchmarks/bench_intents.py [--nodes 2000] [--per-node 10] [--steps 2000]
@@ -24,8 +23,10 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from nodewarden.dispatch.policies import PolicyBook
@@ -66,14 +67,6 @@ class NoRefusals:
 
     async def check(self, name: str, spec: Any) -> list[Any]:
         return []
-
-
-def calibration() -> float:
-    cpu = time.process_time()
-    s = 0
-    for i in range(10_000_000):
-        s += i * i
-    return time.process_time() - cpu
 
 
 def load() -> str:
@@ -184,11 +177,13 @@ def main() -> None:
     parser.add_argument("--per-node", type=int, default=10)
     parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
-    print(load())
-    print(f"calibration: {calibration():.2f} s CPU for the 10-million-iteration loop")
     asyncio.run(run(args))
     print(load())
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from calibration import summary  # the machine figure this run compares through
+
+    print(summary(), flush=True)
     main()
