@@ -286,6 +286,7 @@ starts but the answer never arrives (`timeout`: CommandTimeout), or it never sta
 class ParkedStart:
     uuid: str
     task: asyncio.Task[Any] | None
+    config: Mapping[str, Any]
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     fate: StartFate = "start"
 
@@ -392,6 +393,10 @@ class FakeProber:
         """vCPUs of a container (for `FakeVM.most_vcpus`); the rig sets it from the API."""
         self.parked_changed = asyncio.Event()
 
+    def land(self, vm: FakeVM, parked: ParkedStart) -> None:
+        """The start command reached the node (its sender may be gone): the runner runs."""
+        self._run(vm, parked.uuid, parked.config)
+
     def parked_tasks(self) -> set[asyncio.Task[Any]]:
         return {
             p.task
@@ -418,11 +423,11 @@ class FakeProber:
         await asyncio.sleep(0)
         vm = self._vm(target)
         uuid = str(config["uuid"])
+        vm.started.append(uuid)  # every start asked for, even of a runner already there
         if vm.start_fails:
             raise ConnectionFailed(target.node, target.address, "runner start failed")
-        vm.started.append(uuid)  # every start asked for, even of a runner already there
         if vm.slow_starts:
-            parked = ParkedStart(uuid, asyncio.current_task())
+            parked = ParkedStart(uuid, asyncio.current_task(), config)
             vm.parked.append(parked)
             self.parked_changed.set()
             try:

@@ -15,9 +15,14 @@ from typing import Any
 
 from fakes import ME, SMALL, Rig, container, name_of, uuid_of
 
+from nodewarden.metrics import OVERCOMMITTED_NODES
+from nodewarden.policy.facts import NodeFacts
 from nodewarden.power.demand import placed_counts
+from nodewarden.power.nodestatus import conditions
+from nodewarden.power.runtime import NodeRuntime
 from nodewarden.scheduling.scheduler import ContainerView, Plan
 from nodewarden.ssh.credentials import SshTarget
+from policy.policy_builders import NOW, on_state
 
 
 def whole(name: str, **kw: Any) -> dict[str, Any]:
@@ -215,3 +220,50 @@ async def test_a_spec_edit_between_plan_and_lock_fails_the_lock_and_is_planned_a
     assert rig.api.status("c1")["resources"]["vcpus"] == 2
     assert vm.runner_vcpus[uuid_of("c1")] == 2
     assert vm.most_vcpus <= 2
+
+
+# --- a node found running more than it holds --------------------------------------------
+
+
+async def test_an_overcommitted_node_is_reported_takes_no_work_and_loses_no_runner() -> None:
+    rig = Rig([SMALL], maxNodes=1)
+    vm = rig.vm("vm-a")
+    for i, name in enumerate(("r1", "r2", "r3")):  # an old leader ran 3 vCPUs on 2
+        vm.runners[uuid_of(name)] = 500 + i
+        running = {"phase": "Running", "lockedBy": ME, "node": "vm-a", "attempts": 1}
+        rig.api.create(container(name, status=running))
+    rig.api.create(container("q"))
+    await rig.start()
+    await rig.rounds(3)
+    assert "vm-a" in rig.dispatcher.overcommitted
+    assert OVERCOMMITTED_NODES._value.get() == 1
+    assert rig.dispatcher.snapshot()["instances"][0]["overCapacity"]
+    assert vm.signals == [] and len(vm.runners) == 3  # nothing is killed to make it fit
+    assert vm.started == [] and rig.api.phase("q") == "Queued"
+    vm.exit(uuid_of("r1"), 0)
+    await rig.rounds(2)  # 2 vCPUs on 2: it fits again, and is full
+    assert rig.dispatcher.overcommitted == {}
+    assert OVERCOMMITTED_NODES._value.get() == 0
+    assert vm.started == []
+    vm.exit(uuid_of("r2"), 0)
+    await rig.rounds(2)
+    assert rig.runners() == {"r3": "vm-a", "q": "vm-a"}
+
+
+def test_the_power_controller_shows_an_overcommitted_node_in_its_conditions() -> None:
+    state = on_state(node="vm-a")
+    rt = NodeRuntime(
+        "vm-a", None, {}, state, NodeFacts(node="vm-a", node_type="SideNode"), spec_seen_at=NOW
+    )
+    assert conditions(rt, [], None, NOW) == []  # a node never overcommitted has none
+    rt.overcommit = "runs 3 containers using 3 vCPUs, ...; it holds 2 vCPUs, ..."
+    over = conditions(rt, [], None, NOW)
+    assert [(c["type"], c["status"], c["reason"]) for c in over] == [
+        ("Overcommitted", "True", "RunsMoreThanItHolds")
+    ]
+    assert "takes no new work" in over[0]["message"]
+    rt.overcommit = None
+    fits = conditions(rt, over, None, NOW)
+    assert [(c["type"], c["status"], c["reason"]) for c in fits] == [
+        ("Overcommitted", "False", "WithinCapacity")
+    ]
