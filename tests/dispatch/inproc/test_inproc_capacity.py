@@ -82,8 +82,8 @@ async def test_a_takeover_relocks_only_what_fits_and_adopts_what_runs() -> None:
     status = {n: rig.api.status(n) for n in ("run", "fits", "over")}
     assert (status["run"]["phase"], status["run"]["reason"]) == ("Running", "Adopted")
     assert status["fits"]["phase"] == "Running"
-    assert status["over"]["phase"] == "Queued", status["over"]
-    assert "no room" in status["over"]["schedulingStatus"], status["over"]
+    assert (status["over"]["phase"], status["over"]["reason"]) == ("Queued", "Overflow")
+    assert "no room on vm-a" in status["over"]["schedulingStatus"], status["over"]
     assert [name_of(u) for u in vm.started] == ["fits"]
     assert vm.most_vcpus <= 2
 
