@@ -93,12 +93,15 @@ async def test_a_pile_of_locks_on_a_one_slot_node_starts_one() -> None:
     vm = rig.vm("vm-a")
     for name in ("l1", "l2", "l3"):
         rig.api.create(whole(name, status=locked_on("vm-a")))
+    handed = Handed(rig)
     await rig.start()
     await rig.rounds(4)
     phases = sorted(rig.api.phase(n) or "" for n in ("l1", "l2", "l3"))
     assert phases == ["Queued", "Queued", "Running"], phases
     assert len(vm.started) == 1
     assert vm.most_vcpus <= 2
+    # Locked containers are work on the node while their runners are asked about
+    assert all(b.get("vm-a", 0) >= 1 for b in handed.busy), handed.busy
 
 
 async def test_a_relock_waits_for_admission_like_any_start() -> None:
