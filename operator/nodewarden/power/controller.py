@@ -334,7 +334,7 @@ class PowerController:
             work = rt.facts.work
             if work is not None and (work.active_jobs >= count or work.observed_at > at):
                 continue
-            reading = work_reading(count, "dispatcher (containers placed on the node)", at, None)
+            reading = work_reading(count, "dispatcher (containers holding the node)", at, None)
             rt.facts = rt.facts.model_copy(update={"work": reading})
             rt.idle_since = None
             rt.events.append(Evaluate())
