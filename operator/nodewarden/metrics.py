@@ -68,6 +68,14 @@ CONTAINERS = Gauge(
     registry=REGISTRY,
 )
 
+OVERCOMMITTED_NODES = Gauge(
+    "nodewarden_overcommitted_nodes",
+    "WorkerNodes found running more than their capacity holds (from their Running "
+    "containers and listed runners); each has the condition Overcommitted and takes no new "
+    "work until it fits.",
+    registry=REGISTRY,
+)
+
 HOURLY_SPEND = Gauge(
     "nodewarden_cloud_spend_per_hour",
     "Summed hourly price of the cloud nodes that exist now, in the catalogue's billing "

@@ -49,6 +49,7 @@ def cv(
     age: int = 0,
     gpus: int = 0,
     preemptible: bool = False,
+    absent: bool = False,
 ) -> ContainerView:
     return ContainerView(
         uuid=uuid,
@@ -57,6 +58,7 @@ def cv(
         first_seen=T0 - timedelta(seconds=age),
         resources=ContainerResources(vcpus=vcpus, ram=ram, gpus=gpus, preemptible=preemptible),
         node=node,
+        runner_absent=absent,
     )
 
 
@@ -201,10 +203,20 @@ def test_per_type_limit() -> None:
 def test_locked_container_restarts_on_its_ready_node_and_unlocks_when_node_gone() -> None:
     nodes = [nv("n1", "small")]
     p = run(
-        [cv("a", phase=Phase.LOCKED, node="n1"), cv("b", phase=Phase.LOCKED, node="gone")], nodes
+        [
+            cv("a", phase=Phase.LOCKED, node="n1", absent=True),
+            cv("b", phase=Phase.LOCKED, node="gone", absent=True),
+        ],
+        nodes,
     )
     assert [(s.uuid, s.node, s.relock) for s in p.starts] == [("a", "n1", True)]
     assert "gone" in p.unlocks["b"]
+
+
+def test_a_locked_container_not_known_to_be_without_a_runner_only_holds_its_node() -> None:
+    p = run([cv("a", vcpus=2, phase=Phase.LOCKED, node="n1"), cv("q")], [nv("n1", "small")])
+    assert p.starts == [] and p.unlocks == {}
+    assert len(p.creates) == 1  # n1 is held: the queued one needs a new node
 
 
 def test_draining_node_takes_no_new_work() -> None:

@@ -94,6 +94,24 @@ class ContainerDispatchSpec(ApiModel):
     )
 
 
+OBJECT_CEL_RULES: tuple[dict[str, str], ...] = (
+    {
+        "rule": (
+            "!has(oldSelf.status) || !has(oldSelf.status.phase) || "
+            "!(oldSelf.status.phase in ['Locked', 'Running']) || "
+            "self.spec.resources == oldSelf.spec.resources"
+        ),
+        "message": (
+            "spec.resources cannot change while the container is Locked or Running: its node "
+            "holds what it was locked with (status.resources); cancel it and create a new one"
+        ),
+        "fieldPath": ".spec.resources",
+    },
+)
+"""CEL rules on the whole object (they read the status as well as the spec). A spec edit
+never touches the status, so the rule sees the phase the container is in."""
+
+
 class ContainerDispatchStatus(StatusModel):
     """Where the container is in its dispatch lifecycle."""
 
@@ -115,6 +133,14 @@ class ContainerDispatchStatus(StatusModel):
         default=None, description="Instance type chosen for the container."
     )
     locked_by: str | None = Field(default=None, description="Dispatcher id holding the lock.")
+    resources: ContainerResources | None = Field(
+        default=None,
+        description=(
+            "What the container holds on its node: spec.resources as they were when it was "
+            "locked. The node's capacity is counted from this, not from the spec; cleared "
+            "when the container is requeued."
+        ),
+    )
     attempts: int = Field(default=0, ge=0, description="Runs started so far.")
     lock_flaps: int = Field(default=0, ge=0, description="Times the lock was released unused.")
     runner_pid: int | None = Field(default=None, description="PID of the runner on the node.")

@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nodewarden.api.base import ApiModel, StatusModel
-from nodewarden.api.containerdispatch import ContainerDispatchSpec, ContainerDispatchStatus
+from nodewarden.api.containerdispatch import (
+    OBJECT_CEL_RULES,
+    ContainerDispatchSpec,
+    ContainerDispatchStatus,
+)
 from nodewarden.api.powerintent import PowerIntentSpec, PowerIntentStatus
 from nodewarden.api.powerpolicy import PowerPolicySpec, PowerPolicyStatus
 from nodewarden.api.workernode import WorkerNodeSpec, WorkerNodeStatus
@@ -35,6 +39,8 @@ class Kind:
     status: type[StatusModel]
     description: str
     columns: tuple[PrinterColumn, ...] = field(default_factory=tuple)
+    cel_rules: tuple[dict[str, str], ...] = ()
+    """CEL rules on the whole object (rules of one field live on its model)."""
 
     @property
     def crd_name(self) -> str:
@@ -103,7 +109,28 @@ CONTAINER_DISPATCH = Kind(
         AGE,
         PrinterColumn("UUID", ".spec.uuid", description="Container UUID.", priority=1),
         PrinterColumn("Reason", ".status.reason", description="Reason code.", priority=1),
+        PrinterColumn(
+            "Held-CPUs",
+            ".status.resources.vcpus",
+            "integer",
+            "vCPUs it holds on its node (the snapshot of its lock).",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Held-RAM",
+            ".status.resources.ram",
+            description="RAM it holds on its node (the snapshot of its lock).",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Held-GPUs",
+            ".status.resources.gpus",
+            "integer",
+            "GPUs it holds on its node (the snapshot of its lock).",
+            priority=1,
+        ),
     ),
+    cel_rules=OBJECT_CEL_RULES,
 )
 
 POWER_INTENT = Kind(

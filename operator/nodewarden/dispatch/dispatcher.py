@@ -18,9 +18,15 @@ Each round (`step`, every `tick_interval` or sooner when an event arrives):
    attempts cap when the runner died without finishing);
 3. cancel what was cancelled (TERM repeated every `term_interval`, KILL after
    `term_timeout`), and drop the finalizer of earlier releases from terminal containers;
-4. plan with the pure scheduler (`nodewarden.scheduling.scheduler.plan`);
-5. execute: fail unsatisfiable containers, unlock stale locks, lock + start runners,
-   create instances, and write scheduling statuses that changed (at most once per
+4. plan with the pure scheduler (`nodewarden.scheduling.scheduler.plan`) from the
+   capacity ledger (`nodewarden.scheduling.ledger`): a container holds its node from the
+   moment it is chosen for it (`claims`, before the Locked write) until its runner is seen
+   gone there, in every phase; a lock from before a restart is placed again only after
+   the node's runner list was read and the node said its runner never ran;
+5. execute: fail unsatisfiable containers, unlock stale locks and overflow, lock (with
+   the resources snapshot, preconditioned on the version the plan read) + start runners
+   (a start that fails or times out asks the node before it requeues), create
+   instances, and write scheduling statuses that changed (at most once per
    `scheduling_status_interval` per container unless the phase or the spec changed);
 6. decide each node's fate with the node-manager matrix (drain, shut down), honouring
    idle behaviour run/hold/drain, min warm nodes, lame and broken nodes;
@@ -37,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from nodewarden.api.containerdispatch import TERMINAL_PHASES
+from nodewarden.api.containerdispatch import TERMINAL_PHASES, ContainerResources
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudErrorKind
 from nodewarden.config import DispatchSettings
@@ -52,10 +58,12 @@ from nodewarden.metrics import (
     CONTAINERS_FINISHED,
     CONTAINERS_STARTED,
     HOURLY_SPEND,
+    OVERCOMMITTED_NODES,
 )
 from nodewarden.policy.state import PowerState, api_state
 from nodewarden.power.board import NodePowerView, PowerBoard
 from nodewarden.scheduling.instancetypes import Catalogue
+from nodewarden.scheduling.ledger import Claim, Placement, account, with_starts
 from nodewarden.scheduling.scheduler import (
     Capacity,
     CloudState,
@@ -68,8 +76,9 @@ from nodewarden.scheduling.scheduler import (
     lock_retry_at,
     plan,
 )
+from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import SshError
-from nodewarden.ssh.facts import RunnerOutcome
+from nodewarden.ssh.facts import RunnerOutcome, RunnerStarted
 from nodewarden.units import parse_quantity
 
 log = logging.getLogger(__name__)
@@ -112,8 +121,9 @@ class Dispatcher:
     board: PowerBoard = field(default_factory=PowerBoard)
     """What the power controller says about each node (admission, state, readiness)."""
     planned: Callable[[list[ContainerView], Plan, datetime], None] = _ignore_plan
-    """Called after every round with the plan's inputs and result (the power controller
-    takes the demand for side nodes from it)."""
+    """Called after every round with the capacity ledger once the plan's starts are chosen
+    (`ledger.with_starts`) and the plan (the power controller takes each node's work and
+    the demand for side nodes from them)."""
     clock: Callable[[], datetime] = utc_now
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     plan_inputs: list[ContainerView] = field(default_factory=list)
@@ -124,7 +134,14 @@ class Dispatcher:
     locks_checked: set[str] = field(default_factory=set)
     """Locked containers whose node was asked how their runner is (`_check_lock`): only
     these may be started again under the same lock."""
-    pending_starts: dict[str, int] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default_factory=dict)
+    """Containers chosen for a node whose Locked write or runner start is under way: each
+    holds its node in the ledger from the moment it is chosen (see `_start`)."""
+    held_resources: dict[str, ContainerResources] = field(default_factory=dict)
+    """What every container holding capacity held in the last round (a runner whose
+    container was deleted meanwhile is counted with it)."""
+    overcommitted: dict[str, str] = field(default_factory=dict)
+    """Nodes found running more than they hold (announced once, never fixed by killing)."""
     unwanted_terms: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
     """(node, container uuid) of a runner nobody wants -> (first, last) signal sent."""
     last_plan: Plan | None = None
@@ -259,14 +276,21 @@ class Dispatcher:
         await self._execute(result, now)
         if self.pool is not None:
             self.pool.contribute_statuses(self._containers_by_node())
+        self._overcommit(result)
         self._metrics()
-        self.planned(self.plan_inputs, result, now)
+        chosen = {uuid: claim.node for uuid, claim in self.claims.items()}
+        self.planned(with_starts(self.plan_inputs, chosen), result, now)
 
     def _acknowledge_closed(self, now: datetime) -> None:
-        """Admission the power controller closed is confirmed once no start is in flight
-        for the node: from this round on the plan places nothing there."""
-        for node in list(self.board.closing):
-            if self.pending_starts.get(node, 0) == 0:
+        """Admission the power controller closed is confirmed once no container is chosen
+        for the node with its lock or start under way: from this round on the plan places
+        nothing there."""
+        closing = self.board.closing
+        if not closing:
+            return
+        claimed = {claim.node for claim in self.claims.values()}
+        for node in list(closing):
+            if node not in claimed:
                 self.board.acknowledge(node, now)
 
     # --- helpers --------------------------------------------------------------------------
@@ -294,10 +318,17 @@ class Dispatcher:
             out["firstSeen"] = _iso(self.clock())
         return out
 
-    async def _write(self, c: Container, status: dict[str, Any], **kw: Any) -> bool:
-        latest = self.queue.get(c.name) or c
+    async def _write(
+        self, c: Container, status: dict[str, Any], *, precondition: bool = False, **kw: Any
+    ) -> bool:
+        """Merge-patch `c`'s status. With `precondition` the write is sent against `c` as
+        given -- the version the caller decided from: any change since (a spec edit, another
+        dispatcher's lock) fails it. Otherwise against the newest version known."""
+        latest = c if precondition else (self.queue.get(c.name) or c)
         try:
-            ok = await self.queue.write(latest, {**self._base(latest), **status}, **kw)
+            ok = await self.queue.write(
+                latest, {**self._base(latest), **status}, precondition=precondition, **kw
+            )
         except KubeError as exc:
             log.warning("status write for %s failed: %s", c.name, exc)
             return False
@@ -346,6 +377,7 @@ class Dispatcher:
             "node": None,
             "lockedBy": None,
             "runnerPid": None,
+            "resources": None,  # it holds nothing until it is locked again
         }
         if flap:
             status["lockFlaps"] = c.status.lock_flaps + 1
@@ -437,7 +469,7 @@ class Dispatcher:
 
         self._spawn(run())
 
-    async def _unlock(self, c: Container, why: str) -> None:
+    async def _unlock(self, c: Container, why: str, reason: str = "Unlocked") -> None:
         """Release a Locked container -- unless its node says its runner already started.
 
         A leader that started the runner but could not write Running (API connection
@@ -458,7 +490,7 @@ class Dispatcher:
             if outcome.state == "running" and outcome.pid is not None:
                 await self._adopt_runner(c, worker, outcome.pid)
                 return
-        await self._requeue_or_fail(c, why, c.status.attempts, "Unlocked", flap=True)
+        await self._requeue_or_fail(c, why, c.status.attempts, reason, flap=True)
 
     async def _kill_unwanted(self, worker: Worker, uuid: str) -> None:
         """TERM a runner nobody wants (its ContainerDispatch deleted, finished, or placed
@@ -487,10 +519,12 @@ class Dispatcher:
         worker.probe_now.set()
 
     async def _adopt_runner(self, c: Container, worker: Worker, pid: int) -> None:
+        held = c.status.resources or (c.spec.resources if c.spec is not None else None)
         ok = await self._write(
             c,
             {
                 "phase": "Running",
+                "resources": held.to_wire() if held is not None else None,
                 "node": worker.name,
                 "lockedBy": self.dispatcher_id,
                 "runnerPid": pid,
@@ -521,7 +555,14 @@ class Dispatcher:
         self.locks_checked.add(c.uuid)
         if outcome.state in ("running", "unknown"):
             return  # running: the next listing adopts it; unknown: never ran, start it
-        attempts = c.status.attempts + 1  # it ran, and was never written as Running
+        # it ran, and was never written as Running
+        await self._ran_and_ended(c, worker, outcome, c.status.attempts + 1)
+
+    async def _ran_and_ended(
+        self, c: Container, worker: Worker, outcome: RunnerOutcome, attempts: int
+    ) -> None:
+        """`c`'s runner ran on `worker` without being written as Running and ended as
+        `outcome` says (exited, killed, lost): Complete, or requeue / Failed."""
         if outcome.state == "exited":
             code = outcome.exit_code if outcome.exit_code is not None else -1
             if await self._write(c, {"attempts": attempts}):
@@ -646,13 +687,26 @@ class Dispatcher:
         return Catalogue(types=tuple(self.cloud.catalogue))
 
     def _plan(self, now: datetime) -> Plan:
-        containers: list[ContainerView] = []
+        """Plan from the capacity ledger (`scheduling.ledger.account`): what holds each
+        node (claims, Locked and Running containers, cancelled ones whose runner still
+        runs, every runner a node lists) and the Queued containers that may be placed."""
         max_flaps = self.policies.default.spec.dispatch.max_lock_flaps
         self.held_back = {}
+        placed: list[Placement] = []
+        queued: list[ContainerView] = []
+        known: dict[str, Container] = {}
         for c in self.queue:
-            if c.spec is None or c.terminal or c.cancel_requested or c.uuid in self.inflight:
+            spec = c.spec
+            if spec is None:
                 continue
-            if c.phase in (None, "Queued"):
+            known[c.uuid] = c
+            if c.terminal:
+                continue
+            claim = self.claims.get(c.uuid)
+            node = c.status.node if c.phase in ("Locked", "Running") else None
+            if claim is None and node is None:
+                if c.cancel_requested or c.uuid in self.inflight:
+                    continue
                 retry = lock_retry_at(c.status.lock_flaps, max_flaps, c.status.locked_at, now)
                 if retry is not None:
                     self.held_back[c.uuid] = (
@@ -660,29 +714,36 @@ class Dispatcher:
                         f"{max_flaps}); next try after {_iso(retry)}"
                     )
                     continue
-            if c.status.locked_by not in (None, self.dispatcher_id) and c.phase in (
-                "Locked",
-                "Running",
-            ):
+                queued.append(self._view(c, Phase.QUEUED, spec.resources, None, now))
                 continue
-            phase = {"Running": Phase.RUNNING, "Locked": Phase.LOCKED}.get(
-                c.phase or "", Phase.QUEUED
-            )
-            created = c.body.get("metadata", {}).get("creationTimestamp")
-            first_seen = c.status.first_seen or (
-                datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
-            )
-            containers.append(
-                ContainerView(
-                    uuid=c.uuid,
-                    phase=phase,
-                    priority=c.spec.priority,
-                    first_seen=first_seen,
-                    resources=c.spec.resources,
-                    node=c.status.node,
+            phase = Phase.RUNNING if c.phase == "Running" else Phase.LOCKED
+            if node is None:
+                phase = Phase.QUEUED
+            view = self._view(c, phase, c.status.resources or spec.resources, node, now)
+            placed.append(
+                Placement(
+                    view,
+                    cancelling=c.cancel_requested,
+                    claim=claim,
+                    checked=c.uuid in self.locks_checked,
                 )
             )
-        self.plan_inputs = containers
+        listings = (
+            {w.name: w.runners for w in self.pool.workers.values() if w.runners is not None}
+            if self.pool is not None
+            else {}
+        )
+        remembered = self.held_resources
+
+        def resources_of(uuid: str) -> ContainerResources | None:
+            c = known.get(uuid)
+            if c is not None and c.spec is not None:
+                return c.status.resources or c.spec.resources
+            return remembered.get(uuid)
+
+        ledger = account(placed, queued, listings, resources_of)
+        self.held_resources = ledger.held
+        containers = self.plan_inputs = ledger.views
         nodes = [self._node_view(w) for w in self.pool.workers.values()] if self.pool else []
         policy = self.policies.default.spec
         per_type = {limit.instance_type: limit.max for limit in policy.instance_type_limits}
@@ -700,6 +761,28 @@ class Dispatcher:
             limits,
             self._cloud_state(now),
             now,
+        )
+
+    @staticmethod
+    def _view(
+        c: Container,
+        phase: Phase,
+        resources: ContainerResources,
+        node: str | None,
+        now: datetime,
+    ) -> ContainerView:
+        assert c.spec is not None
+        created = c.body.get("metadata", {}).get("creationTimestamp")
+        first_seen = c.status.first_seen or (
+            datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
+        )
+        return ContainerView(
+            uuid=c.uuid,
+            phase=phase,
+            priority=c.spec.priority,
+            first_seen=first_seen,
+            resources=resources,
+            node=node,
         )
 
     def _node_view(self, w: Worker) -> NodeView:
@@ -833,12 +916,22 @@ class Dispatcher:
                     self.pool.create(itype)
         for uuid, why in result.unlocks.items():
             c = by_uuid.get(uuid)
-            if c is not None and uuid not in self.inflight:
-                self._spawn_guarded(uuid, self._unlock(c, why))
+            if (
+                c is None
+                or uuid in self.inflight
+                or uuid in self.claims
+                or c.status.locked_by not in (None, self.dispatcher_id)
+            ):
+                continue
+            reason = "Overflow" if uuid in result.overflow else "Unlocked"
+            self._spawn_guarded(uuid, self._unlock(c, why, reason))
         for start in result.starts:
             c = by_uuid.get(start.uuid)
-            if c is None or start.uuid in self.inflight:
+            if c is None or c.spec is None or start.uuid in self.inflight:
                 continue
+            # it holds the node from now on, before its Locked write is sent
+            held = c.status.resources if start.relock else None
+            self.claims[start.uuid] = Claim(start.node, held or c.spec.resources)
             self._spawn_guarded(start.uuid, self._start(c, start.node, start.relock))
         for uuid, why in [*result.waits.items(), *self.held_back.items()]:
             c = by_uuid.get(uuid)
@@ -907,70 +1000,124 @@ class Dispatcher:
         )
 
     async def _start(self, c: Container, node: str, relock: bool) -> None:
+        """Lock `c` on `node` (unless it is a relock) and start its runner there.
+
+        `c` is the version the plan read: the Locked write is preconditioned on it and
+        snapshots the resources the plan placed (`status.resources`), so a spec edited
+        meanwhile fails the lock and is planned again. The claim `_execute` made holds the
+        node until this returns; by then the container's status (Locked, Running) or the
+        node's answer holds it -- or nothing runs."""
         assert self.pool is not None and self.prober is not None and self._starts is not None
-        worker = self.pool.workers.get(node)
-        if worker is None or (not relock and not self.board.admission_open(node)):
-            return
-        target = await self.pool.target(worker)
-        if target is None or c.spec is None:
-            return
-        self.pending_starts[node] = self.pending_starts.get(node, 0) + 1
         try:
+            worker = self.pool.workers.get(node)
+            if worker is None or c.spec is None or not self.board.admission_open(node):
+                return
+            target = await self.pool.target(worker)
+            if target is None:
+                return
             async with self._starts:
-                if not relock:
-                    ok = await self._write(
-                        c,
-                        {
-                            "phase": "Locked",
-                            "node": node,
-                            "lockedBy": self.dispatcher_id,
-                            "lockedAt": _iso(self.clock()),
-                            "instanceType": worker.instance_type.name
-                            if worker.instance_type
-                            else None,
-                            "schedulingStatus": f"starting on {node}",
-                            "reason": "Locked",
-                        },
-                        precondition=True,
-                    )
-                    if not ok:
-                        return
-                latest = self.queue.get(c.name)
-                if latest is None or latest.cancel_requested:
-                    return
-                attempts = latest.status.attempts + 1
-                config = {"uuid": c.spec.uuid, **c.spec.to_wire()}
-                try:
-                    started = await self.prober.start_runner(target, config)
-                except SshError as exc:
-                    await self._requeue_or_fail(
-                        latest,
-                        f"runner could not start on {node}: {exc}",
-                        attempts,
-                        "RunnerStartFailed",
-                    )
-                    return
-                if worker.runners is not None:
-                    worker.runners[c.uuid] = started.pid
-                worker.last_container = c.uuid
-                CONTAINERS_STARTED.labels(
-                    worker.instance_type.name if worker.instance_type else "unknown"
-                ).inc()
-                await self._write(
-                    latest,
-                    {
-                        "phase": "Running",
-                        "node": node,
-                        "lockedBy": self.dispatcher_id,
-                        "runnerPid": started.pid,
-                        "startedAt": _iso(started.observed_at),
-                        "attempts": attempts,
-                        "schedulingStatus": f"running on {node}",
-                        "reason": "Started",
-                    },
-                )
+                await self._lock_and_start(c, worker, target, relock)
         finally:
-            self.pending_starts[node] -= 1
+            self.claims.pop(c.uuid, None)
+
+    async def _lock_and_start(
+        self, c: Container, worker: Worker, target: SshTarget, relock: bool
+    ) -> None:
+        assert self.prober is not None and c.spec is not None
+        node = worker.name
+        spec = c.spec
+        held = (c.status.resources if relock else None) or spec.resources
+        if not relock:
+            ok = await self._write(
+                c,
+                {
+                    "phase": "Locked",
+                    "node": node,
+                    "lockedBy": self.dispatcher_id,
+                    "lockedAt": _iso(self.clock()),
+                    "instanceType": worker.instance_type.name if worker.instance_type else None,
+                    "resources": held.to_wire(),
+                    "schedulingStatus": f"starting on {node}",
+                    "reason": "Locked",
+                },
+                precondition=True,
+            )
+            if not ok:
+                return
+        latest = self.queue.get(c.name)
+        if latest is None or latest.cancel_requested:
+            return
+        attempts = latest.status.attempts + 1
+        config = {"uuid": spec.uuid, **spec.to_wire(), "resources": held.to_wire()}
+        try:
+            started = await self.prober.start_runner(target, config)
+        except SshError as exc:
+            await self._start_failed(latest, worker, exc, attempts)
+            return
+        await self._started(latest, worker, started, attempts, held)
+
+    async def _started(
+        self,
+        c: Container,
+        worker: Worker,
+        started: RunnerStarted,
+        attempts: int,
+        held: ContainerResources,
+    ) -> None:
+        if worker.runners is not None:
+            worker.runners[c.uuid] = started.pid
+        worker.last_container = c.uuid
+        CONTAINERS_STARTED.labels(
+            worker.instance_type.name if worker.instance_type else "unknown"
+        ).inc()
+        await self._write(
+            c,
+            {
+                "phase": "Running",
+                "node": worker.name,
+                "lockedBy": self.dispatcher_id,
+                "runnerPid": started.pid,
+                "resources": held.to_wire(),
+                "startedAt": _iso(started.observed_at),
+                "attempts": attempts,
+                "schedulingStatus": f"running on {worker.name}",
+                "reason": "Started",
+            },
+        )
+
+    async def _start_failed(
+        self, c: Container, worker: Worker, exc: SshError, attempts: int
+    ) -> None:
+        """A start that failed or timed out may have started the runner all the same (a
+        command timeout after the node started it): ask the node before anything else.
+        Until it answers, the lock -- and with it the node's capacity -- is kept, and the
+        lock is checked again like a lock from before a restart."""
+        why = f"runner could not start on {worker.name}: {exc}"
+        outcome = await self._runner_outcome(c, worker)
+        if outcome is None:
+            self.locks_checked.discard(c.uuid)
+            log.info("start of %s on %s unresolved: %s", c.uuid, worker.name, exc)
+            await self._write(c, {"schedulingStatus": f"{why}; asking the node whether it ran"})
+            return
+        if outcome.state == "running" and outcome.pid is not None:
+            log.info("start of %s on %s failed but its runner runs: adopting", c.uuid, worker.name)
+            await self._adopt_runner(c, worker, outcome.pid)
+        elif outcome.state == "unknown":
+            await self._requeue_or_fail(c, why, attempts, "RunnerStartFailed")
+        else:
+            await self._ran_and_ended(c, worker, outcome, attempts)
+
+    def _overcommit(self, result: Plan) -> None:
+        """A node found running more than it holds (an old leader's overcommit) is
+        announced -- the plan gives it no new work until it fits -- and never "fixed" by
+        killing: its runners finish on their own."""
+        over = result.over_capacity
+        for node, what in over.items():
+            if self.overcommitted.get(node) is None:
+                log.warning("WorkerNode %s runs more than it holds: %s", node, what)
+        for node in set(self.overcommitted) - set(over):
+            log.info("WorkerNode %s fits its capacity again", node)
+        self.overcommitted = dict(over)
 
     # --- 7. metrics and status ------------------------------------------------------------
 
@@ -980,6 +1127,7 @@ class Dispatcher:
             phases[c.phase or "Queued"] = phases.get(c.phase or "Queued", 0) + 1
         for phase, count in phases.items():
             CONTAINERS.labels(phase).set(count)
+        OVERCOMMITTED_NODES.set(len(self.overcommitted))
         if self.pool is not None:
             spend = sum(w.price for w in self.pool.workers.values() if not w.side)
             HOURLY_SPEND.set(spend)
@@ -1010,6 +1158,7 @@ class Dispatcher:
                         else 0,
                         "lastProbe": _iso(w.last_attempt),
                         "lastProbeResult": w.probe_result,
+                        "overCapacity": self.overcommitted.get(w.name),
                     }
                 )
         containers = [

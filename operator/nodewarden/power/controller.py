@@ -99,7 +99,6 @@ from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.power.demand import (
     fleet_readings,
     placed_counts,
-    placed_on,
     planned_demand,
     queued_from_bodies,
     reread_demand,
@@ -200,6 +199,10 @@ class PowerController:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         self._plan: tuple[list[ContainerView], Plan, datetime] | None = None
+        self._placed: dict[str, int] = {}
+        """Per node: containers holding it in the dispatcher's last ledger."""
+        self._overcommitted: set[str] = set()
+        """Nodes the dispatcher's last plan found running more than they hold."""
         self._reread_wanted: set[str] = set()
         self._policy_generations: dict[str | None, int | None] = {}
         self._next_resync: datetime | None = None
@@ -314,23 +317,38 @@ class PowerController:
         self.wake.set()
 
     def planned(self, containers: list[ContainerView], plan: Plan, now: datetime) -> None:
-        """The dispatcher's round: queued demand for every node, by the plan's fit rules."""
+        """The dispatcher's round: its capacity ledger (each node's work) and queued
+        demand for every node, by the plan's fit rules."""
         self._plan = (containers, plan, now)
         self._update_demand(now)
-        self._update_placed(containers, now)
+        self._placed = placed_counts(containers)
+        self._update_placed(now)
+        self._update_overcommit(plan.over_capacity)
         self.wake.set()
 
-    def _update_placed(self, containers: list[ContainerView], at: datetime) -> None:
-        """Work the dispatcher placed is work on the node from that moment: a node is
-        never taken for idle between the start of a runner and the next SSH probe."""
-        for name, count in placed_counts(containers).items():
+    def _update_overcommit(self, over: Mapping[str, str]) -> None:
+        """The condition Overcommitted of a node the dispatcher found running more than it
+        holds (set while it does, cleared once it fits; never set on other nodes)."""
+        for name in over.keys() | self._overcommitted:
+            rt = self.nodes.get(name)
+            if rt is None or rt.overcommit == over.get(name):
+                continue
+            rt.overcommit = over.get(name)
+            self.status.contribute(rt.name, {"conditions": self._conditions(rt)})
+        self._overcommitted = set(over)
+
+    def _update_placed(self, at: datetime) -> None:
+        """Work in the dispatcher's ledger is work on the node from the moment a container
+        is chosen for it until its runner is seen gone: a node is never taken for idle
+        while a start is in flight, a lock is held or a cancelled runner still runs."""
+        for name, count in self._placed.items():
             rt = self.nodes.get(name)
             if rt is None:
                 continue
             work = rt.facts.work
             if work is not None and (work.active_jobs >= count or work.observed_at > at):
                 continue
-            reading = work_reading(count, "dispatcher (containers placed on the node)", at, None)
+            reading = work_reading(count, "dispatcher (containers holding the node)", at, None)
             rt.facts = rt.facts.model_copy(update={"work": reading})
             rt.idle_since = None
             rt.events.append(Evaluate())
@@ -391,9 +409,7 @@ class PowerController:
         updates: dict[str, Any] = {}
         runners = report.runners
         if runners is not None:
-            active = max(
-                len(runners.runners), placed_on(self._plan[0], worker.name) if self._plan else 0
-            )
+            active = max(len(runners.runners), self._placed.get(worker.name, 0))
             reading = work_reading(
                 active, runners.source, runners.observed_at, rt.idle_since if active == 0 else None
             )

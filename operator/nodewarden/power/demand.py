@@ -1,6 +1,7 @@
 """Queued demand per node and fleet counts per policy, as the core's readings.
 
-Demand uses the scheduler's own fit rules (`scheduling.scheduler.qualified_demand`) on the
+Work evidence from the dispatcher is its capacity ledger (`placed_counts`). Demand uses
+the scheduler's own fit rules (`scheduling.scheduler.qualified_demand`) on the
 dispatcher's plan, or on a live read of the queue for RereadDemand: for a node that is Off
 or waking, the containers the plan waits on it for; for any other node, the queued
 containers it could run. Pure: the caller passes the nodes, the queue and the time."""
@@ -53,17 +54,15 @@ def node_view(rt: NodeRuntime, catalogue: Catalogue) -> NodeView | None:
 
 
 def placed_counts(containers: Iterable[ContainerView]) -> dict[str, int]:
-    """Per node: containers the dispatcher has Locked or Running there."""
+    """Per node: the containers holding its capacity in the dispatcher's ledger
+    (`scheduling.ledger`: chosen for it with a lock or start under way, Locked, Running,
+    cancelled but not yet seen gone, or a runner the node lists) -- work on the node from
+    the moment it was chosen, so a node is never taken for idle in between."""
     out: dict[str, int] = {}
     for c in containers:
         if c.node is not None and c.phase in (Phase.LOCKED, Phase.RUNNING):
             out[c.node] = out.get(c.node, 0) + 1
     return out
-
-
-def placed_on(containers: Iterable[ContainerView], node: str) -> int:
-    """Containers the dispatcher has Locked or Running on `node` (starts included)."""
-    return sum(1 for c in containers if c.node == node and c.phase in (Phase.LOCKED, Phase.RUNNING))
 
 
 def _reading(source: str, at: datetime, uuids: list[str]) -> DemandReading:

@@ -1,7 +1,7 @@
 """What the power controller writes into a WorkerNode's status, and what it shows the
 dispatcher (the board): state, admission, readiness, observed power, the last Safety
-Record's summary, and the `Valid`, `Ready` and `PowerSource` conditions. Pure: built from
-a node's runtime and what the caller read."""
+Record's summary, and the `Valid`, `Ready`, `PowerSource` and `Overcommitted` conditions.
+Pure: built from a node's runtime and what the caller read."""
 
 from __future__ import annotations
 
@@ -122,6 +122,17 @@ def conditions(
             gen,
             now,
         )
+    if rt.overcommit is not None:
+        conds = set_condition(
+            conds, "Overcommitted", ConditionStatus.TRUE, "RunsMoreThanItHolds",
+            f"{rt.overcommit}; it takes no new work until it fits (nothing is killed)",
+            gen, now,
+        )  # fmt: skip
+    elif any(c.type == "Overcommitted" for c in conds):
+        conds = set_condition(
+            conds, "Overcommitted", ConditionStatus.FALSE, "WithinCapacity",
+            "what the node runs fits its capacity", gen, now,
+        )  # fmt: skip
     capability = rt.facts.capability
     if bmc_error is not None:
         conds = set_condition(

@@ -76,6 +76,9 @@ class NodeRuntime:
     (kept by `gauges.publish`)."""
     polled: bool = False
     """Whether the BMC was read once (the second read is spread, see `poll_phase`)."""
+    overcommit: str | None = None
+    """What the node runs beyond its capacity, as the dispatcher's plan found it (None:
+    it fits); the condition Overcommitted."""
 
     @property
     def node_type(self) -> str:

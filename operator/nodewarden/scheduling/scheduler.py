@@ -8,8 +8,14 @@ Rules (after the Arvados cloud dispatcher):
 
 1. Order: Running containers first (they keep their node), then Locked, then Queued;
    within each, higher priority first, then earlier first-seen, then uuid.
-2. A Running or Locked container occupies its node's resources. A Locked container whose
-   node is ready is (re)started there; one whose node vanished is unlocked.
+2. The input is the capacity ledger (`scheduling.ledger`): a Running container, and a
+   Locked one not known to be without a runner, holds its node's resources whatever the
+   node's capacity (a node found holding more than its capacity is reported in
+   `Plan.over_capacity` from what is known to run there, and takes no new work until it
+   fits). A Locked container whose runner the node said never ran (`runner_absent`) is
+   placed again on its own node like any placement: started there when the node is ready,
+   open and has room; unlocked ("no room") when it does not fit; unlocked when its node
+   vanished or cannot take work. Nothing else is ever started under an existing lock.
 3. A Queued container (priority > 0) is placed, in this order of preference, on
    a. an idle, ready node of a fitting type (cheapest type first);
    b. a ready node that already runs containers and has room (packing);
@@ -90,6 +96,11 @@ class ContainerView:
     first_seen: datetime
     resources: ContainerResources
     node: str | None = None  # assigned node for Locked / Running
+    runner_absent: bool = False
+    """Locked: its node said its runner never ran; it may be started again there (if it
+    fits). Otherwise a Locked container holds its node unconditionally."""
+    whole_node: bool = False
+    """Running: a runner the node lists of no container known here; holds the whole node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +168,11 @@ class Plan:
     waits: dict[str, str] = field(default_factory=dict)  # uuid -> scheduling status
     wait_nodes: dict[str, str] = field(default_factory=dict)  # uuid -> node it waits for
     unlocks: dict[str, str] = field(default_factory=dict)  # uuid -> reason
+    overflow: set[str] = field(default_factory=set)
+    """Unlocks of Locked containers without a runner that no longer fit their node."""
     unsatisfiable: dict[str, str] = field(default_factory=dict)  # uuid -> reason
+    over_capacity: dict[str, str] = field(default_factory=dict)
+    """node -> what it runs beyond its capacity (from Running containers and listed runners)."""
     surplus_idle: list[str] = field(default_factory=list)
     kept_warm: list[str] = field(default_factory=list)
     chosen_types: dict[str, str] = field(default_factory=dict)  # uuid -> instance type
@@ -167,7 +182,15 @@ class Plan:
 class _Slot:
     """Mutable free capacity of one node during planning."""
 
-    __slots__ = ("containers", "free_gpus", "free_ram", "free_scratch", "free_vcpus", "view")
+    __slots__ = (
+        "blocked",
+        "containers",
+        "free_gpus",
+        "free_ram",
+        "free_scratch",
+        "free_vcpus",
+        "view",
+    )
 
     def __init__(self, view: NodeView) -> None:
         self.view = view
@@ -176,11 +199,13 @@ class _Slot:
         self.free_scratch = view.capacity.scratch
         self.free_gpus = view.capacity.gpus
         self.containers = 0
+        self.blocked = False  # holds a runner of unknown size: nothing more fits
 
     def fits(self, need: Requirements) -> bool:
         cap = self.view.capacity
         return (
-            need.vcpus <= self.free_vcpus
+            not self.blocked
+            and need.vcpus <= self.free_vcpus
             and need.ram <= self.free_ram
             and need.scratch <= self.free_scratch
             and need.gpus <= self.free_gpus
@@ -195,9 +220,31 @@ class _Slot:
         self.free_gpus -= need.gpus
         self.containers += 1
 
+    def block(self) -> None:
+        self.blocked = True
+        self.containers += 1
+
     @property
     def full(self) -> bool:
-        return self.free_vcpus <= 0 or self.free_ram <= 0
+        return self.blocked or self.free_vcpus <= 0 or self.free_ram <= 0
+
+    def over(self) -> str | None:
+        """What the node holds beyond its capacity, or None when it fits."""
+        if min(self.free_vcpus, self.free_ram, self.free_scratch, self.free_gpus) >= 0:
+            return None
+        cap = self.view.capacity
+        used = (
+            f"{cap.vcpus - self.free_vcpus} vCPUs, {_gib(cap.ram - self.free_ram)} RAM, "
+            f"{_gib(cap.scratch - self.free_scratch)} scratch, {cap.gpus - self.free_gpus} GPUs"
+        )
+        holds = (
+            f"{cap.vcpus} vCPUs, {_gib(cap.ram)} RAM, {_gib(cap.scratch)} scratch, {cap.gpus} GPUs"
+        )
+        return f"runs {self.containers} containers using {used}; it holds {holds}"
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.3g}Gi"
 
 
 def _order_key(c: ContainerView) -> tuple[int, int, datetime, str]:
@@ -299,22 +346,22 @@ def plan(
         t: [s for s in pool if s.view.state is NodeState.IDLE] for t, pool in by_type_ready.items()
     }
 
+    judged = False
     for c in ordered:
+        if not judged and c.phase is not Phase.RUNNING:
+            judged = True  # every Running container is counted: which nodes run too much
+            result.over_capacity = _over_capacity(slots)
         choice, need, shape = choose(c.resources)
-        if c.phase in (Phase.RUNNING, Phase.LOCKED):
+        if c.phase is Phase.RUNNING:
             own = slots.get(c.node or "")
-            if own is None:
-                if c.phase is Phase.LOCKED:
-                    result.unlocks[c.uuid] = f"node {c.node} is gone"
-                continue
-            own.take(need)
-            if c.phase is Phase.LOCKED:
-                if own.view.state in USABLE_NOW and own.view.ready:
-                    result.starts.append(Start(c.uuid, own.view.name, relock=True))
-                elif own.view.state in COMING_UP:
-                    result.waits[c.uuid] = f"locked; waiting for {own.view.name} to boot"
+            if own is not None:
+                if c.whole_node:
+                    own.block()
                 else:
-                    result.unlocks[c.uuid] = f"node {own.view.name} is {own.view.state}"
+                    own.take(need)
+            continue
+        if c.phase is Phase.LOCKED:
+            _locked(c, need, slots.get(c.node or ""), result)
             continue
 
         if c.priority <= 0:
@@ -448,6 +495,8 @@ def plan(
                 for name, cr in pending_creates.items()
             ]
 
+    if not judged:
+        result.over_capacity = _over_capacity(slots)
     idle = [
         s
         for s in slots.values()
@@ -458,6 +507,53 @@ def plan(
     result.kept_warm = [s.view.name for s in warm]
     result.surplus_idle = [s.view.name for s in idle[len(warm) :]]
     return result
+
+
+def _over_capacity(slots: Mapping[str, _Slot]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, slot in slots.items():
+        over = slot.over()
+        if over is not None:
+            out[name] = over
+    return out
+
+
+def _locked(c: ContainerView, need: Requirements, own: _Slot | None, result: Plan) -> None:
+    """A Locked container on its own node (rule 2)."""
+    if own is None:
+        result.unlocks[c.uuid] = f"node {c.node} is gone"
+        return
+    view = own.view
+    usable = view.state in USABLE_NOW and view.ready and view.admission_open
+    coming = view.state in COMING_UP
+    if not c.runner_absent:
+        own.take(need)  # its runner may run (or is starting): it holds the node
+        if coming:
+            result.waits[c.uuid] = f"locked; waiting for {view.name} to boot"
+        elif not usable:
+            result.unlocks[c.uuid] = _not_taking_work(view)
+        return
+    if not (usable or (coming and view.admission_open)):
+        result.unlocks[c.uuid] = _not_taking_work(view)
+        return
+    if not own.fits(need):
+        result.overflow.add(c.uuid)
+        result.unlocks[c.uuid] = (
+            f"no room on {view.name} for it: the node's capacity is held by the "
+            "containers already there"
+        )
+        return
+    own.take(need)
+    if usable:
+        result.starts.append(Start(c.uuid, view.name, relock=True))
+    else:
+        result.waits[c.uuid] = f"locked; waiting for {view.name} to boot"
+
+
+def _not_taking_work(view: NodeView) -> str:
+    if view.state in USABLE_NOW and not view.admission_open:
+        return f"node {view.name} takes no new work (admission closed)"
+    return f"node {view.name} is {view.state}"
 
 
 def _wait_for_side_node(

@@ -6,8 +6,10 @@ A simulated clock (integer microseconds since the trace start) and a heap of eve
 sleeps, threads or I/O. The loop, per event:
 
 1. Arrivals queue containers. A dispatcher round (at most one per `controller.tickInterval`,
-   only when something changed) calls the scheduler's `plan()` with every queued and
-   running container and every node as the dispatcher's `NodeView`s, then carries the plan
+   only when something changed) calls the scheduler's `plan()` with the capacity ledger
+   of the operator's dispatcher (`scheduling.ledger.account`: a started container holds
+   its node from its start, the runner's start latency included, until it ends; the queued
+   ones) and every node as the dispatcher's `NodeView`s, then carries the plan
    out: starts (the container runs for its run time after the runner's start latency),
    creates (a cloud VM: its WorkerNode at once, its instance listed after the create
    latency, ready after the boot delay), and unsatisfiable containers (never run).
@@ -94,6 +96,7 @@ from nodewarden.policy.facts import (
 )
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import ON_STATES, NodePowerState, PowerState
+from nodewarden.scheduling import ledger as capacity
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
 from nodewarden.scheduling.scheduler import (
     Capacity,
@@ -191,6 +194,8 @@ class _Container:
     started: int | None = None
     finished: int | None = None
     run_view: ContainerView | None = None
+    placement: capacity.Placement | None = None
+    """What the ledger counts while it runs (its node holds it from its start)."""
     done: bool = False
     token: int = 0
 
@@ -398,6 +403,7 @@ class Simulation:
             resources=c.spec.resources,
             node=node.name,
         )
+        c.placement = capacity.Placement(c.run_view)
         self.running[c.spec.uuid] = c
         work = node.work
         if not work.running:
@@ -414,6 +420,7 @@ class Simulation:
         node = self.nodes.get(c.node or "")
         del self.running[c.spec.uuid]
         c.run_view = None
+        c.placement = None
         if node is None:
             return None
         work = node.work
@@ -475,8 +482,10 @@ class Simulation:
             # every node's demand is zero
             self._update_demand(None)
             return
-        views = [c.queued_view for c in self.queued.values()]
-        views += [c.run_view for c in self.running.values() if c.run_view is not None]
+        placed = [c.placement for c in self.running.values() if c.placement is not None]
+        queued = [c.queued_view for c in self.queued.values()]
+        # simulated runners are exactly the running containers: no runner lists to read
+        views = capacity.account(placed, queued, {}, _no_listed_runner).views
         nodes = [n.node_view(self.now) for n in self.nodes.values()]
         pending = sum(1 for v in nodes if v.state is NodeState.PENDING)
         room = self.fleet.cloud.max_new_nodes_per_round - pending
@@ -1294,6 +1303,10 @@ class Simulation:
         self._nodes_on -= 1
         self._power_changed(node)
         self._sample()
+
+
+def _no_listed_runner(uuid: str) -> None:
+    return None
 
 
 def _shape(spec: TraceContainer) -> tuple[object, ...]:

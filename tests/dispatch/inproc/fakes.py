@@ -12,10 +12,13 @@ These are fakes by design (the cluster tests in `tests/dispatch/` run the real p
 - `FakeCloud` and `FakeVM`: the catalogue, back-off answers, and VMs whose readiness and
   runners the test sets.
 - `FakePool`: workers for the fake VMs; probes run when the rig says so, not on timers.
-- `FakeProber`: starts, signals and reports runners on the fake VMs.
+- `FakeProber`: starts, signals and reports runners on the fake VMs. A VM with
+  `slow_starts` parks every start (the SSH command is on its way) until the test releases
+  it with a fate: the runner starts and the answer arrives, the runner starts but the
+  answer times out, or it never starts.
 - `Rig.round()`: advance the clock, probe every node, publish power views (what the power
   controller would: a ready node is On with admission open), run one `step()`, and wait
-  for the background writes and starts it spawned.
+  for the background writes and starts it spawned (a parked start is not waited for).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import SecretStr
 
@@ -44,7 +47,7 @@ from nodewarden.policy.state import PowerState
 from nodewarden.power.board import NodePowerView, PowerBoard
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTarget
-from nodewarden.ssh.errors import ConnectionFailed
+from nodewarden.ssh.errors import CommandTimeout, ConnectionFailed
 from nodewarden.ssh.facts import ProbeReport, RunnerOutcome, RunnerStarted, RunnerState
 
 NS = "nw"
@@ -273,6 +276,21 @@ class FakeQueue:
 # --- cloud, VMs, runners ------------------------------------------------------------------
 
 
+StartFate = Literal["start", "timeout", "fail"]
+"""How a parked start ends: the runner starts and its pid comes back (`start`), the runner
+starts but the answer never arrives (`timeout`: CommandTimeout), or it never starts
+(`fail`: the connection drops)."""
+
+
+@dataclass
+class ParkedStart:
+    uuid: str
+    task: asyncio.Task[Any] | None
+    config: Mapping[str, Any]
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    fate: StartFate = "start"
+
+
 @dataclass
 class FakeVM:
     name: str
@@ -287,6 +305,22 @@ class FakeVM:
     term_stops: bool = True
     """A TERM ends the runner (False: only KILL does)."""
     start_fails: bool = False
+    start_times_out: bool = False
+    """The runner starts, but the answer to the start command times out."""
+    slow_starts: bool = False
+    """Every start is parked until `release` (see `ParkedStart`)."""
+    parked: list[ParkedStart] = field(default_factory=list)
+    runner_vcpus: dict[str, int] = field(default_factory=dict)
+    """vCPUs each runner was started with (the config it was given)."""
+    most_vcpus: int = 0
+    """The most vCPUs the VM's runners ever used at once (set by the prober)."""
+
+    def release(self, uuid: str | None = None, fate: StartFate = "start") -> None:
+        """Let one parked start (or all of them) reach the node, with `fate`."""
+        for parked in self.parked:
+            if uuid is None or parked.uuid == uuid:
+                parked.fate = fate
+                parked.gate.set()
 
     def exit(self, uuid: str, code: int) -> None:
         del self.runners[uuid]
@@ -355,6 +389,29 @@ class FakeProber:
         self.cloud = cloud
         self.clock = clock
         self._pids = itertools.count(100)
+        self.vcpus: Callable[[str], int] = lambda uuid: 1
+        """vCPUs of a container (for `FakeVM.most_vcpus`); the rig sets it from the API."""
+        self.parked_changed = asyncio.Event()
+
+    def land(self, vm: FakeVM, parked: ParkedStart) -> None:
+        """The start command reached the node (its sender may be gone): the runner runs."""
+        self._run(vm, parked.uuid, parked.config)
+
+    def parked_tasks(self) -> set[asyncio.Task[Any]]:
+        return {
+            p.task
+            for vm in self.cloud.vms.values()
+            for p in vm.parked
+            if p.task is not None and not p.gate.is_set()
+        }
+
+    def _run(self, vm: FakeVM, uuid: str, config: Mapping[str, Any]) -> int:
+        if uuid not in vm.runners:
+            vm.runners[uuid] = next(self._pids)
+            vm.runner_vcpus[uuid] = int(config.get("resources", {}).get("vcpus", 1))
+        used = sum(vm.runner_vcpus.get(u) or self.vcpus(u) for u in vm.runners)
+        vm.most_vcpus = max(vm.most_vcpus, used)
+        return vm.runners[uuid]
 
     def _vm(self, target: SshTarget) -> FakeVM:
         vm = self.cloud.vms.get(target.node)
@@ -366,12 +423,27 @@ class FakeProber:
         await asyncio.sleep(0)
         vm = self._vm(target)
         uuid = str(config["uuid"])
+        vm.started.append(uuid)  # every start asked for, even of a runner already there
         if vm.start_fails:
             raise ConnectionFailed(target.node, target.address, "runner start failed")
-        vm.started.append(uuid)  # every start asked for, even of a runner already there
-        if uuid not in vm.runners:
-            vm.runners[uuid] = next(self._pids)
-        return RunnerStarted(target.node, uuid, vm.runners[uuid], self.clock(), "fake")
+        if vm.slow_starts:
+            parked = ParkedStart(uuid, asyncio.current_task(), config)
+            vm.parked.append(parked)
+            self.parked_changed.set()
+            try:
+                await parked.gate.wait()
+            finally:
+                vm.parked.remove(parked)
+            if parked.fate == "fail":
+                raise ConnectionFailed(target.node, target.address, "connection dropped")
+            pid = self._run(vm, uuid, config)
+            if parked.fate == "timeout":
+                raise CommandTimeout(target.node, target.address, "runner start timed out")
+            return RunnerStarted(target.node, uuid, pid, self.clock(), "fake")
+        pid = self._run(vm, uuid, config)
+        if vm.start_times_out:
+            raise CommandTimeout(target.node, target.address, "runner start timed out")
+        return RunnerStarted(target.node, uuid, pid, self.clock(), "fake")
 
     async def kill_runner(self, target: SshTarget, uuid: str, signal: str | int = "TERM") -> None:
         await asyncio.sleep(0)
@@ -510,6 +582,8 @@ class Rig:
         self.prober = FakeProber(self.cloud, self.clock)
         self.board = PowerBoard()
         self.draining: set[str] = set()
+        self.closed: set[str] = set()
+        """Ready nodes whose admission the power controller closed (state unchanged)."""
         self.policies = PolicyBook(namespace=NS, default_name="default")
         self.policies.observe(policy(**dispatch))
         self.dispatcher = Dispatcher(
@@ -524,8 +598,15 @@ class Rig:
             board=self.board,
             clock=self.clock,
         )
+        self.prober.vcpus = self._vcpus
         for name in self.api.objects:
             self.api.deliver(name)
+
+    def _vcpus(self, uuid: str) -> int:
+        for body in self.api.objects.values():
+            if body["spec"]["uuid"] == uuid:
+                return int(body["spec"].get("resources", {}).get("vcpus", 1))
+        return 1
 
     def vm(self, name: str, itype: InstanceType = SMALL, ready: bool = True) -> FakeVM:
         """A VM of ours that already exists (adopted at `start`)."""
@@ -550,15 +631,23 @@ class Rig:
                 vm = self.cloud.vms.get(w.name)
                 busy = vm is not None and bool(vm.runners)
                 state = PowerState.ACTIVE if busy else PowerState.ON_IDLE
-                self.board.set(w.name, NodePowerView(state, True, True))
+                self.board.set(w.name, NodePowerView(state, w.name not in self.closed, True))
 
     async def start(self) -> None:
         await self.dispatcher.start()
         self.power()
 
     async def settle(self) -> None:
-        while self.dispatcher._tasks:
-            await asyncio.gather(*list(self.dispatcher._tasks), return_exceptions=True)
+        """Wait until every task the dispatcher spawned is done or parked at a slow start."""
+        while True:
+            busy = {t for t in self.dispatcher._tasks if not t.done()}
+            busy -= self.prober.parked_tasks()
+            if not busy:
+                return
+            self.prober.parked_changed.clear()
+            parked = asyncio.ensure_future(self.prober.parked_changed.wait())
+            await asyncio.wait({*busy, parked}, return_when=asyncio.FIRST_COMPLETED)
+            parked.cancel()
 
     async def round(self, seconds: float = 1.0) -> None:
         self.clock.advance(seconds)
@@ -570,6 +659,14 @@ class Rig:
     async def rounds(self, n: int, seconds: float = 1.0) -> None:
         for _ in range(n):
             await self.round(seconds)
+
+    async def unprobed_round(self, seconds: float = 1.0) -> None:
+        """A round whose runner lists are those of the last probe (probes run on their
+        own interval, so a round often plans with a listing some seconds old)."""
+        self.clock.advance(seconds)
+        self.power()
+        await self.dispatcher.step()
+        await self.settle()
 
     def runners(self) -> dict[str, str]:
         """Every runner on every VM: container name -> VM name."""
