@@ -79,13 +79,13 @@ def _side_node(
                 "endpoint": bmc.url,
                 "usernameSecretRef": {"name": bmc_secret, "key": "username"},
                 "passwordSecretRef": {"name": bmc_secret, "key": "password"},
-                "caBundleSecretRef": {"name": bmc_secret, "key": "ca.crt"},
+                "caBundleSecretRef": {"name": bmc_secret, "key": "caBundle"},
             },
             "ssh": {
                 "address": "127.0.0.1",
                 "port": ssh.port,
                 "user": "nodewarden",
-                "knownHostsSecretRef": {"name": ssh_secret, "key": "known_hosts"},
+                "knownHostsSecretRef": {"name": ssh_secret, "key": "knownHosts"},
             },
         },
     }
@@ -155,7 +155,11 @@ def _install(
 
 
 def _bmc_secret(name: str, ca: trustme.CA, purpose: str | None = "bmc") -> dict[str, Any]:
-    data = {"username": BMC_USER, "password": BMC_PASSWORD, "ca.crt": ca.cert_pem.bytes().decode()}
+    data = {
+        "username": BMC_USER,
+        "password": BMC_PASSWORD,
+        "caBundle": ca.cert_pem.bytes().decode(),
+    }
     return _secret(name, data, purpose)
 
 
@@ -237,7 +241,7 @@ def healthy(cluster: ClusterHandle, install: Install, bmc_ca: trustme.CA) -> Ite
         namespace,
         [
             _bmc_secret("bmc-creds", bmc_ca),
-            _secret("node-ssh", {"known_hosts": ssh.known_hosts()}, "ssh"),
+            _secret("node-ssh", {"knownHosts": ssh.known_hosts()}, "ssh"),
             _side_node("gpu-1", bmc, ssh, bmc_secret="bmc-creds", ssh_secret="node-ssh"),
             *_role("nw-operator"),
             *_role("nw-short", drop=SHORT_VERB),
@@ -282,8 +286,8 @@ def broken(
             _secret("nodewarden-cloud", {"key": "AKIASTUBCHECK001", "secret": "not-the-secret"}),
             _bmc_secret("bmc-creds", bmc_ca),
             _bmc_secret("bmc-other-ca", trustme.CA()),
-            _secret("node-ssh", {"known_hosts": ssh.known_hosts()}, "ssh"),
-            _secret("node-ssh-stranger", {"known_hosts": stranger_hosts}, "ssh"),
+            _secret("node-ssh", {"knownHosts": ssh.known_hosts()}, "ssh"),
+            _secret("node-ssh-stranger", {"knownHosts": stranger_hosts}, "ssh"),
             _side_node("missing-secret", bmc, ssh, bmc_secret="absent", ssh_secret="node-ssh"),
             _side_node("unadmitted", spy, ssh, bmc_secret="bmc-creds", ssh_secret="node-ssh"),
             _side_node("unknown-ca", bmc, ssh, bmc_secret="bmc-other-ca", ssh_secret="node-ssh"),

@@ -103,19 +103,19 @@ def side_node(name: str, bmc_url: str, secret: str, ssh_port: int, udp_port: int
                 "endpoint": bmc_url,
                 "usernameSecretRef": {"name": secret, "key": "username"},
                 "passwordSecretRef": {"name": secret, "key": "password"},
-                "caBundleSecretRef": {"name": "my-ca", "key": "ca.crt"},
+                "caBundleSecretRef": {"name": "my-ca", "key": "caBundle"},
             },
             "wakeOnLan": {
                 "mac": MAC,
                 "broadcastAddress": "127.0.0.1",
                 "port": udp_port,
-                "secureOnSecretRef": {"name": secret, "key": "secure-on"},
+                "secureOnSecretRef": {"name": secret, "key": "secureOn"},
             },
             "ssh": {
                 "address": "127.0.0.1",
                 "port": ssh_port,
                 "user": "nodewarden",
-                "knownHostsSecretRef": {"name": "my-ca", "key": "known_hosts"},
+                "knownHostsSecretRef": {"name": "my-ca", "key": "knownHosts"},
             },
         },
     }
@@ -217,7 +217,7 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
         "-n", ns, "create", "secret", "generic", "fleet-bmc",
         f"--from-literal=username={BMC_USER}",
         f"--from-literal=password={BMC_PASSWORD}",
-        f"--from-literal=secure-on={SECURE_ON}",
+        f"--from-literal=secureOn={SECURE_ON}",
     )  # fmt: skip
     cluster.kubectl(
         "-n", ns, "create", "secret", "generic", "operator-ssh",
@@ -247,7 +247,7 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": "my-ca"},
-            "stringData": {"ca.crt": listeners["ca"], "known_hosts": known_hosts},
+            "stringData": {"caBundle": listeners["ca"], "knownHosts": known_hosts},
         },
         as_user="attacker",
     )
@@ -323,19 +323,19 @@ async def test_a_worker_node_author_cannot_make_nodewarden_send_a_secret(
             # one Secret serves one use: the CA moves to a bmc Secret of its own
             cluster.kubectl(
                 "-n", ns, "create", "secret", "generic", "fleet-ca",
-                f"--from-literal=ca.crt={listeners['ca']}",
+                f"--from-literal=caBundle={listeners['ca']}",
             )  # fmt: skip
             cluster.kubectl("-n", ns, "label", "secret", "fleet-ca", f"{LABEL}=bmc")
             cluster.kubectl(
                 "-n", ns, "create", "secret", "generic", "fleet-wol",
-                f"--from-literal=secure-on={SECURE_ON}",
+                f"--from-literal=secureOn={SECURE_ON}",
             )  # fmt: skip
             cluster.kubectl("-n", ns, "label", "secret", "fleet-wol", f"{LABEL}=wol")
             fixed = json.loads(json.dumps(steal_secret))
-            fixed["spec"]["bmc"]["caBundleSecretRef"] = {"name": "fleet-ca", "key": "ca.crt"}
+            fixed["spec"]["bmc"]["caBundleSecretRef"] = {"name": "fleet-ca", "key": "caBundle"}
             fixed["spec"]["wakeOnLan"]["secureOnSecretRef"] = {
                 "name": "fleet-wol",
-                "key": "secure-on",
+                "key": "secureOn",
             }
             apply(cluster, ns, fixed)
             resolver.forget()  # the designation is read again (the operator: after secretTtl)

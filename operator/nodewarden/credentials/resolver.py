@@ -18,6 +18,14 @@ own (reserved) Secrets; BMC credentials go only to admitted BMC endpoints, side-
 logins only to admitted SSH addresses (cloud VMs: the address the cloud reported for
 nodewarden's own instance), Wake-on-LAN packets only to admitted targets. Secrets are
 cached for `credentials.secretTtl` (one read per Secret per TTL, shared by all nodes).
+
+Each field reads only the key of its role (`designation`): a value never reaches another
+use. Every value of every Secret read is registered for redaction (logs, statuses,
+Events), except those of the public roles (CA bundle, known_hosts). A value that cannot
+be used (an empty user name, a key that does not load, a malformed SecureOn password) is
+refused with the same message as an undesignated Secret; no message carries anything
+derived from a Secret's content, and the operator's log gets a fixed text naming the
+rule it broke.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from nodewarden.config import CredentialsConfig
 from nodewarden.credentials.admission import AdmissionList, Endpoint, bmc_endpoint, parse_entries
 from nodewarden.credentials.designation import (
     LABEL,
+    PUBLIC_ROLES,
+    ROLE_TEXT,
     SecretRef,
     SecretView,
     designated,
@@ -52,16 +62,6 @@ from nodewarden.units import parse_duration
 from nodewarden.wol import InvalidSecureOn, parse_secure_on
 
 log = logging.getLogger(__name__)
-
-SECRET_FIELDS = frozenset(
-    {
-        "spec.bmc.passwordSecretRef",
-        "spec.ssh.privateKeySecretRef",
-        "spec.wakeOnLan.secureOnSecretRef",
-    }
-)
-"""References whose values are secrets, registered for log redaction when used (user
-names, CA bundles and known_hosts lines are public and stay readable)."""
 
 RefusalReason = Literal[
     "CredentialsNotDesignated", "EndpointNotAdmitted", "CredentialsMissing", "CredentialsInvalid"
@@ -82,7 +82,7 @@ class BmcCredentials:
     """A BMC's admitted endpoint and its designated credentials."""
 
     endpoint: str
-    username: str
+    username: str = field(repr=False)
     password: SecretStr
     ca_bundle_pem: str | None = field(default=None, repr=False)
     system_id: str | None = None
@@ -200,6 +200,8 @@ class CredentialResolver:
                 # e.g. 403 where RBAC names the Secrets it may read: treated as absent.
                 log.warning("cannot read Secret %s/%s: %s", self.namespace, name, exc)
                 record = None
+            if record is not None:
+                _register_values(record)
             self._cache[name] = _Cached(self._clock() + self._ttl, record)
             future.set_result(record)
             return record
@@ -215,25 +217,35 @@ class CredentialResolver:
 
     async def _value(self, node: str, ref: SecretRef) -> SecretStr | Refusal:
         record = await self._record(ref.name) if ref.name not in self.reserved else None
-        view = (
-            None
-            if record is None
-            else SecretView(record.name, record.labels, frozenset(record.values))
-        )
+        view = _view(record)
         if not designated(view, ref, self.reserved):
-            log.info(
-                "WorkerNode %s: %s refused (%s)",
-                node,
-                ref.field,
-                why_not(view, ref, self.reserved),
-                extra={"secret": ref.name, "label": LABEL},
-            )
-            return Refusal("CredentialsNotDesignated", ref.field, refusal_message(ref))
+            return self._refuse(node, ref, why_not(view, ref, self.reserved))
         assert record is not None
-        value = record.values[ref.key]
-        if ref.field in SECRET_FIELDS:
-            register_secret(value.get_secret_value())
-        return value
+        return record.values[ref.key]
+
+    def _refuse(self, node: str, ref: SecretRef, cause: str) -> Refusal:
+        """The no-oracle refusal of `ref`; the (fixed-text) cause goes to the log only."""
+        log.info(
+            "WorkerNode %s: %s refused (%s)",
+            node,
+            ref.field,
+            cause,
+            extra={"secret": ref.name, "key": ref.key, "label": LABEL},
+        )
+        return Refusal("CredentialsNotDesignated", ref.field, refusal_message(ref))
+
+    def _unusable(self, node: str, ref: SecretRef) -> Refusal:
+        """A designated value that cannot serve its role. Secret roles: the same refusal as
+        an undesignated Secret (its content is no oracle either); public roles: a fixed
+        text that names the Secret and the key."""
+        if ref.role not in PUBLIC_ROLES:
+            return self._refuse(node, ref, f"the value is not usable as {ROLE_TEXT[ref.role]}")
+        return Refusal(
+            "CredentialsInvalid",
+            ref.field,
+            f"{ref.field}: Secret {ref.name!r} (key {ref.key!r}) does not hold usable "
+            f"{ROLE_TEXT[ref.role]} (docs/security.md)",
+        )
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -291,31 +303,22 @@ class CredentialResolver:
         refused = self._bmc_endpoint_refusal(spec)
         if refused is not None:
             return refused
-        values: dict[str, str] = {}
-        secret: SecretStr | None = None
+        values: dict[str, SecretStr] = {}
         for ref in secret_refs(spec):
             if ref.purpose != "bmc":
                 continue
             value = await self._value(name, ref)
             if isinstance(value, Refusal):
                 return value
-            if ref.field.endswith("passwordSecretRef"):
-                secret = value
-            else:
-                values[ref.field] = value.get_secret_value()
-        assert secret is not None
-        username = values.get("spec.bmc.usernameSecretRef", "").strip()
-        if not username:
-            return Refusal(
-                "CredentialsInvalid",
-                "spec.bmc.usernameSecretRef",
-                "spec.bmc.usernameSecretRef: the designated Secret's value is empty",
-            )
+            if ref.role == "username" and not value.get_secret_value().strip():
+                return self._unusable(name, ref)
+            values[ref.role] = value
+        ca_bundle = values.get("caBundle")
         return BmcCredentials(
             endpoint=bmc.endpoint,
-            username=username,
-            password=secret,
-            ca_bundle_pem=values.get("spec.bmc.caBundleSecretRef"),
+            username=values["username"].get_secret_value().strip(),
+            password=values["password"],
+            ca_bundle_pem=ca_bundle.get_secret_value() if ca_bundle is not None else None,
             system_id=bmc.system_id,
             use_sessions=bmc.use_sessions,
         )
@@ -341,16 +344,16 @@ class CredentialResolver:
             value = await self._value(name, ref)
             if isinstance(value, Refusal):
                 return value
-            if ref.field == "spec.ssh.privateKeySecretRef":
+            if ref.role == "privateKey":
                 try:
                     client_key = SshClientKey(value)
-                except InvalidClientKey as exc:
-                    return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+                except InvalidClientKey:
+                    return self._unusable(name, ref)
             else:
                 try:
                     known = KnownHostKeys(value.get_secret_value())
-                except ValueError as exc:
-                    return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+                except ValueError:
+                    return self._unusable(name, ref)
         if client_key is None:
             return Refusal(
                 "CredentialsMissing",
@@ -400,8 +403,8 @@ class CredentialResolver:
                 return value
             try:
                 secure_on = parse_secure_on(value.get_secret_value())
-            except InvalidSecureOn as exc:
-                return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+            except InvalidSecureOn:
+                return self._unusable(name, ref)
         return WolCredentials(str(wake.mac), target.host, target.port, secure_on)
 
     # -- validation -----------------------------------------------------------------------
@@ -432,3 +435,20 @@ class CredentialResolver:
                     out.append(result)
                     seen.add(result.field)
         return out
+
+
+def _view(record: SecretRecord | None) -> SecretView | None:
+    if record is None:
+        return None
+    return SecretView(record.name, record.labels, frozenset(record.values), record.annotations)
+
+
+def _register_values(record: SecretRecord) -> None:
+    """Register every value of a Secret just read for redaction, except those of the
+    public roles (CA bundle, known_hosts) when the Secret is designated."""
+    view = _view(record)
+    assert view is not None
+    for key, value in record.values.items():
+        if view.role_of(key) in PUBLIC_ROLES:
+            continue
+        register_secret(value.get_secret_value())

@@ -179,8 +179,8 @@ class RedfishAuth:
         if reply.status in (401, 403):
             raise AuthFailed(
                 endpoint,
-                f"session login as {self._username!r} rejected (HTTP {reply.status}); "
-                "check the BMC user name and password Secret",
+                f"session login rejected (HTTP {reply.status}); check the BMC user name "
+                "and password Secret",
                 reply.status,
             )
         if not 200 <= reply.status < 300:
