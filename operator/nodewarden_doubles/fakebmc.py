@@ -212,6 +212,9 @@ class FakeBmc:
         self.resets: list[ResetRecord] = []
         self.logins = 0
         self.failed_logins = 0
+        self.failed_basic = 0
+        """Requests whose Basic credentials were wrong (a BMC counts them towards lockout)."""
+        self._tokens_refused = False
         self.issued_tokens: list[str] = []
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
@@ -271,6 +274,25 @@ class FakeBmc:
         """Make every issued X-Auth-Token invalid (the next use gets 401)."""
         for session in self._sessions.values():
             session.expired = True
+
+    # -- session variants ------------------------------------------------------------
+
+    def refuse_session_tokens(self, refuse: bool = True) -> None:
+        """Keep issuing session tokens but refuse every one of them (401), while the
+        sessions stay live: a BMC whose new token is refused as well. Only Basic auth
+        (with the right password) still works, also to delete such a session."""
+        self._tokens_refused = refuse
+
+    def change_password(self, password: str) -> None:
+        """The BMC's password changes (an administrator rotated it on the BMC) and every
+        session ends: the client's token is refused and its re-login too."""
+        self.options.password = password
+        self.expire_sessions()
+
+    @property
+    def failed_auth(self) -> int:
+        """Every refused credential: failed session logins and wrong Basic credentials."""
+        return self.failed_logins + self.failed_basic
 
     @property
     def live_sessions(self) -> int:
@@ -383,8 +405,10 @@ class FakeBmc:
         if token is not None and self.options.sessions:
             for session in self._sessions.values():
                 if hmac.compare_digest(session.token, token):
-                    if session.expired or (
-                        session.expires_at is not None and now >= session.expires_at
+                    if (
+                        self._tokens_refused
+                        or session.expired
+                        or (session.expires_at is not None and now >= session.expires_at)
                     ):
                         return None
                     return "session"
@@ -397,6 +421,7 @@ class FakeBmc:
                 return None
             if self._credentials_match(user, password):
                 return "basic"
+            self.failed_basic += 1
         return None
 
     def _credentials_match(self, user: str, password: str) -> bool:
