@@ -121,6 +121,7 @@ def intent(
     override_inhibitors: bool = False,
     force_off: bool = False,
     requested_by: str = "alice",
+    verified: bool = True,
 ) -> ManualIntent:
     override = None
     if override_inhibitors or force_off:
@@ -135,6 +136,7 @@ def intent(
         name="manual-1",
         action=action,
         requested_by=requested_by,
+        requester_verified=verified,
         override=override,
     )
 

@@ -420,6 +420,24 @@ def test_inhibitor_gate_override_from_unlisted_requester_blocks() -> None:
     assert ev.decision is Decision.BLOCK and R.OVERRIDE_NOT_PERMITTED in ev.reasons
 
 
+def test_an_override_of_an_unverified_requester_is_refused() -> None:
+    """Issue 20: requestedBy is a free string unless the admission policy verified it."""
+    pol = policy(inhibitorOverride={"permitted": True, "allowedRequesters": ["alice"]})
+    forged = intent("Shutdown", override_inhibitors=True, verified=False)
+    ev = shutdown(idle_facts(inhibitors=inhibitors(block_lock()), intent=forged), pol=pol)
+    assert ev.decision is Decision.BLOCK
+    assert gate(ev, GateName.INHIBITORS) == (
+        Verdict.FAIL,
+        (R.INHIBITOR_ACTIVE, R.REQUESTER_UNVERIFIED),
+    )
+    permissive = policy(
+        allowedActions=["On", "GracefulShutdown", "ForceOff"],
+        inhibitorOverride={"permitted": True, "permitForceOff": True},
+    )
+    force = idle_facts(intent=intent("Shutdown", force_off=True, verified=False))
+    assert not force_off_permitted(force, permissive)
+
+
 def test_inhibitor_gate_missing_reading_defers() -> None:
     ev = shutdown(idle_facts(inhibitors=None))
     assert ev.decision is Decision.DEFER

@@ -215,6 +215,14 @@ class CredentialResolver:
             elif future.exception() is not None:
                 future.exception()  # retrieved: no "never retrieved" warning
 
+    async def secret_view(self, name: str) -> SecretView | None:
+        """What designation sees of Secret `name` (labels, key names, key map; no values),
+        through the cache; None when absent or reserved. For `nodewarden check`, which an
+        administrator runs, never for a status."""
+        if name in self.reserved:
+            return None
+        return _view(await self._record(name))
+
     async def _value(self, node: str, ref: SecretRef) -> SecretStr | Refusal:
         record = await self._record(ref.name) if ref.name not in self.reserved else None
         view = _view(record)

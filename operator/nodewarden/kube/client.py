@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,9 +52,11 @@ class SecretRecord:
 class KubeError(Exception):
     """A Kubernetes API call failed in a way the caller should handle."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, server_message: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.server_message = server_message
+        """The API server's own message (a Status body's `message`), if any."""
 
 
 class NotFound(KubeError):
@@ -81,7 +84,21 @@ def _wrap(exc: ApiException, what: str) -> KubeError:
         return NotFound(f"{what}: not found", status)
     if status == 409:
         return Conflict(f"{what}: conflict ({reason})", status)
-    return KubeError(f"{what}: HTTP {status} {reason}", status)
+    return KubeError(f"{what}: HTTP {status} {reason}", status, _server_message(exc))
+
+
+def _server_message(exc: ApiException) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    if not isinstance(body, str):
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ""
+    message = parsed.get("message") if isinstance(parsed, dict) else None
+    return message[:2048] if isinstance(message, str) else ""
 
 
 async def api_client_from(kubeconfig: Path | None) -> client.ApiClient:
@@ -165,12 +182,22 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
-    async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(
+        self, kind: Kind, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Create an object (`dry_run`: admission runs, nothing is stored)."""
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind.kind, **body}
         KUBE_REQUESTS.labels("create").inc()
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         try:
             obj: dict[str, Any] = await self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, kind.plural, body, field_manager=self.field_manager
+                GROUP,
+                VERSION,
+                namespace,
+                kind.plural,
+                body,
+                field_manager=self.field_manager,
+                **extra,
             )
             return obj
         except UNREACHABLE as exc:

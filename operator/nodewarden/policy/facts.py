@@ -160,6 +160,7 @@ class OverrideRequest(CoreModel):
 
     inhibitors: bool = False
     force_off: bool = False
+    recorded_identity: bool = False
     justification: str = Field(min_length=10, max_length=2048)
 
 
@@ -169,6 +170,14 @@ class ManualIntent(Reading):
     name: str = Field(min_length=1, max_length=253)
     action: PowerAction
     requested_by: str = Field(default="", max_length=256)
+    requester_verified: bool = Field(
+        default=False,
+        description=(
+            "requested_by is the user the API server authenticated: the requester admission "
+            "policy (which also checks the powerintents/override permission) was in force. "
+            "An override of an unverified requester is refused."
+        ),
+    )
     reason: str = Field(default="", max_length=2048)
     override: OverrideRequest | None = None
 

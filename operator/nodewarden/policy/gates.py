@@ -620,9 +620,15 @@ def _latest_recheck(gates: tuple[GateResult, ...]) -> datetime | None:
 def _override_allowed(intent: ManualIntent | None, policy: PolicyView) -> bool:
     if intent is None or intent.override is None or not intent.override.inhibitors:
         return False
-    if not policy.override_permitted:
+    if not policy.override_permitted or not intent.requester_verified:
         return False
     return not policy.override_requesters or intent.requested_by in policy.override_requesters
+
+
+def _override_refusal(intent: ManualIntent) -> ReasonCode:
+    """Why an override is refused: the requester is not who the API server says, or the
+    policy does not permit it."""
+    return R.OVERRIDE_NOT_PERMITTED if intent.requester_verified else R.REQUESTER_UNVERIFIED
 
 
 def force_off_permitted(facts: NodeFacts, policy: PolicyView) -> bool:
@@ -633,6 +639,8 @@ def force_off_permitted(facts: NodeFacts, policy: PolicyView) -> bool:
     if intent is None or intent.action != "Shutdown" or intent.override is None:
         return False
     if not intent.override.force_off or not policy.permit_force_off:
+        return False
+    if not intent.requester_verified:
         return False
     if policy.override_requesters and intent.requested_by not in policy.override_requesters:
         return False
@@ -798,15 +806,20 @@ def evaluate_shutdown(
                 assert intent is not None
                 i_ev = (
                     *i_ev,
-                    _ev("override", f"{intent.name} by {intent.requested_by or '?'}", intent),
+                    _ev(
+                        "override",
+                        f"{intent.name} by {intent.requested_by} (authenticated at admission)",
+                        intent,
+                    ),
                 )
                 inhibitor_gate = _result(
                     _G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_APPLIED], i_ev, waived=True
                 )
                 applied = ("inhibitors",)
             elif wants_override:
+                assert intent is not None
                 inhibitor_gate = _result(
-                    _G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_NOT_PERMITTED], i_ev
+                    _G_INHIBITORS, [R.INHIBITOR_ACTIVE, _override_refusal(intent)], i_ev
                 )
             else:
                 inhibitor_gate = _result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev)

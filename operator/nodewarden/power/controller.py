@@ -51,6 +51,7 @@ from nodewarden.dispatch.policies import Policy, PolicyBook
 from nodewarden.dispatch.workers import Worker, WorkerPool
 from nodewarden.drain import drain
 from nodewarden.kube.client import Kube, KubeError
+from nodewarden.kube.requesters import RequesterAdmission
 from nodewarden.metrics import POWER_DECISIONS, POWER_REQUESTS
 from nodewarden.policy.actions import (
     Action,
@@ -713,10 +714,24 @@ class PowerController:
 
     def _sync_intent(self, rt: NodeRuntime) -> None:
         active = self.intents.active(rt.name)
-        manual: ManualIntent | None = active.manual() if active is not None else None
-        current = rt.facts.intent
-        if (current.name if current else None) != (manual.name if manual else None):
+        manual: ManualIntent | None = (
+            self.intents.manual_fact(active) if active is not None else None
+        )
+        if rt.facts.intent != manual:  # another intent, or its requester verified now
             rt.events.append(ManualOverride(intent=manual))
+
+    def requester_admission(self, admission: RequesterAdmission) -> None:
+        """The last check of the requester admission policy (`kube.requesters`): overrides
+        are honoured only while it is in force. A change re-judges the active intents."""
+        previous = self.intents.admission
+        self.intents.admission = admission
+        if previous.enforced == admission.enforced and previous.checked:
+            return
+        level = logging.INFO if admission.enforced else logging.WARNING
+        log.log(level, "requester admission: %s", admission.detail)
+        for rt in self.nodes.values():
+            self._sync_intent(rt)
+        self.wake.set()
 
     def _update_vm(self, rt: NodeRuntime, worker: Worker) -> None:
         booted = worker.booted_at

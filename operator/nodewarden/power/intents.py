@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from nodewarden.api.kinds import POWER_INTENT
 from nodewarden.api.powerintent import TERMINAL_INTENT_PHASES, PowerAction, PowerIntentSpec
 from nodewarden.kube.client import Kube, KubeError, NotFound
+from nodewarden.kube.requesters import NOT_CHECKED, RequesterAdmission
 from nodewarden.metrics import STATUS_WRITES
 from nodewarden.policy.facts import ManualIntent, OverrideRequest
 from nodewarden.policy.record import SafetyRecord
@@ -79,13 +80,16 @@ class Intent:
         """Still applied to its node: not finished, or a Drain that exists."""
         return not self.finished or (self.action == "Drain" and self.phase == "Succeeded")
 
-    def manual(self) -> ManualIntent:
+    def manual(self, requester_verified: bool = False) -> ManualIntent:
+        """The machine's view of this intent; `requester_verified`: the requester
+        admission policy is in force (requested_by is the authenticated user)."""
         return ManualIntent(
             source=f"PowerIntent/{self.name}",
             observed_at=self.created,
             name=self.name,
             action=self.action,
             requested_by=self.requested_by,
+            requester_verified=requester_verified,
             reason=self.reason[:2048],
             override=self.override,
         )
@@ -102,6 +106,11 @@ class IntentBook:
         self.dispatcher_id = dispatcher_id
         self.keep_finished = keep_finished
         self.intents: dict[str, Intent] = {}
+        self.requester = f"nodewarden/{dispatcher_id}"
+        """spec.requestedBy of the intents the controller makes: the operator's user name
+        (`set_requester`), which the requester admission policy admits for source Policy."""
+        self.admission: RequesterAdmission = NOT_CHECKED
+        """Whether manual intents' requesters are verified at admission (last check)."""
         self._finished_policy: dict[str, deque[str]] = {}
         self._gone_since: dict[str, datetime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -131,6 +140,7 @@ class IntentBook:
             override = OverrideRequest(
                 inhibitors=spec.override.inhibitors,
                 force_off=spec.override.force_off,
+                recorded_identity=spec.override.recorded_identity,
                 justification=spec.override.justification,
             )
         intent = Intent(
@@ -157,6 +167,13 @@ class IntentBook:
         if intent.source == "Policy" and intent.finished:
             self._remember_finished(intent)
         return intent.node
+
+    def set_requester(self, username: str | None) -> None:
+        if username:
+            self.requester = username
+
+    def manual_fact(self, intent: Intent) -> ManualIntent:
+        return intent.manual(requester_verified=self.admission.enforced)
 
     # -- who is active --------------------------------------------------------------------
 
@@ -237,7 +254,7 @@ class IntentBook:
                 "nodeName": node,
                 "action": action,
                 "source": "Policy",
-                "requestedBy": f"nodewarden/{self.dispatcher_id}",
+                "requestedBy": self.requester,
                 "reason": reason[:2048],
             },
         }
@@ -246,7 +263,7 @@ class IntentBook:
             node=node,
             action=action,
             source="Policy",
-            requested_by=f"nodewarden/{self.dispatcher_id}",
+            requested_by=self.requester,
             reason=reason,
             override=None,
             created=at,
