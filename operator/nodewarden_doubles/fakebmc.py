@@ -300,6 +300,12 @@ class FakeBmc:
         now = self._clock()
         return sum(1 for session in self._sessions.values() if session.live(now))
 
+    def system_uuid(self, system_id: str) -> str:
+        """The system's ComputerSystem.UUID: unique per fake BMC (by port) and system; the
+        side-node double's host reports the same as its DMI product UUID."""
+        index = self.options.system_ids.index(system_id)
+        return f"00000000-0000-4000-8{index:03x}-{int(self.port):012d}"
+
     def set_power(self, system_id: str, power: Literal["On", "Off"]) -> None:
         """Set a system's state directly, cancelling any pending transition."""
         system = self.systems[system_id]
@@ -490,7 +496,7 @@ class FakeBmc:
                 "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
                 "Id": system.system_id,
                 "Name": f"fake system {system.system_id}",
-                "UUID": f"00000000-0000-4000-8000-{int(self.port):012d}",
+                "UUID": self.system_uuid(system.system_id),
                 "PowerState": system.reported(self.options),
                 "Actions": {"#ComputerSystem.Reset": action},
             }

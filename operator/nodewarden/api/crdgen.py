@@ -135,7 +135,7 @@ def kind_schema(kind: Kind) -> dict[str, Any]:
     _default_objects(spec)
     spec["description"] = kind.spec.__doc__ or spec.get("description", "")
     status["description"] = kind.status.__doc__ or status.get("description", "")
-    return {
+    out: dict[str, Any] = {
         "type": "object",
         "description": kind.description,
         "required": ["spec"],
@@ -150,6 +150,9 @@ def kind_schema(kind: Kind) -> dict[str, Any]:
             "status": status,
         },
     }
+    if kind.rules:
+        out["x-kubernetes-validations"] = [dict(rule) for rule in kind.rules]
+    return out
 
 
 def crd_for(kind: Kind) -> dict[str, Any]:

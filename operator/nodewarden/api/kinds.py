@@ -12,7 +12,7 @@ from nodewarden.api.base import ApiModel, StatusModel
 from nodewarden.api.containerdispatch import ContainerDispatchSpec, ContainerDispatchStatus
 from nodewarden.api.powerintent import PowerIntentSpec, PowerIntentStatus
 from nodewarden.api.powerpolicy import PowerPolicySpec, PowerPolicyStatus
-from nodewarden.api.workernode import WorkerNodeSpec, WorkerNodeStatus
+from nodewarden.api.workernode import IDENTITY_FROZEN_RULE, WorkerNodeSpec, WorkerNodeStatus
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Kind:
     status: type[StatusModel]
     description: str
     columns: tuple[PrinterColumn, ...] = field(default_factory=tuple)
+    rules: tuple[dict[str, str], ...] = ()
+    """CEL rules on the whole object (those that relate spec and status)."""
 
     @property
     def crd_name(self) -> str:
@@ -54,6 +56,7 @@ WORKER_NODE = Kind(
         "One machine nodewarden manages: a cloud VM created through the cloud API or a side "
         "node powered through Redfish / Wake-on-LAN. spec is what we want, status what we observe."
     ),
+    rules=(IDENTITY_FROZEN_RULE,),
     columns=(
         PrinterColumn("State", ".status.state", description="Lifecycle / power state."),
         PrinterColumn("Type", ".spec.instanceType", description="Instance type."),

@@ -42,6 +42,7 @@ from pydantic import SecretBytes, SecretStr
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.config import CredentialsConfig
 from nodewarden.credentials.admission import AdmissionList, Endpoint, bmc_endpoint, parse_entries
+from nodewarden.credentials.bmcidentity import BmcRegistry
 from nodewarden.credentials.designation import (
     LABEL,
     PUBLIC_ROLES,
@@ -64,7 +65,11 @@ from nodewarden.wol import InvalidSecureOn, parse_secure_on
 log = logging.getLogger(__name__)
 
 RefusalReason = Literal[
-    "CredentialsNotDesignated", "EndpointNotAdmitted", "CredentialsMissing", "CredentialsInvalid"
+    "CredentialsNotDesignated",
+    "EndpointNotAdmitted",
+    "CredentialsMissing",
+    "CredentialsInvalid",
+    "BmcClaimed",
 ]
 
 
@@ -172,6 +177,9 @@ class CredentialResolver:
         self._cache: dict[str, _Cached] = {}
         self._inflight: dict[str, asyncio.Future[SecretRecord | None]] = {}
         self.reads = 0
+        self.bmc_claims = BmcRegistry()
+        """Which WorkerNode each BMC belongs to (fed by the power controller): a node whose
+        BMC another holds is refused its BMC credentials (`bmcidentity`)."""
 
     # -- secrets ----------------------------------------------------------------------
 
@@ -270,6 +278,18 @@ class CredentialResolver:
             "at an admitted BMC",
         )
 
+    def _bmc_claim_refusal(self, name: str) -> Refusal | None:
+        owner = self.bmc_claims.owner_for(name)
+        if owner is None:
+            return None
+        return Refusal(
+            "BmcClaimed",
+            "spec.bmc.endpoint",
+            f"spec.bmc: this BMC ({owner.describe()}) belongs to WorkerNode {owner.node!r}: "
+            "one machine, one BMC. Point spec.bmc at this machine's own BMC; if "
+            f"{owner.node!r} is the stale one, an administrator deletes it (docs/security.md)",
+        )
+
     def _ssh_address(self, spec: WorkerNodeSpec) -> Endpoint | Refusal:
         address = spec.ssh.address
         if not address:
@@ -308,7 +328,7 @@ class CredentialResolver:
         bmc = spec.bmc
         if bmc is None:
             return Refusal("CredentialsMissing", "spec.bmc", "spec.bmc: the node has no BMC")
-        refused = self._bmc_endpoint_refusal(spec)
+        refused = self._bmc_endpoint_refusal(spec) or self._bmc_claim_refusal(name)
         if refused is not None:
             return refused
         values: dict[str, SecretStr] = {}

@@ -979,8 +979,14 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
-            # side nodes: the power gates need inhibitors and the boot time as well
-            report = await self.prober.probe(target, inhibitors=worker.side, uptime=worker.side)
+            # side nodes: the power gates need inhibitors and the boot time as well, and
+            # those with a BMC the host's product UUID (one machine, one BMC)
+            report = await self.prober.probe(
+                target,
+                inhibitors=worker.side,
+                uptime=worker.side,
+                host_uuid=worker.side and worker.spec is not None and worker.spec.bmc is not None,
+            )
         except SshError as exc:
             PROBE_SECONDS.labels("error").observe(loop.time() - t0)
             worker.attempts_since_success += 1

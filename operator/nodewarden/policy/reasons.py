@@ -257,12 +257,13 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
     ),
     _R.IDENTITY_UNVERIFIED: ReasonDoc(
         _C.BLOCK,
-        "The host's DMI product UUID cannot be read over SSH now (the host does not answer, "
-        "or the login may not read /sys/class/dmi/id/product_uuid), or the BMC's UUID is "
-        "unknown: nothing proves the BMC manages this host. Only a Manual PowerIntent "
-        "with an audited override may rely on the match recorded at enrolment.",
-        "Give the SSH user read access to the product UUID (one sudo rule, see "
-        "docs/operations.md), or use an override with override.recordedIdentity.",
+        "The host's DMI product UUID cannot be read over SSH (the login may not read "
+        "/sys/class/dmi/id/product_uuid), or the BMC reports no ComputerSystem.UUID: nothing "
+        "proves the BMC manages this host, so it does not switch it off. Only a Manual "
+        "PowerIntent with an audited override (override.recordedIdentity) may rely on the "
+        "match recorded at enrolment.",
+        "Give the SSH user read access to the product UUID (one sudo rule and "
+        "ssh.product_uuid_command, docs/operations.md), or fix the BMC's system.",
     ),
     _R.POWER_CONTROL_UNAVAILABLE: ReasonDoc(
         _C.BLOCK,

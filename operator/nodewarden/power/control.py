@@ -38,6 +38,7 @@ from nodewarden.credentials import BmcCredentials, CredentialResolver, Refusal
 from nodewarden.metrics import BMC_ERRORS
 from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRejected
 from nodewarden.policy.facts import CapabilityReading, PowerReading
+from nodewarden.power.enrolment import BmcUuid
 from nodewarden.power.readings import (
     cloud_capability,
     redfish_capability,
@@ -153,6 +154,8 @@ class PowerControl:
         due at start-up); power requests do not take it."""
         self.last_error: dict[str, str] = {}
         """Per node: why its trusted power source did not answer last time (for status)."""
+        self.system_uuids: dict[str, BmcUuid] = {}
+        """Per node: the BMC system's UUID, as of its last PowerState read."""
 
     # -- clients ----------------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class PowerControl:
             log.info("closing a Redfish session failed: %s", exc)
 
     async def forget(self, node: str) -> None:
+        self.system_uuids.pop(node, None)
         held = self._clients.pop(node, None)
         if held is not None:
             await self._close(held[1])
@@ -214,6 +218,10 @@ class PowerControl:
             self._failed(node.name, "PowerState read", exc)
             return None
         self.last_error.pop(node.name, None)
+        if obs.system_uuid is not None:
+            self.system_uuids[node.name] = BmcUuid(
+                obs.system_uuid, f"{obs.source}#UUID", obs.observed_at
+            )
         return redfish_power(obs)
 
     async def discover(self, node: NodeRef, ssh_works: bool) -> CapabilityReading:

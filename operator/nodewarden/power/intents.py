@@ -36,23 +36,15 @@ from nodewarden.kube.requesters import NOT_CHECKED, RequesterAdmission
 from nodewarden.metrics import STATUS_WRITES
 from nodewarden.policy.facts import ManualIntent, OverrideRequest
 from nodewarden.policy.record import SafetyRecord
+from nodewarden.units import parse_rfc3339, rfc3339
 
 log = logging.getLogger(__name__)
 
 _NAME_OK = re.compile(r"[^a-z0-9.-]+")
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
-
-
-def _parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+_iso = rfc3339
+_parse_time = parse_rfc3339
 
 
 @dataclass

@@ -15,6 +15,7 @@ from nodewarden.policy.facts import NodeFacts
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState
 from nodewarden.power.control import NodeRef
+from nodewarden.power.enrolment import IdentityState
 from nodewarden.validation import Verdict
 
 HISTORY = 10
@@ -73,6 +74,8 @@ class NodeRuntime:
     (kept by `gauges.publish`)."""
     polled: bool = False
     """Whether the BMC was read once (the second read is spread, see `poll_phase`)."""
+    identity: IdentityState = field(default_factory=IdentityState)
+    """The BMC's and the host's UUIDs and the enrolment (`power.enrolment`)."""
 
     @property
     def node_type(self) -> str:

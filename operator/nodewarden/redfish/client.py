@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import TracebackType
@@ -201,6 +202,7 @@ class RedfishClient:
             raw=raw if isinstance(raw, str) else None,
             source=self.source,
             observed_at=self._clock(),
+            system_uuid=_system_uuid(body.get("UUID")),
         )
         logger.debug(
             "redfish power state %s",
@@ -420,3 +422,13 @@ def _task_messages(body: object) -> tuple[str, ...]:
         for m in body["Messages"]
         if isinstance(m, dict) and isinstance(m.get("Message"), str)
     )
+
+
+_UUID = re.compile(r"^[0-9A-Fa-f]{8}-([0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}$")
+
+
+def _system_uuid(value: object) -> str | None:
+    """ComputerSystem.UUID in lower case (the host's DMI product UUID is compared with it)."""
+    if isinstance(value, str) and _UUID.match(value.strip()):
+        return value.strip().lower()
+    return None
