@@ -52,8 +52,8 @@ def claim(
 def test_the_newcomer_is_refused_the_first_keeps_serving() -> None:
     reg = BmcRegistry()
     reg.put(claim("victim"), "victim")
-    touched = reg.put(claim("attacker", created="2026-02-01T00:00:00Z"), "attacker")
-    assert touched == {"victim", "attacker"}
+    changed = reg.put(claim("attacker", created="2026-02-01T00:00:00Z"), "attacker")
+    assert changed == {"attacker"}  # the victim's owner (itself) did not change
     assert reg.owner_for("victim") is None
     owner = reg.owner_for("attacker")
     assert owner is not None and owner.node == "victim"
@@ -89,5 +89,13 @@ def test_deleting_the_holder_hands_the_bmc_on() -> None:
     reg = BmcRegistry()
     reg.put(claim("a"), "a")
     reg.put(claim("b", created="2026-02-01T00:00:00Z"), "b")
-    assert reg.put(None, "a") == {"a", "b"}
+    assert reg.put(None, "a") == {"a", "b"}  # b holds it now
     assert reg.owner_for("b") is None and reg.refused() == 0
+
+
+def test_a_fleet_without_shared_bmcs_costs_a_lookup_per_node() -> None:
+    """10,000 nodes each on its own BMC: every put touches only the node itself."""
+    reg = BmcRegistry()
+    for i in range(10_000):
+        assert reg.put(claim(f"n{i}", f"https://bmc-{i}"), f"n{i}") == {f"n{i}"}
+    assert reg.refused() == 0 and reg.owner_for("n42") is None

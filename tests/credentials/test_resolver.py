@@ -202,3 +202,20 @@ async def test_secrets_are_cached_for_the_ttl(secrets: Secrets) -> None:
     clock.now = 31.0
     assert isinstance(await r.bmc("n", spec()), Refusal)
     assert secrets.reads == ["bmc", "bmc"]
+
+
+async def test_a_ca_bundle_that_is_not_pem_is_refused_not_raised(secrets: Secrets) -> None:
+    """Before: the Redfish client's constructor raised from inside the power poll."""
+    secrets.put("bmc-ca", "bmc", caBundle="not a certificate at all, just words")
+    node = spec(
+        bmc={
+            "endpoint": "https://127.0.0.1:8443",
+            "usernameSecretRef": {"name": "bmc", "key": "username"},
+            "passwordSecretRef": {"name": "bmc", "key": "password"},
+            "caBundleSecretRef": {"name": "bmc-ca", "key": "caBundle"},
+        }
+    )
+    refused = await resolver(secrets).bmc("n", node)
+    assert isinstance(refused, Refusal) and refused.reason == "CredentialsInvalid"
+    assert refused.field == "spec.bmc.caBundleSecretRef"
+    assert "just words" not in refused.message and "'bmc-ca'" in refused.message

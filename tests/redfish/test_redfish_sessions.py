@@ -6,6 +6,7 @@ with the fake's count of live sessions: a client that cleans up leaves none.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -233,3 +234,18 @@ async def test_wrong_basic_credentials_are_sent_once(fake_bmc: StartFakeBmc) -> 
                 await client.read_power_state()
         assert client.auth_mode is None
     assert peer.bmc.failed_basic == 1
+
+
+async def test_concurrent_requests_of_a_refused_password_cost_one_failed_login(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    """Two reads in flight meet the 401 together: the second must not log in again."""
+    peer = await fake_bmc(initial_power="On")
+    async with RedfishClient(peer.config()) as client:
+        await client.read_power_state()
+        peer.bmc.change_password("rotated-on-the-bmc-8")
+        results = await asyncio.gather(
+            *(client.read_power_state() for _ in range(4)), return_exceptions=True
+        )
+        assert all(isinstance(r, AuthFailed) for r in results), results
+    assert peer.bmc.failed_auth == 1

@@ -79,29 +79,69 @@ def _rank(claim: BmcClaim) -> tuple[int, str, str]:
 
 
 class BmcRegistry:
-    """Every WorkerNode's BMC claim; `owner_for` says who holds a clashing BMC."""
+    """Every WorkerNode's BMC claim, indexed by endpoint and by UUID (a fleet of thousands of
+    nodes, none sharing a BMC, costs a dictionary look-up per change); `owner_for` says who
+    holds a clashing BMC."""
 
     def __init__(self) -> None:
         self._claims: dict[str, BmcClaim] = {}
+        self._by_endpoint: dict[str, set[str]] = {}
+        self._by_uuid: dict[str, set[str]] = {}
+        self._refused: set[str] = set()
+
+    def _rivals(self, claim: BmcClaim) -> list[BmcClaim]:
+        names = set(self._by_endpoint.get(claim.endpoint, ()))
+        if claim.uuid is not None:
+            names |= self._by_uuid.get(claim.uuid, set())
+        names.discard(claim.node)
+        return [c for n in names if (c := self._claims[n]).clashes(claim)]
+
+    def _index(self, claim: BmcClaim, add: bool) -> None:
+        for index, key in ((self._by_endpoint, claim.endpoint), (self._by_uuid, claim.uuid)):
+            if key is None:
+                continue
+            names = index.setdefault(key, set())
+            if add:
+                names.add(claim.node)
+            else:
+                names.discard(claim.node)
+                if not names:
+                    del index[key]
 
     def put(self, claim: BmcClaim | None, node: str) -> set[str]:
-        """Record (or, with None, forget) `node`'s claim; the nodes whose ownership may
-        have changed (the node and every node that clashed with it before or after)."""
+        """Record (or, with None, forget) `node`'s claim; the nodes whose owner changed (a
+        node refused or no longer refused, `node` itself when its claim changed)."""
         before = self._claims.get(node)
         if claim == before:
             return set()
-        touched = {node}
+        group = {node}
         for old in (before, claim):
             if old is not None:
-                touched |= {c.node for c in self._claims.values() if c.clashes(old)}
-        if claim is None:
-            self._claims.pop(node, None)
-        else:
+                group |= {c.node for c in self._rivals(old)}
+        owners = {n: self._owner_name(n) for n in group}
+        if before is not None:
+            self._index(before, add=False)
+            del self._claims[node]
+        if claim is not None:
             self._claims[node] = claim
-        return touched
+            self._index(claim, add=True)
+        changed = set()
+        for name in group:
+            owner = self._owner_name(name)
+            if owner is None:
+                self._refused.discard(name)
+            else:
+                self._refused.add(name)
+            if owner != owners[name]:
+                changed.add(name)
+        return changed | {node}
 
     def get(self, node: str) -> BmcClaim | None:
         return self._claims.get(node)
+
+    def _owner_name(self, node: str) -> str | None:
+        owner = self.owner_for(node)
+        return owner.node if owner is not None else None
 
     def owner_for(self, node: str) -> BmcClaim | None:
         """The claim that holds `node`'s BMC when it is another node's (None: `node`
@@ -109,7 +149,7 @@ class BmcRegistry:
         mine = self._claims.get(node)
         if mine is None:
             return None
-        rivals = [c for c in self._claims.values() if c.node != node and c.clashes(mine)]
+        rivals = self._rivals(mine)
         if not rivals:
             return None
         owner = min([mine, *rivals], key=_rank)
@@ -117,4 +157,4 @@ class BmcRegistry:
 
     def refused(self) -> int:
         """How many WorkerNodes are refused their BMC because another holds it."""
-        return sum(1 for node in self._claims if self.owner_for(node) is not None)
+        return len(self._refused)

@@ -57,6 +57,7 @@ from nodewarden.credentials.designation import (
 from nodewarden.kube.client import KubeError, SecretRecord
 from nodewarden.logs import register_secret
 from nodewarden.redfish.config import RedfishEndpointConfig
+from nodewarden.redfish.transport import build_ssl_context
 from nodewarden.ssh.credentials import KnownHostKeys, SshClientKey, SshTarget
 from nodewarden.ssh.errors import InvalidClientKey
 from nodewarden.units import parse_duration
@@ -340,6 +341,8 @@ class CredentialResolver:
                 return value
             if ref.role == "username" and not value.get_secret_value().strip():
                 return self._unusable(name, ref)
+            if ref.role == "caBundle" and not _usable_ca_bundle(value.get_secret_value()):
+                return self._unusable(name, ref)
             values[ref.role] = value
         ca_bundle = values.get("caBundle")
         return BmcCredentials(
@@ -480,3 +483,13 @@ def _register_values(record: SecretRecord) -> None:
         if view.role_of(key) in PUBLIC_ROLES:
             continue
         register_secret(value.get_secret_value())
+
+
+def _usable_ca_bundle(pem: str) -> bool:
+    """Whether the PEM holds a certificate a TLS client can trust (contexts are cached per
+    bundle by the Redfish transport, so this costs a look-up after the first use)."""
+    try:
+        build_ssl_context(pem)
+    except ValueError:
+        return False
+    return True

@@ -260,6 +260,7 @@ class RedfishAuth:
         async with self._lock:
             if self._generation != seen_generation:
                 return  # another caller logged in meanwhile
+            self._check_not_refused()  # ... or had its login refused meanwhile
             old_path, old_token = self._session_path, self._token
             await self._login()
             self._generation += 1
