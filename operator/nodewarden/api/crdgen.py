@@ -150,8 +150,8 @@ def kind_schema(kind: Kind) -> dict[str, Any]:
             "status": status,
         },
     }
-    if kind.rules:
-        out["x-kubernetes-validations"] = [dict(rule) for rule in kind.rules]
+    if kind.cel_rules:
+        out["x-kubernetes-validations"] = [dict(rule) for rule in kind.cel_rules]
     return out
 
 

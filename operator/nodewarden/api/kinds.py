@@ -35,8 +35,8 @@ class Kind:
     status: type[StatusModel]
     description: str
     columns: tuple[PrinterColumn, ...] = field(default_factory=tuple)
-    rules: tuple[dict[str, str], ...] = ()
-    """CEL rules on the whole object (those that relate spec and status)."""
+    cel_rules: tuple[dict[str, str], ...] = ()
+    """CEL rules on the whole object (rules of one field live on its model)."""
 
     @property
     def crd_name(self) -> str:
@@ -56,7 +56,7 @@ WORKER_NODE = Kind(
         "One machine nodewarden manages: a cloud VM created through the cloud API or a side "
         "node powered through Redfish / Wake-on-LAN. spec is what we want, status what we observe."
     ),
-    rules=(IDENTITY_FROZEN_RULE,),
+    cel_rules=(IDENTITY_FROZEN_RULE,),
     columns=(
         PrinterColumn("State", ".status.state", description="Lifecycle / power state."),
         PrinterColumn("Type", ".spec.instanceType", description="Instance type."),
