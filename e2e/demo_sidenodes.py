@@ -120,13 +120,16 @@ class DemoSideNodes:
         known_hosts = "\n".join(side.known_hosts_line(n) for n in self.names)
         out = [
             _secret("demo-side-bmc", "bmc", {"username": BMC_USER, "password": self.bmc_password}),
-            _secret("demo-side-bmc-ca", "bmc", {"ca.crt": side.state["bmc_ca_pem"]}),
+            _secret("demo-side-bmc-ca", "bmc", {"caBundle": side.state["bmc_ca_pem"]}),
             _secret(
                 "demo-side-ssh",
                 "ssh",
-                {"id": self.key.export_private().get_secret_value(), "known_hosts": known_hosts},
+                {
+                    "privateKey": self.key.export_private().get_secret_value(),
+                    "knownHosts": known_hosts,
+                },
             ),
-            _secret("demo-side-wol", "wol", {"secure-on": self.secure_on}),
+            _secret("demo-side-wol", "wol", {"secureOn": self.secure_on}),
         ]
         for doc in yaml.safe_load_all(WORKER_NODES.read_text()):
             if doc["kind"] == "WorkerNode":

@@ -125,9 +125,9 @@ class PowerEnv:
         secrets = {
             "operator-ssh": (None, {"id": self.key.export_private().get_secret_value()}),
             "side-bmc": ("bmc", {"username": BMC_USER, "password": BMC_PASSWORD}),
-            "side-bmc-ca": ("bmc", {"ca.crt": self.side.state["bmc_ca_pem"]}),
-            "side-ssh": ("ssh", {"known_hosts": known}),
-            "side-wol": ("wol", {"secure-on": SECURE_ON}),
+            "side-bmc-ca": ("bmc", {"caBundle": self.side.state["bmc_ca_pem"]}),
+            "side-ssh": ("ssh", {"knownHosts": known}),
+            "side-wol": ("wol", {"secureOn": SECURE_ON}),
         }
         for name, (use, data) in secrets.items():
             meta: dict[str, Any] = {"name": name}
@@ -146,7 +146,7 @@ class PowerEnv:
                 "address": ssh["host"],
                 "port": int(ssh["port"]),
                 "user": "nodewarden",
-                "knownHostsSecretRef": {"name": "side-ssh", "key": "known_hosts"},
+                "knownHostsSecretRef": {"name": "side-ssh", "key": "knownHosts"},
             },
         }
         if power["source"] in ("fakebmc", "sushy"):
@@ -155,7 +155,7 @@ class PowerEnv:
                 "endpoint": power["endpoint"],
                 "usernameSecretRef": {"name": "side-bmc", "key": "username"},
                 "passwordSecretRef": {"name": "side-bmc", "key": "password"},
-                "caBundleSecretRef": {"name": "side-bmc-ca", "key": "ca.crt"},
+                "caBundleSecretRef": {"name": "side-bmc-ca", "key": "caBundle"},
             }
             if power.get("system_id"):
                 spec["bmc"]["systemId"] = power["system_id"]

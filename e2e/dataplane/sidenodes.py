@@ -111,10 +111,10 @@ def objects(state: dict[str, Any], bmc_password: str) -> list[dict[str, Any]]:
         meta = {"name": name, "labels": {LABEL: use}}
         return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": data}
 
-    bmc_data = {"username": BMC_USER, "password": bmc_password, "ca.crt": state["bmc_ca_pem"]}
+    bmc_data = {"username": BMC_USER, "password": bmc_password, "caBundle": state["bmc_ca_pem"]}
     return [
         secret(BMC_SECRET, "bmc", bmc_data),
-        secret(SSH_SECRET, "ssh", {"known_hosts": info["known_hosts_line"] + "\n"}),
+        secret(SSH_SECRET, "ssh", {"knownHosts": info["known_hosts_line"] + "\n"}),
         {
             "apiVersion": "nodewarden.io/v1alpha1",
             "kind": "PowerPolicy",
@@ -135,14 +135,14 @@ def objects(state: dict[str, Any], bmc_password: str) -> list[dict[str, Any]]:
                     "address": ssh["host"],
                     "port": int(ssh["port"]),
                     "user": "nodewarden",
-                    "knownHostsSecretRef": {"name": SSH_SECRET, "key": "known_hosts"},
+                    "knownHostsSecretRef": {"name": SSH_SECRET, "key": "knownHosts"},
                 },
                 "bmc": {
                     "endpoint": info["power"]["endpoint"],
                     "systemId": info["power"]["system_id"],
                     "usernameSecretRef": {"name": BMC_SECRET, "key": "username"},
                     "passwordSecretRef": {"name": BMC_SECRET, "key": "password"},
-                    "caBundleSecretRef": {"name": BMC_SECRET, "key": "ca.crt"},
+                    "caBundleSecretRef": {"name": BMC_SECRET, "key": "caBundle"},
                 },
             },
         },

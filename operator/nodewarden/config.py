@@ -55,6 +55,30 @@ class ManagementConfig(_Config):
     token_secret_key: str = Field(default="token", description="Key of the token in the Secret.")
 
 
+class RequestersConfig(_Config):
+    """Who asks for power transitions (docs/security.md, "The requester")."""
+
+    operator_username: str | None = Field(
+        default=None,
+        max_length=256,
+        description=(
+            "The user name the API server knows this operator by: the requestedBy of the "
+            "PowerIntents it makes (the admission policy admits source Policy only from it). "
+            "Unset: read from the credentials it authenticates with (its ServiceAccount "
+            "token, else its client certificate's common name)."
+        ),
+    )
+    check_interval: float = Field(
+        default=300.0,
+        gt=0,
+        description=(
+            "Seconds between checks that the requester admission policy is in force (a "
+            "dry-run PowerIntent naming another requester must be refused); overrides are "
+            "refused while it is not."
+        ),
+    )
+
+
 class DispatchSettings(_Config):
     """The dispatcher's loop timing and concurrency (Arvados defaults in brackets)."""
 
@@ -244,6 +268,7 @@ class OperatorConfig(_Config):
     credentials: CredentialsConfig = Field(default_factory=CredentialsConfig)
     power: PowerSettings = Field(default_factory=PowerSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
+    requesters: RequestersConfig = Field(default_factory=RequestersConfig)
 
     @property
     def lease_name(self) -> str:

@@ -47,6 +47,13 @@ INVALID_OBJECTS = Gauge(
     registry=REGISTRY,
 )
 
+BMC_CLAIMED_TWICE = Gauge(
+    "nodewarden_bmc_claimed_twice",
+    "WorkerNodes refused their BMC because another WorkerNode holds it (one machine, one "
+    "BMC; docs/security.md).",
+    registry=REGISTRY,
+)
+
 POWER_DECISIONS = Counter(
     "nodewarden_power_decisions_total",
     "Power decisions by decision (SHUTDOWN, START, DRAIN, DEFER, BLOCK, NONE) and first reason.",

@@ -37,7 +37,10 @@ from nodewarden.handlers.validation import ContainerValidator, resync_loop
 from nodewarden.heap import tune as tune_heap
 from nodewarden.kube.client import Kube, KubeError, api_client_from
 from nodewarden.kube.discovery import wait_for_crds
+from nodewarden.kube.identity import username_of
 from nodewarden.kube.lease import LeaderElector
+from nodewarden.kube.requesters import check as check_requesters
+from nodewarden.kube.requesters import keep_checking
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
 from nodewarden.power.board import PowerBoard
@@ -207,6 +210,16 @@ async def _act(
         config, kube, namespace, credentials, policies, board, status, dispatcher
     )
     health.explain_provider = controller.explain
+    # who the API server knows us by: the requestedBy of policy-made intents, the only
+    # requester the admission policy admits for source Policy (docs/security.md)
+    username = config.requesters.operator_username or username_of(api.configuration)
+    controller.intents.set_requester(username)
+    if username is None:
+        log.warning(
+            "the operator's user name could not be read from its credentials; set "
+            "requesters.operator_username, or the requester admission policy refuses the "
+            "PowerIntents it makes"
+        )
     if config.management.token_secret_name:
         try:
             token = await kube.read_secret(
@@ -293,8 +306,20 @@ async def _act(
             await feed.start()
             if dispatcher is not None:
                 await dispatcher.start()
+            controller.requester_admission(await check_requesters(kube, namespace, username))
             await controller.start()
             loops = [asyncio.create_task(controller.run())]
+            tasks.append(
+                asyncio.create_task(
+                    keep_checking(
+                        kube,
+                        namespace,
+                        username,
+                        controller.requester_admission,
+                        config.requesters.check_interval,
+                    )
+                )
+            )
             if dispatcher is not None:
                 loops.append(asyncio.create_task(dispatcher.run()))
             done, _ = await asyncio.wait([*loops, stopping], return_when=asyncio.FIRST_COMPLETED)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated
 
@@ -47,6 +47,21 @@ _QUANTITY_FACTORS = {
 }
 
 MAC_PATTERN = r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$"
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    """A time as Kubernetes writes it (RFC 3339 with a Z)."""
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def parse_rfc3339(text: object) -> datetime | None:
+    """A time Kubernetes wrote (None when absent or unreadable)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def parse_duration(text: str) -> timedelta:

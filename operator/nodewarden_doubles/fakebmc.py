@@ -217,6 +217,9 @@ class FakeBmc:
         self.resets: list[ResetRecord] = []
         self.logins = 0
         self.failed_logins = 0
+        self.failed_basic = 0
+        """Requests whose Basic credentials were wrong (a BMC counts them towards lockout)."""
+        self._tokens_refused = False
         self.issued_tokens: list[str] = []
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
@@ -277,11 +280,36 @@ class FakeBmc:
         for session in self._sessions.values():
             session.expired = True
 
+    # -- session variants ------------------------------------------------------------
+
+    def refuse_session_tokens(self, refuse: bool = True) -> None:
+        """Keep issuing session tokens but refuse every one of them (401), while the
+        sessions stay live: a BMC whose new token is refused as well. Only Basic auth
+        (with the right password) still works, also to delete such a session."""
+        self._tokens_refused = refuse
+
+    def change_password(self, password: str) -> None:
+        """The BMC's password changes (an administrator rotated it on the BMC) and every
+        session ends: the client's token is refused and its re-login too."""
+        self.options.password = password
+        self.expire_sessions()
+
+    @property
+    def failed_auth(self) -> int:
+        """Every refused credential: failed session logins and wrong Basic credentials."""
+        return self.failed_logins + self.failed_basic
+
     @property
     def live_sessions(self) -> int:
         """Sessions created and neither deleted nor expired (0 when every client cleaned up)."""
         now = self._clock()
         return sum(1 for session in self._sessions.values() if session.live(now))
+
+    def system_uuid(self, system_id: str) -> str:
+        """The system's ComputerSystem.UUID: unique per fake BMC (by port) and system; the
+        side-node double's host reports the same as its DMI product UUID."""
+        index = self.options.system_ids.index(system_id)
+        return f"00000000-0000-4000-8{index:03x}-{int(self.port):012d}"
 
     def set_power(self, system_id: str, power: Literal["On", "Off"]) -> None:
         """Set a system's state directly, cancelling any pending transition."""
@@ -407,8 +435,10 @@ class FakeBmc:
         if token is not None and self.options.sessions:
             for session in self._sessions.values():
                 if hmac.compare_digest(session.token, token):
-                    if session.expired or (
-                        session.expires_at is not None and now >= session.expires_at
+                    if (
+                        self._tokens_refused
+                        or session.expired
+                        or (session.expires_at is not None and now >= session.expires_at)
                     ):
                         return None
                     return "session"
@@ -421,6 +451,7 @@ class FakeBmc:
                 return None
             if self._credentials_match(user, password):
                 return "basic"
+            self.failed_basic += 1
         return None
 
     def _credentials_match(self, user: str, password: str) -> bool:
@@ -489,7 +520,7 @@ class FakeBmc:
                 "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
                 "Id": system.system_id,
                 "Name": f"fake system {system.system_id}",
-                "UUID": f"00000000-0000-4000-8000-{int(self.port):012d}",
+                "UUID": self.system_uuid(system.system_id),
                 "PowerState": system.reported(self.options),
                 "Actions": {"#ComputerSystem.Reset": action},
             }

@@ -35,8 +35,10 @@ import trustme
 import yaml
 from checkpeers import Listener, Peers, SshServer
 
+from admissionkit import requester_policy
 from clusterkit import ClusterHandle, OperatorProcess, wait_for
 from dispatchkit import CATALOGUE, DispatchEnv
+from localcluster import OPERATOR_USER
 from nodewarden.check.cli import check_main
 from nodewarden.check.kubeapi import CLOCK_OFFSET_ENV
 from nodewarden.check.result import Report, Status
@@ -64,7 +66,13 @@ def _secret(name: str, data: dict[str, str], purpose: str | None = None) -> dict
 
 
 def _side_node(
-    name: str, bmc: FakeBmc | Listener, ssh: SshServer, *, bmc_secret: str, ssh_secret: str
+    name: str,
+    bmc: FakeBmc | Listener,
+    ssh: SshServer,
+    *,
+    bmc_secret: str,
+    ssh_secret: str,
+    user_key: str = "username",
 ) -> dict[str, Any]:
     return {
         "apiVersion": "nodewarden.io/v1alpha1",
@@ -77,15 +85,15 @@ def _side_node(
             "capacity": {"vcpus": 8, "ram": "32Gi"},
             "bmc": {
                 "endpoint": bmc.url,
-                "usernameSecretRef": {"name": bmc_secret, "key": "username"},
+                "usernameSecretRef": {"name": bmc_secret, "key": user_key},
                 "passwordSecretRef": {"name": bmc_secret, "key": "password"},
-                "caBundleSecretRef": {"name": bmc_secret, "key": "ca.crt"},
+                "caBundleSecretRef": {"name": bmc_secret, "key": "caBundle"},
             },
             "ssh": {
                 "address": "127.0.0.1",
                 "port": ssh.port,
                 "user": "nodewarden",
-                "knownHostsSecretRef": {"name": ssh_secret, "key": "known_hosts"},
+                "knownHostsSecretRef": {"name": ssh_secret, "key": "knownHosts"},
             },
         },
     }
@@ -155,7 +163,11 @@ def _install(
 
 
 def _bmc_secret(name: str, ca: trustme.CA, purpose: str | None = "bmc") -> dict[str, Any]:
-    data = {"username": BMC_USER, "password": BMC_PASSWORD, "ca.crt": ca.cert_pem.bytes().decode()}
+    data = {
+        "username": BMC_USER,
+        "password": BMC_PASSWORD,
+        "caBundle": ca.cert_pem.bytes().decode(),
+    }
     return _secret(name, data, purpose)
 
 
@@ -237,13 +249,14 @@ def healthy(cluster: ClusterHandle, install: Install, bmc_ca: trustme.CA) -> Ite
         namespace,
         [
             _bmc_secret("bmc-creds", bmc_ca),
-            _secret("node-ssh", {"known_hosts": ssh.known_hosts()}, "ssh"),
+            _secret("node-ssh", {"knownHosts": ssh.known_hosts()}, "ssh"),
             _side_node("gpu-1", bmc, ssh, bmc_secret="bmc-creds", ssh_secret="node-ssh"),
             *_role("nw-operator"),
             *_role("nw-short", drop=SHORT_VERB),
         ],
     )
     operator = env.start_operator()
+    admission = requester_policy(cluster, namespace, OPERATOR_USER)
     try:
         wait_for(lambda: operator.get("/readyz")[0] == 200, timeout=60, what="operator ready")
         wait_for(lambda: _recovered(operator), timeout=60, what="dispatcher recovered")
@@ -257,6 +270,7 @@ def healthy(cluster: ClusterHandle, install: Install, bmc_ca: trustme.CA) -> Ite
         )
         yield Installation(env, report, operator)
     finally:
+        admission.close()
         env.close(stop_stub=False)
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
@@ -282,13 +296,25 @@ def broken(
             _secret("nodewarden-cloud", {"key": "AKIASTUBCHECK001", "secret": "not-the-secret"}),
             _bmc_secret("bmc-creds", bmc_ca),
             _bmc_secret("bmc-other-ca", trustme.CA()),
-            _secret("node-ssh", {"known_hosts": ssh.known_hosts()}, "ssh"),
-            _secret("node-ssh-stranger", {"known_hosts": stranger_hosts}, "ssh"),
+            _secret("node-ssh", {"knownHosts": ssh.known_hosts()}, "ssh"),
+            _secret("node-ssh-stranger", {"knownHosts": stranger_hosts}, "ssh"),
             _side_node("missing-secret", bmc, ssh, bmc_secret="absent", ssh_secret="node-ssh"),
             _side_node("unadmitted", spy, ssh, bmc_secret="bmc-creds", ssh_secret="node-ssh"),
             _side_node("unknown-ca", bmc, ssh, bmc_secret="bmc-other-ca", ssh_secret="node-ssh"),
             _side_node(
                 "wrong-hostkey", bmc, ssh, bmc_secret="bmc-creds", ssh_secret="node-ssh-stranger"
+            ),
+            # a node of the release before fixed key names: its key is listed to rename
+            _secret(
+                "bmc-old-keys", {"user": "admin", "password": "x" * 12, "caBundle": "-"}, "bmc"
+            ),
+            _side_node(
+                "old-keys",
+                bmc,
+                ssh,
+                bmc_secret="bmc-old-keys",
+                ssh_secret="node-ssh",
+                user_key="user",
             ),
             {
                 "apiVersion": "nodewarden.io/v1alpha1",
@@ -317,6 +343,7 @@ EVERY_CHECK = (
     "clock",
     "crds",
     "rbac",
+    "requesters",
     "cloud",
     "policies",
     "secrets",
@@ -396,6 +423,19 @@ def test_a_missing_secret_fails_with_the_label_command(broken: Broken) -> None:
     assert lines, _failed(broken, "secrets")
     assert any("spec.bmc.passwordSecretRef" in line for line in lines)
     assert any(f"label secret absent {LABEL}=bmc" in line for line in lines)
+
+
+def test_a_key_this_release_does_not_read_is_listed_with_the_rename(broken: Broken) -> None:
+    lines = [line for line in _failed(broken, "secrets") if "old-keys" in line]
+    assert len(lines) == 1 and "spec.bmc.usernameSecretRef" in lines[0], lines
+    assert "rename key 'user' of Secret 'bmc-old-keys' to 'username'" in lines[0]
+    assert "nodewarden.io/credential-keys" in lines[0]
+
+
+def test_without_the_requester_policy_check_says_overrides_are_refused(broken: Broken) -> None:
+    (line,) = _lines(broken.report, "requesters", Status.WARN)
+    assert "not in force" in line and "every override is refused" in line
+    assert "requesters.admissionPolicy" in line
 
 
 def test_an_unadmitted_bmc_fails_and_receives_nothing(broken: Broken) -> None:

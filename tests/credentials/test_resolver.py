@@ -52,13 +52,13 @@ def spec(**over: Any) -> WorkerNodeSpec:
         "capacity": {"vcpus": 4, "ram": "8Gi"},
         "bmc": {
             "endpoint": "https://127.0.0.1:8443",
-            "usernameSecretRef": {"name": "bmc", "key": "user"},
-            "passwordSecretRef": {"name": "bmc", "key": "pass"},
+            "usernameSecretRef": {"name": "bmc", "key": "username"},
+            "passwordSecretRef": {"name": "bmc", "key": "password"},
         },
         "ssh": {
             "address": "127.0.0.1",
             "port": 2222,
-            "knownHostsSecretRef": {"name": "hosts", "key": "known_hosts"},
+            "knownHostsSecretRef": {"name": "hosts", "key": "knownHosts"},
         },
     }
     body.update(over)
@@ -85,8 +85,8 @@ def resolver(secrets: Secrets, clock: Clock | None = None, **cfg: Any) -> Creden
 @pytest.fixture
 def secrets() -> Secrets:
     s = Secrets()
-    s.put("bmc", "bmc", user="admin", **{"pass": "bmc-password-1"})
-    s.put("hosts", "ssh", known_hosts=f"[127.0.0.1]:2222 {HOST_KEY}")
+    s.put("bmc", "bmc", username="admin", password="bmc-password-1")
+    s.put("hosts", "ssh", knownHosts=f"[127.0.0.1]:2222 {HOST_KEY}")
     return s
 
 
@@ -103,17 +103,23 @@ async def test_designated_and_admitted_gives_the_credentials(secrets: Secrets) -
     assert await r.check("n", spec()) == []
 
 
-async def test_secret_values_are_masked_in_logs_public_ones_are_not(secrets: Secrets) -> None:
-    secrets.put("bmc", "bmc", user="bmc-operator-7", **{"pass": "bmc-password-2"})
+async def test_secret_values_are_masked_public_ones_are_not(secrets: Secrets) -> None:
+    secrets.put("bmc", "bmc", username="bmc-operator-7", password="bmc-password-2")
+    secrets.put(
+        "hosts", "ssh", knownHosts=f"[127.0.0.1]:2222 {HOST_KEY}", token="unused-token-value-9"
+    )
     assert isinstance(await resolver(secrets).bmc("n", spec()), BmcCredentials)
-    line = "login bmc-operator-7 / bmc-password-2"
-    assert redact(line) == "login bmc-operator-7 / ***"
+    assert isinstance(await resolver(secrets).ssh("n", spec()), SshCredentials)
+    # the user name is of the secret class too; a key no field reads is masked as well
+    line = "login bmc-operator-7 / bmc-password-2 / unused-token-value-9"
+    assert redact(line) == "login *** / *** / ***"
+    assert redact(f"host key {HOST_KEY}") == f"host key {HOST_KEY}"
 
 
 async def test_an_unlabelled_secret_is_refused_and_its_value_never_returned(
     secrets: Secrets,
 ) -> None:
-    secrets.put("bmc", None, user="admin", **{"pass": "bmc-password-1"})
+    secrets.put("bmc", None, username="admin", password="bmc-password-1")
     refused = await resolver(secrets).bmc("n", spec())
     assert isinstance(refused, Refusal)
     assert refused.reason == "CredentialsNotDesignated"
@@ -121,12 +127,12 @@ async def test_an_unlabelled_secret_is_refused_and_its_value_never_returned(
 
 
 async def test_a_reserved_secret_is_never_read_even_when_labelled(secrets: Secrets) -> None:
-    secrets.put("status-token", "bmc", user="x", **{"pass": "status-token-value"})
+    secrets.put("status-token", "bmc", username="x", password="status-token-value")
     node = spec(
         bmc={
             "endpoint": "https://127.0.0.1:8443",
-            "usernameSecretRef": {"name": "status-token", "key": "user"},
-            "passwordSecretRef": {"name": "status-token", "key": "pass"},
+            "usernameSecretRef": {"name": "status-token", "key": "username"},
+            "passwordSecretRef": {"name": "status-token", "key": "password"},
         }
     )
     refused = await resolver(secrets).bmc("n", node)
@@ -140,8 +146,8 @@ async def test_a_non_admitted_endpoint_is_refused_before_any_secret_is_read(
     node = spec(
         bmc={
             "endpoint": "https://127.0.0.1:9443",
-            "usernameSecretRef": {"name": "bmc", "key": "user"},
-            "passwordSecretRef": {"name": "bmc", "key": "pass"},
+            "usernameSecretRef": {"name": "bmc", "key": "username"},
+            "passwordSecretRef": {"name": "bmc", "key": "password"},
         }
     )
     refused = await resolver(secrets).bmc("n", node)
@@ -159,14 +165,14 @@ async def test_ssh_needs_an_admitted_address_and_known_hosts(secrets: Secrets) -
     ):
         refused = await r.ssh("n", spec(ssh=ssh))
         assert isinstance(refused, Refusal) and refused.field == field, (ssh, refused)
-    secrets.put("hosts", "ssh", known_hosts=f"[127.0.0.1]:2299 {HOST_KEY}")
+    secrets.put("hosts", "ssh", knownHosts=f"[127.0.0.1]:2299 {HOST_KEY}")
     r.forget()
     refused = await r.ssh("n", spec())
     assert isinstance(refused, Refusal) and refused.reason == "CredentialsInvalid"
 
 
 async def test_wake_on_lan_target_and_secure_on(secrets: Secrets) -> None:
-    secrets.put("wol", "wol", p="01:02:03:04:05:06")
+    secrets.put("wol", "wol", secureOn="01:02:03:04:05:06")
     node = spec(
         controlMethod="WakeOnLan",
         bmc=None,
@@ -174,7 +180,7 @@ async def test_wake_on_lan_target_and_secure_on(secrets: Secrets) -> None:
             "mac": "52:54:00:12:34:56",
             "broadcastAddress": "127.0.0.1",
             "port": 9999,
-            "secureOnSecretRef": {"name": "wol", "key": "p"},
+            "secureOnSecretRef": {"name": "wol", "key": "secureOn"},
         },
     )
     got = await resolver(secrets).wol("n", node)
@@ -190,9 +196,26 @@ async def test_secrets_are_cached_for_the_ttl(secrets: Secrets) -> None:
     for _ in range(5):
         assert isinstance(await r.bmc("n", spec()), BmcCredentials)
     assert secrets.reads == ["bmc"]
-    secrets.put("bmc", None, user="admin", **{"pass": "bmc-password-1"})  # designation removed
+    secrets.put("bmc", None, username="admin", password="bmc-password-1")  # designation removed
     clock.now = 29.0
     assert isinstance(await r.bmc("n", spec()), BmcCredentials)
     clock.now = 31.0
     assert isinstance(await r.bmc("n", spec()), Refusal)
     assert secrets.reads == ["bmc", "bmc"]
+
+
+async def test_a_ca_bundle_that_is_not_pem_is_refused_not_raised(secrets: Secrets) -> None:
+    """Before: the Redfish client's constructor raised from inside the power poll."""
+    secrets.put("bmc-ca", "bmc", caBundle="not a certificate at all, just words")
+    node = spec(
+        bmc={
+            "endpoint": "https://127.0.0.1:8443",
+            "usernameSecretRef": {"name": "bmc", "key": "username"},
+            "passwordSecretRef": {"name": "bmc", "key": "password"},
+            "caBundleSecretRef": {"name": "bmc-ca", "key": "caBundle"},
+        }
+    )
+    refused = await resolver(secrets).bmc("n", node)
+    assert isinstance(refused, Refusal) and refused.reason == "CredentialsInvalid"
+    assert refused.field == "spec.bmc.caBundleSecretRef"
+    assert "just words" not in refused.message and "'bmc-ca'" in refused.message

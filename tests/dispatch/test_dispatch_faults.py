@@ -209,3 +209,40 @@ def test_instance_quota_of_five_with_twenty_waiting(make_env: Any) -> None:
         assert status.get("lockFlaps", 0) == 0, status  # never flapped Locked -> Queued
     _, text = op.get("/metrics")
     assert 'nodewarden_cloud_errors_total{class="quota"}' in text
+
+
+def test_a_copy_of_another_users_uuid_with_cancel_leaves_the_victim_to_complete(
+    make_env: Any,
+) -> None:
+    """Issue 20, item 4: a user who may write ContainerDispatches (not read Secrets) copies a
+    running container's uuid with cancel: true. Before: the copy won the queue's uuid index
+    and its cancel TERMed the victim's runner, which then stayed Running for good."""
+    env = make_env()
+    ns = env.namespace
+    env.cluster.kubectl("-n", ns, "create", "serviceaccount", "batch-user")
+    env.cluster.kubectl(
+        "-n", ns, "create", "role", "cd-author", "--verb=get,list,watch,create,patch",
+        "--resource=containerdispatches.nodewarden.io",
+    )  # fmt: skip
+    env.cluster.kubectl(
+        "-n", ns, "create", "rolebinding", "cd-author", "--role=cd-author",
+        f"--serviceaccount={ns}:batch-user",
+    )  # fmt: skip
+    user = f"--as=system:serviceaccount:{ns}:batch-user"
+    assert env.cluster.kubectl("-n", ns, user, "get", "secrets", check=False).returncode != 0
+    env.start_operator()
+    apply_many(env, [container("victim", 7, duration=8)])
+    env.wait_phases({"victim": "Running"}, timeout=90)
+    copy = container("copy", 7, duration=1)
+    copy["spec"]["cancel"] = True
+    env.cluster.kubectl("-n", ns, user, "create", "-f", "-", input=json.dumps(copy))
+
+    def marked() -> dict[str, Any] | None:
+        conds = _status(env, "copy").get("conditions") or []
+        return next((c for c in conds if c["type"] == "Valid" and c["status"] == "False"), None)
+
+    mark = wait_for(marked, timeout=30, what="the copy marked DuplicateUuid")
+    assert mark["reason"] == "DuplicateUuid" and "'victim'" in mark["message"]
+    env.wait_phases({"victim": "Complete"}, timeout=90)
+    assert _status(env, "victim").get("exitCode") == 0
+    assert _status(env, "copy").get("phase") is None  # never queued, locked or cancelled

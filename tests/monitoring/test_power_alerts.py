@@ -235,6 +235,28 @@ BMC = _group(
     ),
 )
 
+CLAIMED = _group(
+    [
+        _series(A, "nodewarden_bmc_claimed_twice", "0 0 1 1"),
+        _series(B, "nodewarden_bmc_claimed_twice", "2 2 2 2"),
+    ],
+    _case("1m", "NodewardenBmcClaimedTwice"),
+    _case(
+        "2m",
+        "NodewardenBmcClaimedTwice",
+        _alert(
+            {"severity": "critical"},
+            "1 WorkerNode(s) name a BMC another WorkerNode holds",
+            "One machine, one BMC: a newcomer naming the BMC (endpoint and system, or its UUID) "
+            "of an enrolled node is refused its credentials and never powered; the node that "
+            "holds it keeps serving. A mistake, or someone aiming a node at a machine that is "
+            "not theirs. kubectl -n ns1 get wn -o custom-columns=NAME:.metadata.name,"
+            'VALID:.status.conditions[?(@.type=="Valid")].reason | grep BmcClaimed; the Valid '
+            "message names the holder (docs/security.md).",
+        ),
+    ),
+)
+
 REQUESTS = "nodewarden_power_requests_total"
 RESENDS = _group(
     [
@@ -271,6 +293,7 @@ POWER_RULES = {
     "NodewardenPowerTransitionWithoutRecord",
     "NodewardenPowerStaleTelemetry",
     "NodewardenBmcErrors",
+    "NodewardenBmcClaimedTwice",
     "NodewardenPowerResends",
 }
 
@@ -293,7 +316,7 @@ def test_power_alerts_fire_when_they_should_and_only_then(tmp_path: Path) -> Non
     rules = _rules("a", "ns1")
     names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
     assert names >= POWER_RULES
-    groups = [BLOCKED, STUCK, UNRECORDED, STALE, BMC, RESENDS]
+    groups = [BLOCKED, STUCK, UNRECORDED, STALE, BMC, CLAIMED, RESENDS]
     tested = {case["alertname"] for g in groups for case in g["alert_rule_test"]}
     assert tested == POWER_RULES, "every power rule has a promtool test"
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))

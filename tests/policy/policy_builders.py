@@ -19,6 +19,7 @@ from nodewarden.policy.facts import (
     DemandReading,
     DesiredReading,
     FleetReading,
+    IdentityReading,
     Inhibitor,
     InhibitorReading,
     ManualIntent,
@@ -97,6 +98,33 @@ def uptime(up_for: float = 3 * 3600, when: datetime | None = None) -> UptimeRead
     )
 
 
+UUID = "4c4c4544-0042-4810-8052-b4c04f4d3332"
+
+
+def identity(
+    host: str | None = UUID,
+    bmc: str | None = UUID,
+    when: datetime | None = None,
+    problem: str | None = None,
+    matched_at: datetime | None = None,
+) -> IdentityReading:
+    """The BMC's system UUID and the host's DMI product UUID (equal by default)."""
+    seen = when or at(-10)
+    return IdentityReading(
+        source="ssh-product-uuid",
+        observed_at=seen,
+        bmc_uuid=bmc,
+        bmc_source="redfish-system",
+        bmc_observed_at=seen,
+        host_uuid=host,
+        host_problem=problem,
+        host_source="ssh-product-uuid",
+        host_observed_at=seen,
+        matched_at=matched_at,
+        matched_uuid=bmc if matched_at is not None else None,
+    )
+
+
 def fleet(in_progress: int = 0, warm: int = 5) -> FleetReading:
     return FleetReading(
         source="index",
@@ -121,6 +149,7 @@ def intent(
     override_inhibitors: bool = False,
     force_off: bool = False,
     requested_by: str = "alice",
+    verified: bool = True,
 ) -> ManualIntent:
     override = None
     if override_inhibitors or force_off:
@@ -135,6 +164,7 @@ def intent(
         name="manual-1",
         action=action,
         requested_by=requested_by,
+        requester_verified=verified,
         override=override,
     )
 
@@ -150,6 +180,7 @@ def idle_facts(**overrides: Any) -> NodeFacts:
         "inhibitors": inhibitors(),
         "capability": capability(),
         "uptime": uptime(),
+        "identity": identity(),
         "desired": desired(),
     }
     values.update(overrides)
@@ -164,6 +195,7 @@ def refreshed(facts: NodeFacts, when: datetime) -> NodeFacts:
             "work": work(when=when),
             "power": power(when=when),
             "inhibitors": inhibitors(when=when),
+            "identity": identity(when=when),
         }
     )
 

@@ -14,6 +14,7 @@ from policy_builders import (
     demand,
     desired,
     fleet,
+    identity,
     idle_facts,
     inhibitors,
     intent,
@@ -26,7 +27,7 @@ from policy_builders import (
     work,
 )
 
-from nodewarden.policy.facts import NodeFacts
+from nodewarden.policy.facts import NodeFacts, OverrideRequest
 from nodewarden.policy.gates import (
     Evaluation,
     GateName,
@@ -420,6 +421,24 @@ def test_inhibitor_gate_override_from_unlisted_requester_blocks() -> None:
     assert ev.decision is Decision.BLOCK and R.OVERRIDE_NOT_PERMITTED in ev.reasons
 
 
+def test_an_override_of_an_unverified_requester_is_refused() -> None:
+    """Issue 20: requestedBy is a free string unless the admission policy verified it."""
+    pol = policy(inhibitorOverride={"permitted": True, "allowedRequesters": ["alice"]})
+    forged = intent("Shutdown", override_inhibitors=True, verified=False)
+    ev = shutdown(idle_facts(inhibitors=inhibitors(block_lock()), intent=forged), pol=pol)
+    assert ev.decision is Decision.BLOCK
+    assert gate(ev, GateName.INHIBITORS) == (
+        Verdict.FAIL,
+        (R.INHIBITOR_ACTIVE, R.REQUESTER_UNVERIFIED),
+    )
+    permissive = policy(
+        allowedActions=["On", "GracefulShutdown", "ForceOff"],
+        inhibitorOverride={"permitted": True, "permitForceOff": True},
+    )
+    force = idle_facts(intent=intent("Shutdown", force_off=True, verified=False))
+    assert not force_off_permitted(force, permissive)
+
+
 def test_inhibitor_gate_missing_reading_defers() -> None:
     ev = shutdown(idle_facts(inhibitors=None))
     assert ev.decision is Decision.DEFER
@@ -481,6 +500,80 @@ def test_force_off_needs_intent_override_policy_and_capability() -> None:
         capability=capability("Redfish", ("On", "GracefulShutdown")),
     )
     assert not force_off_permitted(no_cap, permissive)
+
+
+# -- identity: one machine, one BMC (issue 20) ------------------------------------------------
+
+OTHER = "4c4c4544-0000-0000-0000-00000000beef"
+
+
+def test_identity_gate_passes_when_the_bmc_manages_the_host() -> None:
+    ev = shutdown(idle_facts())
+    assert ev.decision is Decision.SHUTDOWN
+    assert gate(ev, GateName.IDENTITY) == (Verdict.PASS, ())
+
+
+def test_a_bmc_of_another_machine_blocks_the_shutdown() -> None:
+    """Own idle host's ssh block, the victim's BMC: every other gate passes."""
+    ev = shutdown(idle_facts(identity=identity(host=OTHER)))
+    assert ev.decision is Decision.BLOCK and ev.reasons == (R.IDENTITY_MISMATCH,)
+    values = {
+        e.name: e.value for e in next(g for g in ev.gates if g.gate is GateName.IDENTITY).evidence
+    }
+    assert values["bmcUuid"] != values["hostUuid"]
+
+
+@pytest.mark.parametrize(
+    ("reading", "code", "decision"),
+    [
+        (
+            identity(host=None, problem="exit 1: Permission denied"),
+            R.IDENTITY_UNVERIFIED,
+            Decision.BLOCK,
+        ),
+        (identity(bmc=None), R.IDENTITY_UNVERIFIED, Decision.BLOCK),
+        (None, R.IDENTITY_UNVERIFIED, Decision.BLOCK),
+        (identity(when=at(-3600)), R.TELEMETRY_STALE, Decision.DEFER),
+    ],
+    ids=["unreadable", "bmc-without-uuid", "no-reading", "host-not-answering"],
+)
+def test_an_unproven_identity_never_lets_the_bmc_switch_off(
+    reading: Any, code: ReasonCode, decision: Decision
+) -> None:
+    ev = shutdown(idle_facts(identity=reading))
+    assert ev.decision is decision and code in ev.reasons
+    assert gate(ev, GateName.IDENTITY)[0] is Verdict.FAIL
+
+
+def test_only_an_audited_override_may_rely_on_the_recorded_match() -> None:
+    stale = identity(when=at(-3600), matched_at=at(-7200))
+    manual = intent("Shutdown")
+    override = manual.model_copy(
+        update={
+            "override": OverrideRequest(
+                recorded_identity=True, justification="host agent down INC-9"
+            )
+        }
+    )
+    assert shutdown(idle_facts(identity=stale, intent=manual)).decision is not Decision.SHUTDOWN
+    ev = shutdown(idle_facts(identity=stale, intent=override))
+    assert gate(ev, GateName.IDENTITY) == (Verdict.WAIVED, (R.TELEMETRY_STALE, R.OVERRIDE_APPLIED))
+    assert "identity" in ev.overrides_applied
+    evidence = next(g for g in ev.gates if g.gate is GateName.IDENTITY).evidence
+    assert any(e.name == "recordedMatch" and "7200 s old" in str(e.value) for e in evidence)
+    unverified = override.model_copy(update={"requester_verified": False})
+    ev = shutdown(idle_facts(identity=stale, intent=unverified))
+    assert gate(ev, GateName.IDENTITY)[0] is Verdict.FAIL
+    # a mismatch is never waived
+    mismatch = identity(host=OTHER, matched_at=at(-7200))
+    assert shutdown(idle_facts(identity=mismatch, intent=override)).decision is Decision.BLOCK
+
+
+def test_the_identity_gate_is_skipped_when_the_bmc_does_not_switch_off() -> None:
+    wol = capability("WakeOnLan", ("WakeOnLan", "SshPoweroff"))
+    ev = shutdown(idle_facts(capability=wol, identity=None))
+    assert ev.decision is Decision.SHUTDOWN
+    assert gate(ev, GateName.IDENTITY) == (Verdict.SKIPPED, ())
 
 
 # -- fleet -----------------------------------------------------------------------------------

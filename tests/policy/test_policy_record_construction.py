@@ -187,9 +187,11 @@ def reference_record(
         override = OverrideEvidence(
             intent=it.name,
             requested_by=it.requested_by,
+            requester_verified=it.requester_verified,
             justification=ov.justification,
             inhibitors=ov.inhibitors,
             force_off=ov.force_off,
+            recorded_identity=ov.recorded_identity,
             permitted_by_policy=(
                 (not pol.override_requesters or it.requested_by in pol.override_requesters)
                 and (not ov.inhibitors or pol.override_permitted)

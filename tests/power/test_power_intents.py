@@ -1,8 +1,13 @@
 """Manual PowerIntents, GitOps policy edits and Shadow mode, end to end.
 
+- Without the chart's requester admission policy an override is never honoured: the
+  requester is a string anyone writes (REQUESTER_UNVERIFIED, nothing sent to the BMC).
+- With it (installed from the chart onto the real API server), intents are created by an
+  impersonated on-call user whose group is bound to `powerintents/override`.
 - A manual Shutdown passes the same gates as the policy's: an inhibitor BLOCKs it;
   an override is refused (OVERRIDE_NOT_PERMITTED) where the PowerPolicy forbids it, and
-  applied and audited (requester, justification in the record) where it permits it.
+  applied and audited (the authenticated requester, justification in the record) where
+  it permits it.
 - A PowerPolicy edited while a transition runs: the records after the edit carry the
   new version (name@generation/hash).
 - Shadow mode: decisions recorded (PowerIntent phase Shadow, Events), zero resets at
@@ -11,13 +16,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from admissionkit import requester_policy
 from clusterkit import ClusterHandle, wait_for
+from localcluster import OPERATOR_USER
 from powerkit import FAST_POWER_POLICY, PowerEnv, side_node_entry
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -55,6 +63,26 @@ def intent(
 
 
 OVERRIDE = {"inhibitors": True, "justification": "the lock holder confirmed on the phone"}
+ONCALL = "oncall@example.org"
+ONCALL_GROUP = {"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}
+
+
+def intent_in_phase(
+    env: PowerEnv, name: str, phase: str, timeout: float, what: str
+) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        body: dict[str, Any] = env.cluster.get_json(env.namespace, "pi", name)
+        return body if (body.get("status") or {}).get("phase") == phase else None
+
+    return wait_for(reached, timeout=timeout, what=what)  # type: ignore[no-any-return]
+
+
+def create_as_oncall(env: PowerEnv, obj: dict[str, Any]) -> None:
+    """Create `obj` as the on-call user (impersonated; member of the group `oncall`)."""
+    env.cluster.kubectl(
+        "-n", env.namespace, f"--as={ONCALL}", "--as-group=oncall", "create", "-f", "-",
+        input=json.dumps(obj),
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -71,7 +99,10 @@ def env(cluster: ClusterHandle, namespace: str, tmp_path: Path) -> Iterator[Powe
         "plain": {"policyRef": {"name": "edited"}},
         "shadowed": {"policyRef": {"name": "shadow"}},
     }
-    env = PowerEnv.create(cluster, namespace, tmp_path, nodes, node_specs=specs)
+    env = PowerEnv.create(
+        cluster, namespace, tmp_path, nodes, node_specs=specs,
+        config={"requesters": {"check_interval": 1}},
+    )  # fmt: skip
     env.apply(policy("strict"))
     env.apply(
         policy(
@@ -98,48 +129,66 @@ def test_manual_intents_overrides_policy_edits_and_shadow_mode(env: PowerEnv) ->
     for node in ("strict", "lenient", "plain"):
         env.wait_state(node, "Idle", timeout=60)
 
+    # -- no requester admission policy: a requester is a string, no override is honoured
+    env.apply(intent("lenient-unverified", "lenient", "Shutdown", OVERRIDE))
+    unverified = intent_in_phase(
+        env, "lenient-unverified", "Blocked", 60, "override of an unverified requester refused"
+    )
+    assert "REQUESTER_UNVERIFIED" in unverified["status"]["reasons"]
+    assert unverified["status"]["safetyRecord"]["manualOverride"]["requesterVerified"] is False
+    assert env.resets("lenient") == []
+
+    # -- the chart's policy: requestedBy is the authenticated user, overrides need RBAC
+    admission = requester_policy(
+        env.cluster, env.namespace, OPERATOR_USER, override_subjects=[ONCALL_GROUP]
+    )
+    try:
+        env.cluster.kubectl(
+            "-n", env.namespace, "create", "role", "intents",
+            "--verb=create,get", "--resource=powerintents.nodewarden.io",
+        )  # fmt: skip
+        env.cluster.kubectl(
+            "-n", env.namespace, "create", "rolebinding", "oncall-intents", "--role=intents",
+            "--group=oncall",
+        )  # fmt: skip
+        wait_for(
+            lambda: "PowerIntent requesters are verified at admission" in env.operators[0].logs(),
+            timeout=30,
+            what="the operator sees the requester admission policy in force",
+        )
+        manual_gates(env)
+    finally:
+        admission.close()
+
+
+def manual_gates(env: PowerEnv) -> None:
     # -- the same gates: an inhibitor blocks a manual shutdown without an override
-    env.apply(intent("strict-off", "strict", "Shutdown"))
+    create_as_oncall(env, intent("strict-off", "strict", "Shutdown"))
     blocked = env.wait_intent("strict", "Blocked", "Shutdown", timeout=60)
     assert blocked["metadata"]["name"] == "strict-off"
     assert "INHIBITOR_ACTIVE" in blocked["status"]["reasons"]
     # -- an override the policy does not permit is refused
-    env.apply(intent("strict-force", "strict", "Shutdown", OVERRIDE))
-    refused = wait_for(
-        lambda: (
-            (i := env.cluster.get_json(env.namespace, "pi", "strict-force"))
-            and (i.get("status") or {}).get("phase") == "Blocked"
-            and i
-        ),
-        timeout=60,
-        what="override refused",
-    )
+    create_as_oncall(env, intent("strict-force", "strict", "Shutdown", OVERRIDE))
+    refused = intent_in_phase(env, "strict-force", "Blocked", 60, "override refused")
     assert "OVERRIDE_NOT_PERMITTED" in refused["status"]["reasons"]
     assert refused["status"]["safetyRecord"]["manualOverride"]["permittedByPolicy"] is False
     assert env.resets("strict") == []
     # -- where the policy permits it: applied, audited, the node goes off
-    env.apply(intent("lenient-force", "lenient", "Shutdown", OVERRIDE))
-    done = wait_for(
-        lambda: (
-            (i := env.cluster.get_json(env.namespace, "pi", "lenient-force"))
-            and (i.get("status") or {}).get("phase") == "Succeeded"
-            and i
-        ),
-        timeout=90,
-        what="override applied",
-    )
+    create_as_oncall(env, intent("lenient-force", "lenient", "Shutdown", OVERRIDE))
+    done = intent_in_phase(env, "lenient-force", "Succeeded", 90, "override applied")
     events = [
         e for e in env.cluster.get_json(env.namespace, "events")["items"]
         if e["involvedObject"]["name"] == "lenient" and e["reason"] == "PowerShutdown"
     ]  # fmt: skip
     assert events and "OVERRIDE_APPLIED" in events[0]["message"]
     record = done["status"]["safetyRecord"]
-    assert record["manualOverride"]["requestedBy"] == "oncall@example.org"
+    assert record["manualOverride"]["requestedBy"] == ONCALL  # the authenticated name
+    assert record["manualOverride"]["requesterVerified"] is True
     assert record["manualOverride"]["justification"] == OVERRIDE["justification"]
     assert [r["reset_type"] for r in env.resets("lenient")] == ["GracefulShutdown"]
 
     # -- GitOps edit while a transition runs: later records carry the new version
-    env.apply(intent("plain-off", "plain", "Shutdown"))
+    create_as_oncall(env, intent("plain-off", "plain", "Shutdown"))
     wait_for(
         lambda: env.status("plain").get("state") == "ShuttingDown",
         timeout=60,

@@ -21,7 +21,7 @@ def rendered_role(*sets: str) -> dict[str, Any]:
         args += ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120)
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    return next(d for d in docs if d["kind"] == "Role")
+    return next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "t-nodewarden")
 
 
 def test_the_role_is_the_permission_table() -> None:

@@ -160,12 +160,14 @@ async def test_expired_session_gets_one_relogin(fake_bmc: StartFakeBmc) -> None:
     assert 401 in statuses and statuses[-1] == 200
 
 
-async def test_session_ttl_expiry_is_handled_like_a_401(fake_bmc: StartFakeBmc) -> None:
-    peer = await fake_bmc(session_ttl=0.0)  # every token is already expired when used
+async def test_tokens_expired_at_once_fall_back_to_basic(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(session_ttl=0.0, initial_power="On")  # every token already expired
     async with RedfishClient(peer.config()) as client:
-        with pytest.raises(AuthFailed):
-            await client.read_power_state()
-    assert peer.bmc.logins == 2  # the first login and exactly one re-login
+        assert (await client.read_power_state()).state.value == "On"
+        await client.read_power_state()
+        assert client.auth_mode == "basic"
+    assert peer.bmc.logins == 2  # the first login and exactly one re-login, then Basic
+    assert peer.bmc.failed_auth == 0
 
 
 async def test_wrong_password_at_session_login_is_auth_failed(fake_bmc: StartFakeBmc) -> None:

@@ -97,6 +97,7 @@ async def test_no_secret_in_logs_errors_or_reprs(
     }
     assert deleted_with == {
         ("none", "session"),
+        ("none", "basic"),  # the session ended by expiry, deleted after the re-login
         ("no_token", "basic"),
         ("truncated_body", "session"),
     }

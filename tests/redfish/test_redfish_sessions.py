@@ -6,6 +6,7 @@ with the fake's count of live sessions: a client that cleans up leaves none.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -57,7 +58,9 @@ async def test_session_is_deleted_on_close_also_after_a_relogin(fake_bmc: StartF
         await client.read_power_state()
         assert peer.bmc.live_sessions == 1  # the expired one is gone, the new one is live
     assert peer.bmc.logins == 2
-    assert deletes(peer) == [("session", 204)]
+    # the expired session: its token is refused, so (the password having just been
+    # accepted) it is deleted with Basic auth; the new one at close with its token
+    assert deletes(peer) == [("none", 401), ("basic", 204), ("session", 204)]
     assert peer.bmc.live_sessions == 0
 
 
@@ -176,3 +179,73 @@ async def test_login_reply_stalled_after_the_session_was_created_leaks_nothing(
         assert peer.bmc.live_sessions == 0
     assert caught.value.timeout_seconds == pytest.approx(0.5)
     assert deletes(peer) == [("session", 204)]
+
+
+# -- issue 20, item 5: no BMC lockout, no leaked sessions ----------------------------------
+
+
+async def test_a_refused_relogin_stops_logins_until_the_credentials_change(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    """The password is rotated on the BMC: one failed login, then nothing is sent."""
+    peer = await fake_bmc(initial_power="On")
+    async with RedfishClient(peer.config()) as client:
+        await client.read_power_state()
+        peer.bmc.change_password("rotated-on-the-bmc-7")
+        errors = []
+        for _ in range(3):
+            with pytest.raises(AuthFailed) as caught:
+                await client.read_power_state()
+            errors.append(str(caught.value))
+        sent = len(peer.bmc.requests)
+        with pytest.raises(AuthFailed):
+            await client.read_power_state()
+        assert len(peer.bmc.requests) == sent  # a stopped BMC is sent nothing at all
+    assert peer.bmc.failed_auth == 1  # one refused login towards the lockout, not one per read
+    assert logins(peer) == [201, 401]
+    assert all("until the" in e and "Secret changes" in e for e in errors[1:]), errors
+    assert peer.bmc.live_sessions == 0
+    # the Secret changes (a new client with the new password): logins resume
+    async with RedfishClient(peer.config(password=SecretStr("rotated-on-the-bmc-7"))) as client:
+        assert (await client.read_power_state()).state is PowerState.ON
+    assert peer.bmc.failed_auth == 1 and peer.bmc.live_sessions == 0
+
+
+async def test_a_bmc_that_refuses_its_new_token_keeps_no_session(fake_bmc: StartFakeBmc) -> None:
+    """Before: each re-login left a session on the BMC (3 after 3 reads) and the read failed."""
+    peer = await fake_bmc(initial_power="On")
+    peer.bmc.refuse_session_tokens()
+    for _ in range(3):  # three reads, each by its own client as after a restart
+        async with RedfishClient(peer.config()) as client:
+            assert (await client.read_power_state()).state is PowerState.ON
+            await client.read_power_state()
+            assert client.auth_mode == "basic"
+        assert peer.bmc.live_sessions == 0
+    assert peer.bmc.failed_auth == 0
+    assert peer.bmc.logins == 6  # a login and one re-login per client, each session deleted
+    assert all(status == 204 for auth, status in deletes(peer) if auth == "basic")
+
+
+async def test_wrong_basic_credentials_are_sent_once(fake_bmc: StartFakeBmc) -> None:
+    peer = await fake_bmc(sessions=False)
+    async with RedfishClient(peer.config(password=SecretStr("not-the-password"))) as client:
+        for _ in range(3):
+            with pytest.raises(AuthFailed):
+                await client.read_power_state()
+        assert client.auth_mode is None
+    assert peer.bmc.failed_basic == 1
+
+
+async def test_concurrent_requests_of_a_refused_password_cost_one_failed_login(
+    fake_bmc: StartFakeBmc,
+) -> None:
+    """Two reads in flight meet the 401 together: the second must not log in again."""
+    peer = await fake_bmc(initial_power="On")
+    async with RedfishClient(peer.config()) as client:
+        await client.read_power_state()
+        peer.bmc.change_password("rotated-on-the-bmc-8")
+        results = await asyncio.gather(
+            *(client.read_power_state() for _ in range(4)), return_exceptions=True
+        )
+        assert all(isinstance(r, AuthFailed) for r in results), results
+    assert peer.bmc.failed_auth == 1

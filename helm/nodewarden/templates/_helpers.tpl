@@ -56,3 +56,13 @@ namespace="{{ .Release.Namespace }}", job="{{ include "nodewarden.metricsService
 {{- define "nodewarden.dashboardUid" -}}
 {{- printf "nodewarden-%s" (printf "%s/%s" .Release.Namespace .Release.Name | sha256sum | trunc 12) -}}
 {{- end -}}
+
+{{/* The user name the API server knows the operator by (docs/security.md, requesters). */}}
+{{- define "nodewarden.operatorUsername" -}}
+{{- default (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "nodewarden.serviceAccountName" .)) .Values.requesters.operatorUsername -}}
+{{- end -}}
+
+{{/* Name of the requester admission policy and its binding (cluster-scoped: one per release). */}}
+{{- define "nodewarden.requesterPolicy" -}}
+{{- printf "%s-%s-powerintents" (include "nodewarden.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

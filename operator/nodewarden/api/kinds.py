@@ -16,7 +16,7 @@ from nodewarden.api.containerdispatch import (
 )
 from nodewarden.api.powerintent import PowerIntentSpec, PowerIntentStatus
 from nodewarden.api.powerpolicy import PowerPolicySpec, PowerPolicyStatus
-from nodewarden.api.workernode import WorkerNodeSpec, WorkerNodeStatus
+from nodewarden.api.workernode import IDENTITY_FROZEN_RULE, WorkerNodeSpec, WorkerNodeStatus
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ WORKER_NODE = Kind(
         "One machine nodewarden manages: a cloud VM created through the cloud API or a side "
         "node powered through Redfish / Wake-on-LAN. spec is what we want, status what we observe."
     ),
+    cel_rules=(IDENTITY_FROZEN_RULE,),
     columns=(
         PrinterColumn("State", ".status.state", description="Lifecycle / power state."),
         PrinterColumn("Type", ".spec.instanceType", description="Instance type."),

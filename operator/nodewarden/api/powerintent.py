@@ -50,6 +50,13 @@ class IntentOverride(ApiModel):
         default=False,
         description="Allow ForceOff if GracefulShutdown fails (needs inhibitorOverride.permitForceOff).",
     )
+    recorded_identity: bool = Field(
+        default=False,
+        description=(
+            "Shutdown only: when the host's DMI product UUID cannot be read now, rely on the "
+            "BMC/host UUID match recorded at enrolment (its age is in the Safety Record)."
+        ),
+    )
     justification: str = Field(
         min_length=10,
         max_length=2048,
@@ -86,7 +93,11 @@ class PowerIntentSpec(ApiModel):
     requested_by: str = Field(
         default="",
         max_length=256,
-        description="Who asked: a user name, or 'nodewarden/<dispatcher-id>'.",
+        description=(
+            "Who asked: your user name exactly as the API server authenticates you (the "
+            "chart's admission policy refuses any other; ServiceAccounts: "
+            "system:serviceaccount:<namespace>:<name>). The operator writes its own."
+        ),
     )
     reason: str = Field(
         default="", max_length=2048, description="Free-text reason given by the requester."

@@ -254,6 +254,31 @@ class SafetyRecordSummary(StatusModel):
     time: datetime | None = Field(default=None, description="When the decision was made.")
 
 
+class Enrolment(StatusModel):
+    """The machine this node was enrolled as: what its BMC and its host reported. Once set,
+    spec.bmc.endpoint, spec.bmc.systemId, spec.ssh.address and spec.ssh.port are frozen
+    (re-enrol a machine by deleting the WorkerNode and creating it again; docs/security.md)."""
+
+    bmc_endpoint: str | None = Field(default=None, description="The BMC endpoint, normalised.")
+    system_id: str | None = Field(default=None, description="The ComputerSystem id in spec.")
+    bmc_uuid: str | None = Field(default=None, description="The BMC's ComputerSystem.UUID.")
+    ssh_address: str | None = Field(default=None, description="spec.ssh.address at enrolment.")
+    ssh_port: int | None = Field(default=None, description="spec.ssh.port at enrolment.")
+    host_uuid: str | None = Field(
+        default=None, description="The DMI product UUID the host reported over SSH."
+    )
+    enrolled_at: datetime | None = Field(
+        default=None, description="When the BMC's UUID was first read (the fields froze)."
+    )
+    verified_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When the host's UUID first matched the BMC's (re-verified in memory whenever the "
+            "host answers; a Safety Record shows the age of the match it relied on)."
+        ),
+    )
+
+
 class WorkerNodeStatus(StatusModel):
     """What we observe about this machine."""
 
@@ -336,6 +361,36 @@ class WorkerNodeStatus(StatusModel):
         ),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
+    enrolment: Enrolment | None = Field(
+        default=None,
+        description=(
+            "The machine identity observed for this node (BMC and host UUIDs); written by the "
+            "power controller. Its presence freezes the node's BMC and SSH identity fields."
+        ),
+    )
     conditions: list[Condition] = Field(
         default_factory=list, description="Valid, Ready and other standard conditions."
     )
+
+
+def _field(obj: str, path: str, attribute: str) -> str:
+    return f"(has({obj}.spec.{path}) && has({obj}.spec.{path}.{attribute}) ? {obj}.spec.{path}.{attribute} : '')"
+
+
+IDENTITY_FROZEN_RULE: dict[str, str] = {
+    "rule": (
+        "!has(oldSelf.status) || !has(oldSelf.status.enrolment) || ("
+        + " && ".join(
+            f"{_field('self', p, a)} == {_field('oldSelf', p, a)}"
+            for p, a in (("bmc", "endpoint"), ("bmc", "systemId"), ("ssh", "address"))
+        )
+        + " && self.spec.ssh.port == oldSelf.spec.ssh.port)"
+    ),
+    "message": (
+        "spec.bmc.endpoint, spec.bmc.systemId, spec.ssh.address and spec.ssh.port of an enrolled "
+        "WorkerNode (status.enrolment) cannot change: one machine, one BMC. To enrol another "
+        "machine under this name, delete the WorkerNode and create it again (docs/security.md)"
+    ),
+}
+"""A rule on the whole object (it needs the status): the identity fields freeze once the
+power controller has enrolled the node."""

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.check.result import CheckResult, failed, passed, plural, warned
 from nodewarden.credentials import LABEL, CredentialResolver, Refusal, secret_refs
+from nodewarden.credentials.designation import key_rename
 from nodewarden.credentials.resolver import BmcCredentials, SshCredentials
 from nodewarden.redfish.client import RedfishClient
 from nodewarden.redfish.errors import (
@@ -86,10 +87,23 @@ def refusal_fix(refusal: Refusal, node: Node, resolver: CredentialResolver) -> s
         if ref.name in resolver.reserved:
             return f"Secret {ref.name} is the operator's own; point {ref.field} at another Secret"
         return (
-            f"create Secret {ref.name} with key {ref.key} in {resolver.namespace} and label it: "
-            f"kubectl -n {resolver.namespace} label secret {ref.name} {LABEL}={ref.purpose}"
+            f"create Secret {ref.name} with key {ref.role} in {resolver.namespace} and label "
+            f"it: kubectl -n {resolver.namespace} label secret {ref.name} {LABEL}={ref.purpose}"
         )
     return ""
+
+
+async def _key_rename(refusal: Refusal, node: Node, resolver: CredentialResolver) -> str | None:
+    """A designated Secret's key that this release does not read for the field (fixed key
+    names per role since issue 20): the rename, or the key map, that keeps it working.
+    Run before an upgrade, this lists every node the upgrade would refuse."""
+    if refusal.reason != "CredentialsNotDesignated":
+        return None
+    ref = next((r for r in secret_refs(node.spec) if r.field == refusal.field), None)
+    if ref is None:
+        return None
+    view = await resolver.secret_view(ref.name)
+    return key_rename(view, ref) if view is not None else None
 
 
 async def _gather(items: Sequence[Any], fn: Callable[[Any], Awaitable[Any]]) -> list[Any]:
@@ -112,11 +126,13 @@ async def check_secrets(
     for node, refusals in zip(nodes, answers, strict=True):
         refused[node.name] = {r.field for r in refusals}
         for refusal in refusals:
+            rename = await _key_rename(refusal, node, resolver)
             out.append(
                 failed(
                     "secrets",
-                    f"WorkerNode {node.name}: {refusal.reason}: {refusal.message}",
-                    refusal_fix(refusal, node, resolver),
+                    f"WorkerNode {node.name}: {refusal.reason}: {refusal.message}"
+                    + (" -- the key does not serve this field's role" if rename else ""),
+                    rename or refusal_fix(refusal, node, resolver),
                 )
             )
     clean = sum(1 for n in nodes if not refused[n.name])

@@ -1,7 +1,7 @@
 """The thin runner of `nodewarden check`: gather the facts, run every group, in order.
 
-    config -> kubeconfig / api-server -> version -> clock -> crds -> rbac -> cloud
-    -> policies -> secrets -> bmc -> ssh -> lease -> live (with --live)
+    config -> kubeconfig / api-server -> version -> clock -> crds -> rbac -> requesters
+    -> cloud -> policies -> secrets -> bmc -> ssh -> lease -> live (with --live)
 
 A check that needs what an earlier one found missing is reported once as "not checked"
 with the reason. When the API server cannot be reached the report says the checks could
@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from nodewarden.api.kinds import POWER_POLICY, WORKER_NODE
-from nodewarden.check import cloud, crds, kubeapi, lease, live, nodes, policies, rbac
+from nodewarden.check import cloud, crds, kubeapi, lease, live, nodes, policies, rbac, requesters
 from nodewarden.check.operatorconfig import FETCH_CONFIG, check_config
 from nodewarden.check.result import CheckResult, Report, failed, passed, skipped, warned
 from nodewarden.config import ConfigError, OperatorConfig
@@ -30,7 +30,17 @@ from nodewarden.credentials.setup import build_resolver
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.kubeconfig import context_namespace, default_kubeconfig
 
-CLUSTER_CHECKS = ("crds", "rbac", "cloud", "policies", "secrets", "bmc", "ssh", "lease")
+CLUSTER_CHECKS = (
+    "crds",
+    "rbac",
+    "requesters",
+    "cloud",
+    "policies",
+    "secrets",
+    "bmc",
+    "ssh",
+    "lease",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +196,8 @@ async def _cluster_checks(
     results.extend(
         await rbac.check_rbac(api, config, namespace, options.service_account, named_secrets)
     )
+    if crds_served:
+        results.append(await requesters.check_requesters(kube, namespace))
     configured = options.config is not None
     if configured:
         results.extend(

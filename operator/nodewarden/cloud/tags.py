@@ -39,6 +39,12 @@ class TagKeys:
         return self.prefix + "secret-sha256"
 
     @property
+    def secret_nonce(self) -> str:
+        """The per-instance nonce the secret is derived with (absent on instances created
+        before nonces: they use the old derivation, see `dispatch.identity`)."""
+        return self.prefix + "secret-nonce"
+
+    @property
     def last_probe(self) -> str:
         """RFC 3339 time of the last successful probe (takeover of stale dispatchers)."""
         return self.prefix + "last-probe"

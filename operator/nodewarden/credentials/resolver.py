@@ -18,6 +18,14 @@ own (reserved) Secrets; BMC credentials go only to admitted BMC endpoints, side-
 logins only to admitted SSH addresses (cloud VMs: the address the cloud reported for
 nodewarden's own instance), Wake-on-LAN packets only to admitted targets. Secrets are
 cached for `credentials.secretTtl` (one read per Secret per TTL, shared by all nodes).
+
+Each field reads only the key of its role (`designation`): a value never reaches another
+use. Every value of every Secret read is registered for redaction (logs, statuses,
+Events), except those of the public roles (CA bundle, known_hosts). A value that cannot
+be used (an empty user name, a key that does not load, a malformed SecureOn password) is
+refused with the same message as an undesignated Secret; no message carries anything
+derived from a Secret's content, and the operator's log gets a fixed text naming the
+rule it broke.
 """
 
 from __future__ import annotations
@@ -34,8 +42,11 @@ from pydantic import SecretBytes, SecretStr
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.config import CredentialsConfig
 from nodewarden.credentials.admission import AdmissionList, Endpoint, bmc_endpoint, parse_entries
+from nodewarden.credentials.bmcidentity import BmcRegistry
 from nodewarden.credentials.designation import (
     LABEL,
+    PUBLIC_ROLES,
+    ROLE_TEXT,
     SecretRef,
     SecretView,
     designated,
@@ -46,6 +57,7 @@ from nodewarden.credentials.designation import (
 from nodewarden.kube.client import KubeError, SecretRecord
 from nodewarden.logs import register_secret
 from nodewarden.redfish.config import RedfishEndpointConfig
+from nodewarden.redfish.transport import build_ssl_context
 from nodewarden.ssh.credentials import KnownHostKeys, SshClientKey, SshTarget
 from nodewarden.ssh.errors import InvalidClientKey
 from nodewarden.units import parse_duration
@@ -53,18 +65,12 @@ from nodewarden.wol import InvalidSecureOn, parse_secure_on
 
 log = logging.getLogger(__name__)
 
-SECRET_FIELDS = frozenset(
-    {
-        "spec.bmc.passwordSecretRef",
-        "spec.ssh.privateKeySecretRef",
-        "spec.wakeOnLan.secureOnSecretRef",
-    }
-)
-"""References whose values are secrets, registered for log redaction when used (user
-names, CA bundles and known_hosts lines are public and stay readable)."""
-
 RefusalReason = Literal[
-    "CredentialsNotDesignated", "EndpointNotAdmitted", "CredentialsMissing", "CredentialsInvalid"
+    "CredentialsNotDesignated",
+    "EndpointNotAdmitted",
+    "CredentialsMissing",
+    "CredentialsInvalid",
+    "BmcClaimed",
 ]
 
 
@@ -82,7 +88,7 @@ class BmcCredentials:
     """A BMC's admitted endpoint and its designated credentials."""
 
     endpoint: str
-    username: str
+    username: str = field(repr=False)
     password: SecretStr
     ca_bundle_pem: str | None = field(default=None, repr=False)
     system_id: str | None = None
@@ -172,6 +178,9 @@ class CredentialResolver:
         self._cache: dict[str, _Cached] = {}
         self._inflight: dict[str, asyncio.Future[SecretRecord | None]] = {}
         self.reads = 0
+        self.bmc_claims = BmcRegistry()
+        """Which WorkerNode each BMC belongs to (fed by the power controller): a node whose
+        BMC another holds is refused its BMC credentials (`bmcidentity`)."""
 
     # -- secrets ----------------------------------------------------------------------
 
@@ -200,6 +209,8 @@ class CredentialResolver:
                 # e.g. 403 where RBAC names the Secrets it may read: treated as absent.
                 log.warning("cannot read Secret %s/%s: %s", self.namespace, name, exc)
                 record = None
+            if record is not None:
+                _register_values(record)
             self._cache[name] = _Cached(self._clock() + self._ttl, record)
             future.set_result(record)
             return record
@@ -213,27 +224,45 @@ class CredentialResolver:
             elif future.exception() is not None:
                 future.exception()  # retrieved: no "never retrieved" warning
 
+    async def secret_view(self, name: str) -> SecretView | None:
+        """What designation sees of Secret `name` (labels, key names, key map; no values),
+        through the cache; None when absent or reserved. For `nodewarden check`, which an
+        administrator runs, never for a status."""
+        if name in self.reserved:
+            return None
+        return _view(await self._record(name))
+
     async def _value(self, node: str, ref: SecretRef) -> SecretStr | Refusal:
         record = await self._record(ref.name) if ref.name not in self.reserved else None
-        view = (
-            None
-            if record is None
-            else SecretView(record.name, record.labels, frozenset(record.values))
-        )
+        view = _view(record)
         if not designated(view, ref, self.reserved):
-            log.info(
-                "WorkerNode %s: %s refused (%s)",
-                node,
-                ref.field,
-                why_not(view, ref, self.reserved),
-                extra={"secret": ref.name, "label": LABEL},
-            )
-            return Refusal("CredentialsNotDesignated", ref.field, refusal_message(ref))
+            return self._refuse(node, ref, why_not(view, ref, self.reserved))
         assert record is not None
-        value = record.values[ref.key]
-        if ref.field in SECRET_FIELDS:
-            register_secret(value.get_secret_value())
-        return value
+        return record.values[ref.key]
+
+    def _refuse(self, node: str, ref: SecretRef, cause: str) -> Refusal:
+        """The no-oracle refusal of `ref`; the (fixed-text) cause goes to the log only."""
+        log.info(
+            "WorkerNode %s: %s refused (%s)",
+            node,
+            ref.field,
+            cause,
+            extra={"secret": ref.name, "key": ref.key, "label": LABEL},
+        )
+        return Refusal("CredentialsNotDesignated", ref.field, refusal_message(ref))
+
+    def _unusable(self, node: str, ref: SecretRef) -> Refusal:
+        """A designated value that cannot serve its role. Secret roles: the same refusal as
+        an undesignated Secret (its content is no oracle either); public roles: a fixed
+        text that names the Secret and the key."""
+        if ref.role not in PUBLIC_ROLES:
+            return self._refuse(node, ref, f"the value is not usable as {ROLE_TEXT[ref.role]}")
+        return Refusal(
+            "CredentialsInvalid",
+            ref.field,
+            f"{ref.field}: Secret {ref.name!r} (key {ref.key!r}) does not hold usable "
+            f"{ROLE_TEXT[ref.role]} (docs/security.md)",
+        )
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -248,6 +277,18 @@ class CredentialResolver:
             f"spec.bmc.endpoint: {endpoint} is not an admitted BMC endpoint (operator config "
             "credentials.bmc_endpoints); an administrator admits it there, or point the node "
             "at an admitted BMC",
+        )
+
+    def _bmc_claim_refusal(self, name: str) -> Refusal | None:
+        owner = self.bmc_claims.owner_for(name)
+        if owner is None:
+            return None
+        return Refusal(
+            "BmcClaimed",
+            "spec.bmc.endpoint",
+            f"spec.bmc: this BMC ({owner.describe()}) belongs to WorkerNode {owner.node!r}: "
+            "one machine, one BMC. Point spec.bmc at this machine's own BMC; if "
+            f"{owner.node!r} is the stale one, an administrator deletes it (docs/security.md)",
         )
 
     def _ssh_address(self, spec: WorkerNodeSpec) -> Endpoint | Refusal:
@@ -288,34 +329,27 @@ class CredentialResolver:
         bmc = spec.bmc
         if bmc is None:
             return Refusal("CredentialsMissing", "spec.bmc", "spec.bmc: the node has no BMC")
-        refused = self._bmc_endpoint_refusal(spec)
+        refused = self._bmc_endpoint_refusal(spec) or self._bmc_claim_refusal(name)
         if refused is not None:
             return refused
-        values: dict[str, str] = {}
-        secret: SecretStr | None = None
+        values: dict[str, SecretStr] = {}
         for ref in secret_refs(spec):
             if ref.purpose != "bmc":
                 continue
             value = await self._value(name, ref)
             if isinstance(value, Refusal):
                 return value
-            if ref.field.endswith("passwordSecretRef"):
-                secret = value
-            else:
-                values[ref.field] = value.get_secret_value()
-        assert secret is not None
-        username = values.get("spec.bmc.usernameSecretRef", "").strip()
-        if not username:
-            return Refusal(
-                "CredentialsInvalid",
-                "spec.bmc.usernameSecretRef",
-                "spec.bmc.usernameSecretRef: the designated Secret's value is empty",
-            )
+            if ref.role == "username" and not value.get_secret_value().strip():
+                return self._unusable(name, ref)
+            if ref.role == "caBundle" and not _usable_ca_bundle(value.get_secret_value()):
+                return self._unusable(name, ref)
+            values[ref.role] = value
+        ca_bundle = values.get("caBundle")
         return BmcCredentials(
             endpoint=bmc.endpoint,
-            username=username,
-            password=secret,
-            ca_bundle_pem=values.get("spec.bmc.caBundleSecretRef"),
+            username=values["username"].get_secret_value().strip(),
+            password=values["password"],
+            ca_bundle_pem=ca_bundle.get_secret_value() if ca_bundle is not None else None,
             system_id=bmc.system_id,
             use_sessions=bmc.use_sessions,
         )
@@ -341,16 +375,16 @@ class CredentialResolver:
             value = await self._value(name, ref)
             if isinstance(value, Refusal):
                 return value
-            if ref.field == "spec.ssh.privateKeySecretRef":
+            if ref.role == "privateKey":
                 try:
                     client_key = SshClientKey(value)
-                except InvalidClientKey as exc:
-                    return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+                except InvalidClientKey:
+                    return self._unusable(name, ref)
             else:
                 try:
                     known = KnownHostKeys(value.get_secret_value())
-                except ValueError as exc:
-                    return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+                except ValueError:
+                    return self._unusable(name, ref)
         if client_key is None:
             return Refusal(
                 "CredentialsMissing",
@@ -400,8 +434,8 @@ class CredentialResolver:
                 return value
             try:
                 secure_on = parse_secure_on(value.get_secret_value())
-            except InvalidSecureOn as exc:
-                return Refusal("CredentialsInvalid", ref.field, f"{ref.field}: {exc}")
+            except InvalidSecureOn:
+                return self._unusable(name, ref)
         return WolCredentials(str(wake.mac), target.host, target.port, secure_on)
 
     # -- validation -----------------------------------------------------------------------
@@ -432,3 +466,30 @@ class CredentialResolver:
                     out.append(result)
                     seen.add(result.field)
         return out
+
+
+def _view(record: SecretRecord | None) -> SecretView | None:
+    if record is None:
+        return None
+    return SecretView(record.name, record.labels, frozenset(record.values), record.annotations)
+
+
+def _register_values(record: SecretRecord) -> None:
+    """Register every value of a Secret just read for redaction, except those of the
+    public roles (CA bundle, known_hosts) when the Secret is designated."""
+    view = _view(record)
+    assert view is not None
+    for key, value in record.values.items():
+        if view.role_of(key) in PUBLIC_ROLES:
+            continue
+        register_secret(value.get_secret_value())
+
+
+def _usable_ca_bundle(pem: str) -> bool:
+    """Whether the PEM holds a certificate a TLS client can trust (contexts are cached per
+    bundle by the Redfish transport, so this costs a look-up after the first use)."""
+    try:
+        build_ssl_context(pem)
+    except ValueError:
+        return False
+    return True

@@ -271,6 +271,8 @@ class Dispatcher:
             self.pool.ensure_probes()
             self._reconcile_runners(now)
         await self._cancellations(now)
+        if self.queue.marks_due:  # objects whose uuid another holds (queue docstring)
+            self._spawn(self.queue.mark_duplicates())
         result = self._plan(now)
         self.last_plan = result
         await self._execute(result, now)

@@ -1,16 +1,23 @@
 """Per-instance secrets derived from the operator's SSH key, so they survive a restart.
 
 A new instance's init script carries a secret the node must later prove before its SSH
-host key is trusted on first use. Deriving it as HMAC(master, node name) -- master taken
-from the operator's SSH private key -- means a restarted operator can recompute it for
-instances it created before the restart, without storing secrets anywhere. The cloud tag
-holds only the secret's sha256.
+host key is trusted on first use. Deriving it as HMAC(master, node name + nonce) -- master
+taken from the operator's SSH private key, the nonce random per instance and kept in the
+instance's tag ``<prefix>secret-nonce`` -- means a restarted operator can recompute it for
+instances it created before the restart without storing secrets anywhere, and a node
+re-created under the same name (a declared VM) gets a secret of its own. The cloud tags
+hold only the nonce (not secret without the master) and the secret's sha256.
+
+Instances created before the nonce existed (no nonce tag) were given HMAC(master, node
+name); they are still proven with that derivation, so an upgrade neither loses nor
+destroys them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 
 from pydantic import SecretBytes, SecretStr
 
@@ -29,7 +36,14 @@ def master_secret(client_key: SshClientKey) -> SecretBytes:
     return SecretBytes(hmac.new(private, _CONTEXT, hashlib.sha256).digest())
 
 
-def instance_secret(master: SecretBytes, node_name: str) -> SecretStr:
-    """The secret for one node: 64 lowercase hex digits."""
-    digest = hmac.new(master.get_secret_value(), node_name.encode(), hashlib.sha256)
+def new_nonce() -> str:
+    """A fresh per-instance nonce: 32 lowercase hex digits (a tag value anywhere)."""
+    return secrets.token_hex(16)
+
+
+def instance_secret(master: SecretBytes, node_name: str, nonce: str | None = None) -> SecretStr:
+    """The secret for one instance: 64 lowercase hex digits. `nonce` None: the derivation
+    of instances created before nonces (node name only)."""
+    message = node_name if nonce is None else f"{node_name}\0{nonce}"
+    digest = hmac.new(master.get_secret_value(), message.encode(), hashlib.sha256)
     return SecretStr(digest.hexdigest())

@@ -40,9 +40,17 @@ class ContainerQueuePort(Protocol):
     def get(self, name: str) -> Container | None: ...
 
     def by_uuid(self) -> dict[str, Container]:
-        """Containers with a valid spec, by container uuid."""
+        """Containers with a valid spec, by container uuid (duplicates left out)."""
 
-    def __iter__(self) -> Iterator[Container]: ...
+    def __iter__(self) -> Iterator[Container]:
+        """The containers the dispatcher acts on (objects whose uuid another holds left out)."""
+
+    @property
+    def marks_due(self) -> bool:
+        """Some object's DuplicateUuid mark needs writing or clearing."""
+
+    async def mark_duplicates(self) -> None:
+        """Write the Valid condition of duplicates (and of former duplicates)."""
 
     async def write(
         self,

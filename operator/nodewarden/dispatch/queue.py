@@ -13,6 +13,17 @@ cost two writes per container): deleting a ContainerDispatch leaves no runner be
 because the dispatcher kills any runner whose container is in no ContainerDispatch, at
 once on the DELETED event and at the first probe round after a restart. Objects from
 before that still carry `LEGACY_FINALIZER` lose it once terminal or deleting.
+
+Unique uuids: nothing but the dispatcher can make a container's uuid unique (CEL sees one
+object), so the queue judges it. Of the objects that share a `spec.uuid`, the first
+(earliest creationTimestamp; within the same second one the dispatcher already acted on,
+then the name) is the container; every later one is a *duplicate*: marked
+`Valid=False DuplicateUuid` (`mark_duplicates`) and invisible to the dispatcher (never
+scheduled, adopted or cancelled: iteration and `by_uuid` skip it), so a copy of another
+user's uuid cannot act on that container's runner. When the first is deleted the
+duplicates are judged again: the next becomes the container -- unless the first was
+deleted while a runner may still run for it (Locked/Running), whose uuid a newcomer must
+not inherit; those stay duplicates (delete and re-create them once it has ended).
 """
 
 from __future__ import annotations
@@ -40,6 +51,9 @@ log = logging.getLogger(__name__)
 
 LEGACY_FINALIZER = "nodewarden.io/runner-cleanup"
 """Set on Locked containers by earlier releases; only ever removed now."""
+DUPLICATE_UUID = "DuplicateUuid"
+"""Reason of the `Valid=False` condition of a container whose uuid another one holds."""
+_MAY_HAVE_RUNNER = frozenset({"Locked", "Running"})
 
 
 def _rv(body: Mapping[str, Any]) -> int:
@@ -64,6 +78,9 @@ class Container:
     last_term_at: datetime | None = None
     status_written_at: datetime | None = None
     """When this dispatcher last wrote this container's status (in memory only)."""
+    duplicate_of: str | None = None
+    """The name of the container that holds this one's uuid (None: this one holds it)."""
+    duplicate_reason: str = ""
 
     @property
     def uuid(self) -> str:
@@ -98,6 +115,18 @@ class Container:
     def resource_version(self) -> str:
         return str(self.body.get("metadata", {}).get("resourceVersion", ""))
 
+    def seniority(self) -> tuple[str, int, str]:
+        """Order among objects of one uuid: created first, then acted on, then by name."""
+        created = str(self.body.get("metadata", {}).get("creationTimestamp") or "")
+        return created, 0 if self.phase not in (None, "Queued") else 1, self.name
+
+    def valid_condition(self) -> tuple[str, str, str] | None:
+        """(status, reason, message) of the Valid condition this generation carries."""
+        for cond in self.status.conditions:
+            if cond.type == "Valid" and cond.observed_generation == self.generation:
+                return str(cond.status), cond.reason, cond.message
+        return None
+
 
 @dataclass
 class ContainerQueue:
@@ -114,6 +143,12 @@ class ContainerQueue:
     fold: Callable[[Mapping[str, Any]], bool] | None = None
     """Where an object returned by a write goes (the ContainerDispatch informer, which
     hands it back through `observe`); None: straight to `observe`."""
+    _names_by_uuid: dict[str, set[str]] = field(default_factory=dict)
+    _inherited: set[str] = field(default_factory=set)
+    """uuids whose first object was deleted while a runner may still run for it."""
+    _marking: set[str] = field(default_factory=set)
+    marks_due: bool = False
+    """Some object's DuplicateUuid mark may need writing or clearing (`mark_duplicates`)."""
 
     # --- cache --------------------------------------------------------------------------
 
@@ -127,12 +162,103 @@ class ContainerQueue:
         if deleted:
             if current is not None and _rv(body) >= _rv(current.body):
                 del self.by_name[name]
+                self._unindex(current)
                 self.changed.set()
             return
         if current is not None and _rv(body) < _rv(current.body):
             return
-        self.by_name[name] = self._parse(body, current)
+        parsed = self._parse(body, current)
+        self.by_name[name] = parsed
+        if current is not None and current.spec is not None and current.uuid != parsed.uuid:
+            self._unindex(current)
+        if parsed.spec is not None:
+            self._names_by_uuid.setdefault(parsed.uuid, set()).add(name)
+            self._judge(parsed.uuid)
+            marked = parsed.valid_condition()
+            if marked is not None and marked[1] == DUPLICATE_UUID:
+                self.marks_due = True
         self.changed.set()
+
+    # --- unique uuids -------------------------------------------------------------------
+
+    def _unindex(self, c: Container) -> None:
+        if c.spec is None:
+            return
+        names = self._names_by_uuid.get(c.uuid)
+        if names is None:
+            return
+        names.discard(c.name)
+        if not names:
+            del self._names_by_uuid[c.uuid]
+            self._inherited.discard(c.uuid)
+            return
+        if c.duplicate_of is None and c.phase in _MAY_HAVE_RUNNER:
+            self._inherited.add(c.uuid)  # its runner may outlive it: nobody inherits it
+        self._judge(c.uuid)
+
+    def _judge(self, uuid: str) -> None:
+        members = sorted(
+            (self.by_name[n] for n in self._names_by_uuid.get(uuid, ()) if n in self.by_name),
+            key=Container.seniority,
+        )
+        if not members:
+            return
+        first = members[0]
+        if len(members) == 1 and uuid not in self._inherited and first.duplicate_of is None:
+            return  # the common case: one object, one uuid
+        self.marks_due = True
+        if uuid in self._inherited and first.phase not in _MAY_HAVE_RUNNER:
+            for c in members:
+                c.duplicate_of, c.duplicate_reason = (
+                    "(deleted)",
+                    (
+                        f"spec.uuid: {uuid} was the uuid of a ContainerDispatch deleted while it "
+                        "was Locked or Running; its runner may still run, so this object never "
+                        "takes it over. Delete this object and create it again once that "
+                        "container has ended"
+                    ),
+                )
+            return
+        first.duplicate_of, first.duplicate_reason = None, ""
+        for c in members[1:]:
+            c.duplicate_of = first.name
+            c.duplicate_reason = (
+                f"spec.uuid: {uuid} is the uuid of ContainerDispatch {first.name!r}, created "
+                "earlier; this object is never scheduled, adopted or cancelled. Delete it, "
+                "or create it again with a uuid of its own"
+            )
+
+    def duplicates(self) -> list[Container]:
+        """The objects whose uuid another one holds (see the module docstring)."""
+        return [c for c in self.by_name.values() if c.duplicate_of is not None]
+
+    async def mark_duplicates(self) -> None:
+        """Write `Valid=False DuplicateUuid` on each duplicate that does not carry it yet,
+        and `Valid=True` on a former duplicate that now holds its uuid (background lane)."""
+        self.marks_due = False
+        for c in list(self.by_name.values()):
+            if c.spec is None or c.name in self._marking:
+                continue
+            current = c.valid_condition()
+            if c.duplicate_of is not None:
+                if current == ("False", DUPLICATE_UUID, c.duplicate_reason):
+                    continue
+                valid, reason, message = False, DUPLICATE_UUID, c.duplicate_reason
+            elif current is not None and current[1] == DUPLICATE_UUID:
+                valid, reason, message = True, "Valid", "spec is valid"
+            else:
+                continue
+            self._marking.add(c.name)
+            try:
+                status: dict[str, Any] = {
+                    "observedGeneration": c.generation,
+                    "conditions": self.conditions(c, valid, reason, message),
+                }
+                await self.write(c, status, background=True)
+            except KubeError as exc:
+                log.info("marking %s as a duplicate failed: %s", c.name, exc)
+            finally:
+                self._marking.discard(c.name)
 
     def _take(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """An object returned by one of our writes."""
@@ -165,13 +291,20 @@ class ContainerQueue:
             out.first_term_at = previous.first_term_at
             out.last_term_at = previous.last_term_at
             out.status_written_at = previous.status_written_at
+            out.duplicate_of = previous.duplicate_of
+            out.duplicate_reason = previous.duplicate_reason
         return out
 
     def __iter__(self) -> Iterator[Container]:
-        return iter(list(self.by_name.values()))
+        """Every container the dispatcher acts on (duplicates left out)."""
+        return iter([c for c in self.by_name.values() if c.duplicate_of is None])
 
     def by_uuid(self) -> dict[str, Container]:
-        return {c.uuid: c for c in self.by_name.values() if c.spec is not None}
+        return {
+            c.uuid: c
+            for c in self.by_name.values()
+            if c.spec is not None and c.duplicate_of is None
+        }
 
     def get(self, name: str) -> Container | None:
         return self.by_name.get(name)

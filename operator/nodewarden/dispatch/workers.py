@@ -52,7 +52,7 @@ from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import DispatchSettings
 from nodewarden.credentials import CredentialResolver, Refusal
-from nodewarden.dispatch.identity import instance_secret
+from nodewarden.dispatch.identity import instance_secret, new_nonce
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
 from nodewarden.metrics import PROBE_SECONDS
 from nodewarden.power.board import NodePowerView
@@ -771,12 +771,17 @@ class WorkerPool:
         await self._create_instance(worker, itype)
 
     async def _create_instance(self, worker: Worker, itype: InstanceType) -> None:
-        secret = instance_secret(self.master, worker.name)
+        nonce = new_nonce()
+        secret = instance_secret(self.master, worker.name, nonce)
         request, _ = self._cloud.create_request(
             name=worker.name,
             instance_type=itype,
             ssh_public_key=self._key.public_key,
-            tags={self.tags.node: worker.name, self.tags.idle_behavior: worker.idle_behavior},
+            tags={
+                self.tags.node: worker.name,
+                self.tags.idle_behavior: worker.idle_behavior,
+                self.tags.secret_nonce: nonce,
+            },
             login_user=self.settings.ssh_user,
             instance_secret=secret,
         )
@@ -874,7 +879,8 @@ class WorkerPool:
         if worker.host_key and self.prober.pinned_host_key(worker.name) is None:
             trust = KnownHostKeys.for_key(host, port, worker.host_key)
         else:
-            trust = InstanceSecretTrust(instance_secret(self.master, worker.name))
+            nonce = inst.tags.get(self.tags.secret_nonce)  # None: made before nonces
+            trust = InstanceSecretTrust(instance_secret(self.master, worker.name, nonce))
         return SshTarget(
             node=worker.name,
             host=host,
@@ -973,8 +979,14 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
-            # side nodes: the power gates need inhibitors and the boot time as well
-            report = await self.prober.probe(target, inhibitors=worker.side, uptime=worker.side)
+            # side nodes: the power gates need inhibitors and the boot time as well, and
+            # those with a BMC the host's product UUID (one machine, one BMC)
+            report = await self.prober.probe(
+                target,
+                inhibitors=worker.side,
+                uptime=worker.side,
+                host_uuid=worker.side and worker.spec is not None and worker.spec.bmc is not None,
+            )
         except SshError as exc:
             PROBE_SECONDS.labels("error").observe(loop.time() - t0)
             worker.attempts_since_success += 1

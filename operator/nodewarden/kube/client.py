@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from nodewarden.kube.kubeconfig import (
     one_line,
 )
 from nodewarden.kube.useragent import identify
-from nodewarden.logs import register_secret
+from nodewarden.logs import redact, redact_tree, register_secret
 from nodewarden.metrics import KUBE_REQUESTS
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,17 @@ class SecretRecord:
     name: str
     labels: dict[str, str]
     values: dict[str, SecretStr] = field(repr=False)
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 class KubeError(Exception):
     """A Kubernetes API call failed in a way the caller should handle."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, server_message: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.server_message = server_message
+        """The API server's own message (a Status body's `message`), if any."""
 
 
 class NotFound(KubeError):
@@ -80,7 +84,21 @@ def _wrap(exc: ApiException, what: str) -> KubeError:
         return NotFound(f"{what}: not found", status)
     if status == 409:
         return Conflict(f"{what}: conflict ({reason})", status)
-    return KubeError(f"{what}: HTTP {status} {reason}", status)
+    return KubeError(f"{what}: HTTP {status} {reason}", status, _server_message(exc))
+
+
+def _server_message(exc: ApiException) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    if not isinstance(body, str):
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ""
+    message = parsed.get("message") if isinstance(parsed, dict) else None
+    return message[:2048] if isinstance(message, str) else ""
 
 
 async def api_client_from(kubeconfig: Path | None) -> client.ApiClient:
@@ -164,12 +182,22 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
-    async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(
+        self, kind: Kind, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Create an object (`dry_run`: admission runs, nothing is stored)."""
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind.kind, **body}
         KUBE_REQUESTS.labels("create").inc()
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         try:
             obj: dict[str, Any] = await self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, kind.plural, body, field_manager=self.field_manager
+                GROUP,
+                VERSION,
+                namespace,
+                kind.plural,
+                body,
+                field_manager=self.field_manager,
+                **extra,
             )
             return obj
         except UNREACHABLE as exc:
@@ -207,9 +235,10 @@ class Kube:
         resource_version: str | None = None,
     ) -> dict[str, Any]:
         """Merge-patch the status subresource (one patch per reconcile). With
-        `resource_version` the write applies only to that version (else Conflict)."""
+        `resource_version` the write applies only to that version (else Conflict).
+        Every registered secret is masked in every string of the patch."""
         KUBE_REQUESTS.labels("patch_status").inc()
-        body: dict[str, Any] = {"status": dict(status)}
+        body: dict[str, Any] = {"status": redact_tree(dict(status))}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
@@ -264,10 +293,9 @@ class Kube:
         return SecretStr(value)
 
     async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None:
-        """A Secret's labels and values (None if it does not exist), values wrapped. Only
-        the credential resolver calls this; it registers for log redaction the values it
-        uses as secrets (passwords, keys), not the public ones (user names, CA bundles,
-        known_hosts lines), so a BMC user "admin" does not blank every "admin" in the log."""
+        """A Secret's labels, annotations and values (None if it does not exist), values
+        wrapped. Only the credential resolver calls this; it registers for redaction every
+        value that is not public (CA bundles, known_hosts lines)."""
         KUBE_REQUESTS.labels("get_secret").inc()
         try:
             secret = await self.core.read_namespaced_secret(name, namespace)
@@ -284,8 +312,10 @@ class Kube:
             except (ValueError, UnicodeDecodeError):
                 continue  # not text: no credential nodewarden uses is binary
             values[key] = SecretStr(value)
-        labels = dict((secret.metadata.labels or {}) if secret.metadata else {})
-        return SecretRecord(name=name, labels=labels, values=values)
+        meta = secret.metadata
+        labels = dict((meta.labels or {}) if meta else {})
+        annotations = dict((meta.annotations or {}) if meta else {})
+        return SecretRecord(name=name, labels=labels, values=values, annotations=annotations)
 
     # --- events -------------------------------------------------------------------------
 
@@ -299,7 +329,8 @@ class Kube:
         action: str = "Reconcile",
         component: str = "nodewarden",
     ) -> None:
-        """Create a core/v1 Event about `obj`. Failures are logged, never raised."""
+        """Create a core/v1 Event about `obj` (registered secrets masked in the message).
+        Failures are logged, never raised."""
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace") or "default"
         now = datetime.now(tz=UTC)
@@ -316,7 +347,7 @@ class Kube:
                 resource_version=meta.get("resourceVersion"),
             ),
             reason=reason,
-            message=message[:1024],
+            message=redact(message)[:1024],
             type=type_,
             action=action,
             source=client.V1EventSource(component=component),

@@ -34,6 +34,7 @@ FactName = Literal[
     "inhibitors",
     "capability",
     "uptime",
+    "identity",
     "desired",
     "fleet",
     "vm",
@@ -136,6 +137,29 @@ class CapabilityReading(Reading):
     )
 
 
+class IdentityReading(Reading):
+    """Whether the BMC manages the host SSH reached: the BMC's ComputerSystem.UUID and the
+    host's DMI product UUID (both lower case), each with its source and time, and when the
+    two last matched (recorded at enrolment, re-verified whenever the host answers).
+    `source`/`observed_at` are those of the newest part."""
+
+    bmc_uuid: str | None = Field(default=None, max_length=64)
+    bmc_source: str = Field(default="-", max_length=512)
+    bmc_observed_at: AwareDatetime | None = None
+    host_uuid: str | None = Field(default=None, max_length=64)
+    host_problem: str | None = Field(
+        default=None, max_length=512, description="Why the host's UUID could not be read."
+    )
+    host_source: str = Field(default="-", max_length=512)
+    host_observed_at: AwareDatetime | None = None
+    matched_at: AwareDatetime | None = Field(
+        default=None, description="When the two UUIDs last matched (the recorded match)."
+    )
+    matched_uuid: str | None = Field(
+        default=None, max_length=64, description="The UUID of that match."
+    )
+
+
 class UptimeReading(Reading):
     """When the node last came up (boot time from the node or the cloud's launch time)."""
 
@@ -160,6 +184,7 @@ class OverrideRequest(CoreModel):
 
     inhibitors: bool = False
     force_off: bool = False
+    recorded_identity: bool = False
     justification: str = Field(min_length=10, max_length=2048)
 
 
@@ -169,6 +194,14 @@ class ManualIntent(Reading):
     name: str = Field(min_length=1, max_length=253)
     action: PowerAction
     requested_by: str = Field(default="", max_length=256)
+    requester_verified: bool = Field(
+        default=False,
+        description=(
+            "requested_by is the user the API server authenticated: the requester admission "
+            "policy (which also checks the powerintents/override permission) was in force. "
+            "An override of an unverified requester is refused."
+        ),
+    )
     reason: str = Field(default="", max_length=2048)
     override: OverrideRequest | None = None
 
@@ -219,6 +252,7 @@ class NodeFacts(CoreModel):
     inhibitors: InhibitorReading | None = None
     capability: CapabilityReading | None = None
     uptime: UptimeReading | None = None
+    identity: IdentityReading | None = None
     desired: DesiredReading | None = None
     intent: ManualIntent | None = None
     fleet: FleetReading | None = None
@@ -247,6 +281,7 @@ _READING_FIELDS = (
     "inhibitors",
     "capability",
     "uptime",
+    "identity",
     "desired",
     "intent",
     "fleet",

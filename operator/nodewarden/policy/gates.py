@@ -28,6 +28,12 @@ Shutdown gates, in order (each FAIL names reason codes; see docs/reason-codes.md
                 permitted by the policy is present (verdict WAIVED, OVERRIDE_APPLIED)
     capability  the control method exists and a shutdown action is both allowable on
                 the node and allowed by the policy
+    identity    Redfish power-off: the BMC's ComputerSystem.UUID equals the host's DMI
+                product UUID read over SSH (no older than telemetryMaxAge); a mismatch,
+                an unreadable UUID or a BMC without one BLOCKs; a UUID not read yet or
+                too long ago DEFERs; only a Manual intent with an audited override
+                (recordedIdentity) may rely on the match recorded at enrolment instead
+                (SKIPPED for other control methods)
     fleet       disruption budget and min-warm-nodes (SKIPPED without a fleet reading)
 
 Wake gates: policy, desired, demand (qualified demand present, unless a Wake intent or
@@ -56,6 +62,7 @@ from nodewarden.policy.facts import (
     DesiredReading,
     FactName,
     FleetReading,
+    IdentityReading,
     ManualIntent,
     NodeFacts,
     PowerReading,
@@ -86,6 +93,8 @@ class GateName(StrEnum):
     TIMING = "timing"
     INHIBITORS = "inhibitors"
     CAPABILITY = "capability"
+    IDENTITY = "identity"
+    """Redfish power-off: the BMC manages the host whose facts were read (UUIDs match)."""
     FLEET = "fleet"
     NODE_MANAGER = "nodeManager"
     """Cloud VMs: which node-manager rule fired (nodewarden.policy.cloudvm)."""
@@ -508,6 +517,91 @@ def _capability_gate(
     return _result(_G_CAPABILITY, [R.ACTION_NOT_ALLOWED], evidence), None
 
 
+_IDENTITY_NOT_NEEDED = GateResult(
+    GateName.IDENTITY,
+    _SKIPPED,
+    (),
+    (Evidence("identity", "power-off does not go through a BMC", "-", None),),
+)
+
+
+def _identity_gate(
+    identity: IdentityReading | None,
+    cap: CapabilityReading | None,
+    intent: ManualIntent | None,
+    now: datetime,
+    max_age: timedelta,
+    refresh: list[FactName],
+) -> tuple[GateResult, bool]:
+    """Does the BMC that would switch the node off manage the host whose work, inhibitors
+    and uptime were read? (docs/security.md, "One machine, one BMC"). The gate result and
+    whether an audited override let the recorded match stand in."""
+    if cap is None or cap.control_method != "Redfish":
+        return _IDENTITY_NOT_NEEDED, False
+    if identity is None or identity.bmc_uuid is None:
+        evidence = (Evidence("bmcUuid", "unknown", "-", None),)
+        refresh.append("identity")
+        return _result(GateName.IDENTITY, [R.IDENTITY_UNVERIFIED], evidence), False
+    bmc = identity.bmc_uuid
+    evidence_list = [Evidence("bmcUuid", bmc, identity.bmc_source, identity.bmc_observed_at)]
+    host, host_at = identity.host_uuid, identity.host_observed_at
+    evidence_list.append(
+        Evidence(
+            "hostUuid",
+            host if host is not None else f"unreadable: {identity.host_problem or 'not read'}",
+            identity.host_source,
+            host_at,
+        )
+    )
+    if host is not None and host != bmc:
+        return _result(GateName.IDENTITY, [R.IDENTITY_MISMATCH], tuple(evidence_list)), False
+    fresh = (
+        host_at is not None and host_at <= now + CLOCK_SKEW_TOLERANCE and now - host_at <= max_age
+    )
+    if host is not None and fresh:
+        evidence_list.append(Evidence("match", True, identity.host_source, host_at))
+        return GateResult(GateName.IDENTITY, _PASS, (), tuple(evidence_list)), False
+    refresh.append("identity")
+    # unreadable (the command failed) needs a person; not read yet, or read too long ago,
+    # waits for the next probe like any other telemetry
+    if host is None and identity.host_problem is not None:
+        code = R.IDENTITY_UNVERIFIED
+    else:
+        code = R.TELEMETRY_MISSING if host_at is None else R.TELEMETRY_STALE
+    recorded = identity.matched_at
+    if recorded is not None and identity.matched_uuid == bmc:
+        age = (now - recorded).total_seconds()
+        evidence_list.append(
+            Evidence(
+                "recordedMatch",
+                f"{identity.matched_uuid}, {age:.0f} s old",
+                "status.enrolment",
+                recorded,
+            )
+        )
+    overridden = (
+        intent is not None
+        and intent.action == "Shutdown"
+        and intent.override is not None
+        and intent.override.recorded_identity
+        and intent.requester_verified
+        and recorded is not None
+        and identity.matched_uuid == bmc
+    )
+    if overridden:
+        assert intent is not None
+        evidence_list.append(
+            _ev("override", f"{intent.name} by {intent.requested_by} (recorded match)", intent)
+        )
+        return (
+            _result(
+                GateName.IDENTITY, [code, R.OVERRIDE_APPLIED], tuple(evidence_list), waived=True
+            ),
+            True,
+        )
+    return _result(GateName.IDENTITY, [code], tuple(evidence_list)), False
+
+
 _FLEET_NOT_SUPPLIED = GateResult(
     _G_FLEET, _SKIPPED, (), (Evidence("fleet", "not supplied", "-", None),)
 )
@@ -620,9 +714,15 @@ def _latest_recheck(gates: tuple[GateResult, ...]) -> datetime | None:
 def _override_allowed(intent: ManualIntent | None, policy: PolicyView) -> bool:
     if intent is None or intent.override is None or not intent.override.inhibitors:
         return False
-    if not policy.override_permitted:
+    if not policy.override_permitted or not intent.requester_verified:
         return False
     return not policy.override_requesters or intent.requested_by in policy.override_requesters
+
+
+def _override_refusal(intent: ManualIntent) -> ReasonCode:
+    """Why an override is refused: the requester is not who the API server says, or the
+    policy does not permit it."""
+    return R.OVERRIDE_NOT_PERMITTED if intent.requester_verified else R.REQUESTER_UNVERIFIED
 
 
 def force_off_permitted(facts: NodeFacts, policy: PolicyView) -> bool:
@@ -633,6 +733,8 @@ def force_off_permitted(facts: NodeFacts, policy: PolicyView) -> bool:
     if intent is None or intent.action != "Shutdown" or intent.override is None:
         return False
     if not intent.override.force_off or not policy.permit_force_off:
+        return False
+    if not intent.requester_verified:
         return False
     if policy.override_requesters and intent.requested_by not in policy.override_requesters:
         return False
@@ -798,20 +900,30 @@ def evaluate_shutdown(
                 assert intent is not None
                 i_ev = (
                     *i_ev,
-                    _ev("override", f"{intent.name} by {intent.requested_by or '?'}", intent),
+                    _ev(
+                        "override",
+                        f"{intent.name} by {intent.requested_by} (authenticated at admission)",
+                        intent,
+                    ),
                 )
                 inhibitor_gate = _result(
                     _G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_APPLIED], i_ev, waived=True
                 )
                 applied = ("inhibitors",)
             elif wants_override:
+                assert intent is not None
                 inhibitor_gate = _result(
-                    _G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_NOT_PERMITTED], i_ev
+                    _G_INHIBITORS, [R.INHIBITOR_ACTIVE, _override_refusal(intent)], i_ev
                 )
             else:
                 inhibitor_gate = _result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev)
 
     capability_gate, action = _capability_gate(facts.capability, policy, SHUTDOWN_ACTIONS)
+    identity_gate, identity_waived = _identity_gate(
+        facts.identity, facts.capability, intent, now, policy.telemetry_max_age, refresh
+    )
+    if identity_waived:
+        applied = (*applied, "identity")
     fleet_gate = _fleet_gate(facts.fleet, policy, draining, check_warm=not forced, state=state)
 
     gates = (
@@ -824,6 +936,7 @@ def evaluate_shutdown(
         timing_gate,
         inhibitor_gate,
         capability_gate,
+        identity_gate,
         fleet_gate,
     )
     decision, reasons = _decide(

@@ -69,6 +69,9 @@ class ReasonCode(StrEnum):
     BILLING_WINDOW_CLOSED = "BILLING_WINDOW_CLOSED"
     INHIBITOR_ACTIVE = "INHIBITOR_ACTIVE"
     OVERRIDE_NOT_PERMITTED = "OVERRIDE_NOT_PERMITTED"
+    REQUESTER_UNVERIFIED = "REQUESTER_UNVERIFIED"
+    IDENTITY_MISMATCH = "IDENTITY_MISMATCH"
+    IDENTITY_UNVERIFIED = "IDENTITY_UNVERIFIED"
     POWER_CONTROL_UNAVAILABLE = "POWER_CONTROL_UNAVAILABLE"
     ACTION_NOT_ALLOWED = "ACTION_NOT_ALLOWED"
     POLICY_INVALID = "POLICY_INVALID"
@@ -234,6 +237,33 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
         "A manual intent asks to override a gate, but the PowerPolicy does not permit it "
         "(inhibitorOverride.permitted / permitForceOff / allowedRequesters).",
         "Change the PowerPolicy through GitOps, or resolve the inhibitor instead.",
+    ),
+    _R.REQUESTER_UNVERIFIED: ReasonDoc(
+        _C.BLOCK,
+        "A manual intent asks to override a gate, but its requester is not verified: the "
+        "admission policy that makes spec.requestedBy the authenticated user (and checks the "
+        "powerintents/override permission) is not in force, so the name is only what the "
+        "requester wrote.",
+        "Install the chart's requester admission policy (requesters.admissionPolicy, "
+        "Kubernetes >= 1.30); `nodewarden check` says whether it is in force.",
+    ),
+    _R.IDENTITY_MISMATCH: ReasonDoc(
+        _C.BLOCK,
+        "The BMC's ComputerSystem.UUID differs from the DMI product UUID the host reports "
+        "over SSH: the BMC does not manage the machine whose work, inhibitors and uptime "
+        "were read, so its power-off would hit another machine.",
+        "Fix spec.bmc (endpoint, systemId) or spec.ssh.address so both name one machine "
+        "(re-enrolment, docs/security.md).",
+    ),
+    _R.IDENTITY_UNVERIFIED: ReasonDoc(
+        _C.BLOCK,
+        "The host's DMI product UUID cannot be read over SSH (the login may not read "
+        "/sys/class/dmi/id/product_uuid), or the BMC reports no ComputerSystem.UUID: nothing "
+        "proves the BMC manages this host, so it does not switch it off. Only a Manual "
+        "PowerIntent with an audited override (override.recordedIdentity) may rely on the "
+        "match recorded at enrolment.",
+        "Give the SSH user read access to the product UUID (one sudo rule and "
+        "ssh.product_uuid_command, docs/operations.md), or fix the BMC's system.",
     ),
     _R.POWER_CONTROL_UNAVAILABLE: ReasonDoc(
         _C.BLOCK,

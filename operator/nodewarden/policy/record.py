@@ -135,9 +135,13 @@ class OverrideEvidence(CoreModel):
 
     intent: str
     requested_by: str
+    requester_verified: bool = False
+    """requested_by is the user the API server authenticated (the requester admission
+    policy, which also checked the powerintents/override permission, was in force)."""
     justification: str
     inhibitors: bool
     force_off: bool
+    recorded_identity: bool = False
     permitted_by_policy: bool
     applied: tuple[str, ...]
 
@@ -369,9 +373,11 @@ def _override(
         {
             "intent": intent.name,
             "requested_by": intent.requested_by,
+            "requester_verified": intent.requester_verified,
             "justification": ov.justification,
             "inhibitors": ov.inhibitors,
             "force_off": ov.force_off,
+            "recorded_identity": ov.recorded_identity,
             "permitted_by_policy": permitted,
             "applied": applied,
         },

@@ -30,6 +30,7 @@ from nodewarden.policy.facts import (
     DemandReading,
     DesiredReading,
     FleetReading,
+    IdentityReading,
     InhibitorReading,
     ManualIntent,
     NodeFacts,
@@ -73,6 +74,7 @@ class FactsPatch(CoreModel):
     inhibitors: InhibitorReading | None = None
     capability: CapabilityReading | None = None
     uptime: UptimeReading | None = None
+    identity: IdentityReading | None = None
     desired: DesiredReading | None = None
     intent: ManualIntent | None = None
     fleet: FleetReading | None = None

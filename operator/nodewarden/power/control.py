@@ -38,6 +38,7 @@ from nodewarden.credentials import BmcCredentials, CredentialResolver, Refusal
 from nodewarden.metrics import BMC_ERRORS
 from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRejected
 from nodewarden.policy.facts import CapabilityReading, PowerReading
+from nodewarden.power.enrolment import BmcUuid
 from nodewarden.power.readings import (
     cloud_capability,
     redfish_capability,
@@ -153,6 +154,9 @@ class PowerControl:
         due at start-up); power requests do not take it."""
         self.last_error: dict[str, str] = {}
         """Per node: why its trusted power source did not answer last time (for status)."""
+        self._replacing: dict[str, asyncio.Lock] = {}
+        self.system_uuids: dict[str, BmcUuid] = {}
+        """Per node: the BMC system's UUID, as of its last PowerState read."""
 
     # -- clients ----------------------------------------------------------------------
 
@@ -165,11 +169,36 @@ class PowerControl:
         held = self._clients.get(node.name)
         if held is not None and held[0] == key:
             return held[1]
+        # one replacement at a time per node: a poll and a discovery that both found the
+        # old client would otherwise each make a new one, and the one overwritten would
+        # keep its session on the BMC (never closed)
+        async with self._replacing.setdefault(node.name, asyncio.Lock()):
+            return await self._replace(node, creds, key)
+
+    async def _replace(
+        self, node: NodeRef, creds: BmcCredentials, key: str
+    ) -> RedfishClient | Refusal:
+        held = self._clients.get(node.name)
+        if held is not None and held[0] == key:
+            return held[1]  # made by the caller that held the lock before
         if held is not None:
+            self._clients.pop(node.name, None)
             await self._close(held[1])
-        client = RedfishClient(
-            creds.redfish_config(request_timeout=self.request_timeout), clock=self.clock
-        )
+        try:
+            client = RedfishClient(
+                creds.redfish_config(request_timeout=self.request_timeout), clock=self.clock
+            )
+        except (RedfishError, ValueError) as exc:
+            # credentials the resolver handed out that no client can use (a value out of
+            # the config's bounds): refused like any other, never an exception in a poll
+            self._clients.pop(node.name, None)
+            log.info("WorkerNode %s: BMC client not made (%s)", node.name, type(exc).__name__)
+            return Refusal(
+                "CredentialsInvalid",
+                "spec.bmc",
+                "spec.bmc: the designated BMC credentials cannot be used (the operator log "
+                "names the cause; docs/security.md)",
+            )
         self._clients[node.name] = (key, client)
         return client
 
@@ -180,6 +209,8 @@ class PowerControl:
             log.info("closing a Redfish session failed: %s", exc)
 
     async def forget(self, node: str) -> None:
+        self.system_uuids.pop(node, None)
+        self._replacing.pop(node, None)
         held = self._clients.pop(node, None)
         if held is not None:
             await self._close(held[1])
@@ -214,6 +245,10 @@ class PowerControl:
             self._failed(node.name, "PowerState read", exc)
             return None
         self.last_error.pop(node.name, None)
+        if obs.system_uuid is not None:
+            self.system_uuids[node.name] = BmcUuid(
+                obs.system_uuid, f"{obs.source}#UUID", obs.observed_at
+            )
         return redfish_power(obs)
 
     async def discover(self, node: NodeRef, ssh_works: bool) -> CapabilityReading:

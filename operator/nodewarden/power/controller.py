@@ -51,7 +51,8 @@ from nodewarden.dispatch.policies import Policy, PolicyBook
 from nodewarden.dispatch.workers import Worker, WorkerPool
 from nodewarden.drain import drain
 from nodewarden.kube.client import Kube, KubeError
-from nodewarden.metrics import POWER_DECISIONS, POWER_REQUESTS
+from nodewarden.kube.requesters import RequesterAdmission
+from nodewarden.metrics import BMC_CLAIMED_TWICE, POWER_DECISIONS, POWER_REQUESTS
 from nodewarden.policy.actions import (
     Action,
     CloseAdmission,
@@ -103,6 +104,7 @@ from nodewarden.power.demand import (
     queued_from_bodies,
     reread_demand,
 )
+from nodewarden.power.enrolment import IdentityState
 from nodewarden.power.explain import explain_node
 from nodewarden.power.intents import (
     IntentBook,
@@ -248,8 +250,41 @@ class PowerController:
                 self.control.last_error.pop(name, None)
             if changed or deleting:
                 rt.events.append(Evaluate())
+        self._claim(rt)
         if rt.validated_generation != rt.generation:
             self._spawn(self._validate(rt))
+        self.wake.set()
+
+    def _claim(self, rt: NodeRuntime) -> None:
+        """Record the node's claim on its BMC (one machine, one BMC): every node whose
+        ownership may have changed is validated again and looks at its BMC again."""
+        claim = rt.identity.claim(rt.name, rt.spec, str(rt.meta.get("creationTimestamp") or ""))
+        self._rejudge(self.credentials.bmc_claims.put(claim, rt.name), rt.name)
+
+    def _rejudge(self, touched: set[str], current: str | None = None) -> None:
+        if not touched:
+            return
+        BMC_CLAIMED_TWICE.set(self.credentials.bmc_claims.refused())
+        now = self.clock()
+        for name in touched:
+            other = self.nodes.get(name)
+            if other is None:
+                continue
+            other.next_discovery = now
+            other.next_poll = now
+            if name != current or other.validated_generation == other.generation:
+                self._spawn(self._validate(other))
+
+    def _identity_observed(self, rt: NodeRuntime) -> None:
+        """A BMC or host UUID arrived: the gates' evidence, the enrolment, the claim."""
+        rt.facts = rt.facts.model_copy(update={"identity": rt.identity.reading()})
+        if rt.spec is not None:
+            enrolment = rt.identity.enrolment(rt.spec)
+            if enrolment is not None and enrolment != rt.identity.enrolled:
+                rt.identity.enrolled = enrolment
+                self.status.contribute(rt.name, {"enrolment": enrolment})
+        self._claim(rt)
+        rt.events.append(Evaluate())
         self.wake.set()
 
     def _new_runtime(
@@ -278,6 +313,8 @@ class PowerController:
                     update={"capability": CapabilityReading.model_validate(control)}
                 )
         rt = NodeRuntime(name, spec, meta, state, facts, spec_seen_at=now)
+        rt.identity = IdentityState.from_status(status.get("enrolment"))
+        rt.facts = rt.facts.model_copy(update={"identity": rt.identity.reading()})
         rt.next_discovery = now
         rt.next_poll = now
         t = state.transition
@@ -288,6 +325,7 @@ class PowerController:
 
     def _forget(self, name: str) -> None:
         rt = self.nodes.pop(name, None)
+        self._rejudge(self.credentials.bmc_claims.put(None, name))
         self.board.forget(name)
         self.status.observe(name, None)
         if rt is not None:
@@ -419,6 +457,9 @@ class PowerController:
             updates["inhibitors"] = inhibitor_reading(report.inhibitors)
         if report.uptime is not None:
             updates["uptime"] = uptime_reading(report.uptime)
+        news = report.host_uuid is not None and rt.identity.observe_host(report.host_uuid)
+        if report.host_uuid is not None:
+            updates["identity"] = rt.identity.reading()
         if rt.spec is not None and rt.spec.bmc is None and rt.node_type == "SideNode":
             updates["power"] = ssh_power(report.ready)  # the login itself is the evidence
         if facts.ready is None and _ssh_may_add_actions(rt):
@@ -427,6 +468,8 @@ class PowerController:
             rt.next_discovery = self.clock()
         if updates:
             rt.facts = facts.model_copy(update=updates)
+        if news:
+            self._identity_observed(rt)  # the host's UUID is news: enrolment, BMC claim
         rt.events.append(ReadyProbeResult(reading=ready_reading(report.ready)))
         self.wake.set()
 
@@ -744,10 +787,24 @@ class PowerController:
 
     def _sync_intent(self, rt: NodeRuntime) -> None:
         active = self.intents.active(rt.name)
-        manual: ManualIntent | None = active.manual() if active is not None else None
-        current = rt.facts.intent
-        if (current.name if current else None) != (manual.name if manual else None):
+        manual: ManualIntent | None = (
+            self.intents.manual_fact(active) if active is not None else None
+        )
+        if rt.facts.intent != manual:  # another intent, or its requester verified now
             rt.events.append(ManualOverride(intent=manual))
+
+    def requester_admission(self, admission: RequesterAdmission) -> None:
+        """The last check of the requester admission policy (`kube.requesters`): overrides
+        are honoured only while it is in force. A change re-judges the active intents."""
+        previous = self.intents.admission
+        self.intents.admission = admission
+        if previous.enforced == admission.enforced and previous.checked:
+            return
+        level = logging.INFO if admission.enforced else logging.WARNING
+        log.log(level, "requester admission: %s", admission.detail)
+        for rt in self.nodes.values():
+            self._sync_intent(rt)
+        self.wake.set()
 
     def _update_vm(self, rt: NodeRuntime, worker: Worker) -> None:
         booted = worker.booted_at
@@ -854,6 +911,13 @@ class PowerController:
                 # the credentials resolve now (an administrator designated the Secret or
                 # admitted the endpoint): what the node allows is worth a look at once
                 rt.next_discovery = self.clock()
+            bmc_uuid = self.control.system_uuids.get(rt.name)
+            if bmc_uuid is not None:
+                news = rt.identity.observe_bmc(bmc_uuid.uuid, bmc_uuid.source, bmc_uuid.observed_at)
+                if news:
+                    self._identity_observed(rt)
+                else:
+                    rt.facts = rt.facts.model_copy(update={"identity": rt.identity.reading()})
             if reading is not None:
                 rt.events.append(PowerObserved(reading=reading))
             self._announce_power_source_error(rt)
@@ -928,7 +992,8 @@ class PowerController:
                 self.pool.request_probe(rt.name)
         elif isinstance(action, RefreshFacts) and ref is not None:
             names = set(action.facts)
-            if names & {"work", "inhibitors", "uptime", "ready"} and self.pool is not None:
+            probed = {"work", "inhibitors", "uptime", "ready", "identity"}
+            if names & probed and self.pool is not None:
                 self.pool.request_probe(rt.name)
             if "capability" in names:
                 rt.next_discovery = now

@@ -41,26 +41,19 @@ from pydantic import ValidationError
 from nodewarden.api.kinds import POWER_INTENT
 from nodewarden.api.powerintent import TERMINAL_INTENT_PHASES, PowerAction, PowerIntentSpec
 from nodewarden.kube.client import Kube, KubeError, NotFound
+from nodewarden.kube.requesters import NOT_CHECKED, RequesterAdmission
 from nodewarden.metrics import STATUS_WRITES
 from nodewarden.policy.facts import ManualIntent, OverrideRequest
 from nodewarden.policy.record import SafetyRecord
+from nodewarden.units import parse_rfc3339, rfc3339
 
 log = logging.getLogger(__name__)
 
 _NAME_OK = re.compile(r"[^a-z0-9.-]+")
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
-
-
-def _parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+_iso = rfc3339
+_parse_time = parse_rfc3339
 
 
 @dataclass
@@ -89,13 +82,16 @@ class Intent:
         """Still applied to its node: not finished, or a Drain that exists."""
         return not self.finished or (self.action == "Drain" and self.phase == "Succeeded")
 
-    def manual(self) -> ManualIntent:
+    def manual(self, requester_verified: bool = False) -> ManualIntent:
+        """The machine's view of this intent; `requester_verified`: the requester
+        admission policy is in force (requested_by is the authenticated user)."""
         return ManualIntent(
             source=f"PowerIntent/{self.name}",
             observed_at=self.created,
             name=self.name,
             action=self.action,
             requested_by=self.requested_by,
+            requester_verified=requester_verified,
             reason=self.reason[:2048],
             override=self.override,
         )
@@ -135,6 +131,11 @@ class IntentBook:
         """Heap of (finished at, name) of finished manual intents (deleted on opt-in)."""
         self._filed_finished: dict[str, datetime] = {}
         """name -> the time it is filed under in `_finished_manual`."""
+        self.requester = f"nodewarden/{dispatcher_id}"
+        """spec.requestedBy of the intents the controller makes: the operator's user name
+        (`set_requester`), which the requester admission policy admits for source Policy."""
+        self.admission: RequesterAdmission = NOT_CHECKED
+        """Whether manual intents' requesters are verified at admission (last check)."""
         self._finished_policy: dict[str, deque[str]] = {}
         self._gone_since: dict[str, datetime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -164,6 +165,7 @@ class IntentBook:
             override = OverrideRequest(
                 inhibitors=spec.override.inhibitors,
                 force_off=spec.override.force_off,
+                recorded_identity=spec.override.recorded_identity,
                 justification=spec.override.justification,
             )
         intent = Intent(
@@ -231,6 +233,13 @@ class IntentBook:
         self._unindex(name)
         self._filed_finished.pop(name, None)
         return self.intents.pop(name, None)
+
+    def set_requester(self, username: str | None) -> None:
+        if username:
+            self.requester = username
+
+    def manual_fact(self, intent: Intent) -> ManualIntent:
+        return intent.manual(requester_verified=self.admission.enforced)
 
     # -- who is active --------------------------------------------------------------------
 
@@ -312,7 +321,7 @@ class IntentBook:
                 "nodeName": node,
                 "action": action,
                 "source": "Policy",
-                "requestedBy": f"nodewarden/{self.dispatcher_id}",
+                "requestedBy": self.requester,
                 "reason": reason[:2048],
             },
         }
@@ -321,7 +330,7 @@ class IntentBook:
             node=node,
             action=action,
             source="Policy",
-            requested_by=f"nodewarden/{self.dispatcher_id}",
+            requested_by=self.requester,
             reason=reason,
             override=None,
             created=at,

@@ -15,6 +15,7 @@ from nodewarden.policy.facts import NodeFacts
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState
 from nodewarden.power.control import NodeRef
+from nodewarden.power.enrolment import IdentityState
 from nodewarden.validation import Verdict
 
 HISTORY = 10
@@ -79,6 +80,8 @@ class NodeRuntime:
     overcommit: str | None = None
     """What the node runs beyond its capacity, as the dispatcher's plan found it (None:
     it fits); the condition Overcommitted."""
+    identity: IdentityState = field(default_factory=IdentityState)
+    """The BMC's and the host's UUIDs and the enrolment (`power.enrolment`)."""
 
     @property
     def node_type(self) -> str:

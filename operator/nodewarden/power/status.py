@@ -37,6 +37,7 @@ from typing import Any
 
 from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
+from nodewarden.logs import redact_tree
 from nodewarden.metrics import STATUS_WRITES
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,9 @@ class NodeStatusWriter:
         if node is None:
             return False
         changed = False
-        for key, value in fields.items():
+        # masked here already (the API adapter masks again): compared with the server's
+        # masked copy, an unmasked value would differ at every round and be written again
+        for key, value in redact_tree(fields).items():
             if _same(node.server.get(key), value):
                 node.pending.pop(key, None)
                 continue

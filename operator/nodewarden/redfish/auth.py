@@ -18,8 +18,19 @@
   transport's error and the next request tries again; if the session was created and
   only the reply body broke off (stalled → RedfishTimeout, cut), it is deleted first.
 - In session mode a 401 triggers exactly one fresh login (shared by concurrent callers)
-  and one retry; a second 401 is AuthFailed.
-- `logout` (the client's close) deletes the session: DELETE of its Location.
+  and one retry. The session the 401 ended is deleted once the new login succeeded. If
+  the token the BMC has just issued is refused as well, that session is deleted too and
+  the request is retried once with Basic auth (kept for the client's life).
+- No lockout: a login the BMC refuses (401/403 to the session login; 401 to Basic auth
+  the node is configured for, or after the BMC refused its own fresh token) stops every
+  further login to that BMC with those credentials (`RefusedLogins`, process-wide): each
+  later request fails at once with an AuthFailed that says so, sending nothing, until
+  the credentials change (a new Secret value gives a new client) or the operator
+  restarts. So a rotated password costs one failed login, not one per read.
+- Every session created is deleted: at close (`logout`), after a re-login, when its
+  token is refused, after a half-failed login. A session is deleted with its own token,
+  else -- when the BMC refuses that token and a login with the password has just
+  succeeded -- with Basic auth; never with a password the BMC refused.
 
 The token and password live in SecretStr and are put into headers only at send time.
 """
@@ -28,8 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
+import os
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import SecretStr
@@ -46,6 +61,43 @@ SESSION_DELETE_TIMEOUT = 5.0
 AuthMode = Literal["session", "basic"]
 
 
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    fingerprint: bytes
+    why: str
+    at: str
+
+
+class RefusedLogins:
+    """BMCs that refused a login, per endpoint, with a keyed hash of the credentials they
+    refused (never the credentials). Shared by every client of the process."""
+
+    def __init__(self) -> None:
+        self._key = os.urandom(32)
+        self._refused: dict[str, _Refusal] = {}
+
+    def fingerprint(self, username: str, password: SecretStr) -> bytes:
+        raw = f"{username}\0{password.get_secret_value()}".encode()
+        return hashlib.blake2b(raw, key=self._key, digest_size=16).digest()
+
+    def refuse(self, endpoint: str, fingerprint: bytes, why: str) -> None:
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._refused[endpoint] = _Refusal(fingerprint, why, at)
+
+    def refused(self, endpoint: str, fingerprint: bytes) -> _Refusal | None:
+        """The refusal that still holds for these credentials (None: may log in)."""
+        entry = self._refused.get(endpoint)
+        if entry is None:
+            return None
+        if entry.fingerprint != fingerprint:
+            del self._refused[endpoint]  # other credentials now: they may try once
+            return None
+        return entry
+
+
+REFUSED_LOGINS = RefusedLogins()
+
+
 class RedfishAuth:
     """Holds the credentials and the current session of one BMC."""
 
@@ -56,11 +108,17 @@ class RedfishAuth:
         username: str,
         password: SecretStr,
         use_sessions: bool,
+        refused_logins: RefusedLogins = REFUSED_LOGINS,
     ) -> None:
         self._transport = transport
         self._username = username
         self._password = password
         self._use_sessions = use_sessions
+        self._refused_logins = refused_logins
+        self._fingerprint = refused_logins.fingerprint(username, password)
+        self._basic_only = False
+        self._password_accepted = False
+        """A login with this password succeeded: Basic auth may delete a session."""
         self._mode: AuthMode | None = None
         self._token: SecretStr | None = None
         self._session_path: str | None = None
@@ -109,6 +167,7 @@ class RedfishAuth:
         time_limit: float | None = None,
     ) -> HttpReply:
         """An authenticated request; 401 in session mode → one re-login and one retry."""
+        self._check_not_refused()
         if self._mode is None:
             await self._establish(self._generation)
         generation = self._generation
@@ -124,7 +183,25 @@ class RedfishAuth:
             reply = await self._transport.request(
                 method, path, headers=self._headers(), json_body=json_body, time_limit=time_limit
             )
+            if reply.status == 401 and self._mode == "session":
+                await self._token_refused()
+                reply = await self._transport.request(
+                    method,
+                    path,
+                    headers=self._headers(),
+                    json_body=json_body,
+                    time_limit=time_limit,
+                )
+                if reply.status == 401:
+                    self._refuse("the BMC refused its own new session token and Basic auth")
+                    raise self._refused_error(method, path)
+        if reply.status == 401 and self._mode == "basic" and self._basic_only:
+            # Basic is the only way in (configured, or the BMC offers no sessions): the
+            # credentials are refused, and sending them again counts towards a lockout
+            self._refuse("the BMC refused Basic auth (HTTP 401)")
+            raise self._refused_error(method, path)
         if reply.status == 401 and self._mode == "basic" and self._fallback_reason is not None:
+            # Basic after a session login that failed for another reason (it may recover)
             reason = self._fallback_reason
             self._mode = None  # the next request tries a session login again
             self._fallback_reason = None
@@ -139,14 +216,63 @@ class RedfishAuth:
             raise error_for_status(self._transport.endpoint, reply, f"{method} {path}")
         return reply
 
+    # -- refused logins -----------------------------------------------------------------
+
+    def _check_not_refused(self) -> None:
+        entry = self._refused_logins.refused(self._transport.endpoint, self._fingerprint)
+        if entry is not None:
+            raise AuthFailed(
+                self._transport.endpoint,
+                f"logins to this BMC are stopped: {entry.why} at {entry.at}; nodewarden "
+                "sends no further login with these credentials (no lockout) until the "
+                "BMC credentials Secret changes or the operator restarts",
+                401,
+            )
+
+    def _refuse(self, why: str) -> None:
+        self._refused_logins.refuse(self._transport.endpoint, self._fingerprint, why)
+        self._mode = None
+        logger.warning(
+            "redfish %s; no further login to this BMC until its credentials change",
+            why,
+            extra={"redfish_endpoint": self._transport.endpoint},
+        )
+
+    def _refused_error(self, method: str, path: str) -> AuthFailed:
+        entry = self._refused_logins.refused(self._transport.endpoint, self._fingerprint)
+        why = entry.why if entry is not None else "the BMC refused the credentials"
+        return AuthFailed(
+            self._transport.endpoint,
+            f"{method} {path}: {why}; check the BMC user name and password Secret. "
+            "nodewarden sends no further login to this BMC until the Secret changes",
+            401,
+        )
+
+    async def _token_refused(self) -> None:
+        """The token of a session created a moment ago is refused too: delete that session
+        (Basic auth if its own token is refused) and use Basic auth from now on."""
+        path, token = self._session_path, self._token
+        if path is not None and token is not None:
+            await self._delete_session(path, token)
+        self._use_basic("the BMC refused the session token it had just issued", only=True)
+
     async def _establish(self, seen_generation: int) -> None:
         async with self._lock:
             if self._generation != seen_generation:
                 return  # another caller logged in meanwhile
+            self._check_not_refused()  # ... or had its login refused meanwhile
+            old_path, old_token = self._session_path, self._token
             await self._login()
             self._generation += 1
+            if old_path is not None and old_path != self._session_path:
+                # the session the 401 ended: usually gone already, else it would stay
+                # until the BMC's session timeout (BMCs hold only a few sessions)
+                await self._delete_session(old_path, old_token)
 
-    def _use_basic(self, reason: str | None) -> None:
+    def _use_basic(self, reason: str | None, only: bool = False) -> None:
+        """Basic auth from now on; `only`: no session login can help (configured, or no
+        SessionService), so a 401 means the credentials are refused."""
+        self._basic_only = only or reason is None
         self._mode = "basic"
         self._token = None
         self._session_path = None
@@ -165,7 +291,7 @@ class RedfishAuth:
             return
         sessions_path = await self._sessions_path()
         if sessions_path is None:
-            self._use_basic("the service root links no SessionService")
+            self._use_basic("the service root links no SessionService", only=True)
             return
         reply = await self._transport.request(
             "POST",
@@ -177,10 +303,12 @@ class RedfishAuth:
             keep_broken_body=True,
         )
         if reply.status in (401, 403):
+            self._refuse(f"the session login was rejected (HTTP {reply.status})")
             raise AuthFailed(
                 endpoint,
-                f"session login as {self._username!r} rejected (HTTP {reply.status}); "
-                "check the BMC user name and password Secret",
+                f"session login rejected (HTTP {reply.status}); check the BMC user name "
+                "and password Secret. nodewarden sends no further login to this BMC until "
+                "the Secret changes",
                 reply.status,
             )
         if not 200 <= reply.status < 300:
@@ -210,6 +338,7 @@ class RedfishAuth:
         self._token = token
         self._session_path = session_path
         self._fallback_reason = None
+        self._password_accepted = True
         self.logins += 1
         logger.info(
             "redfish session established",
@@ -237,8 +366,10 @@ class RedfishAuth:
     async def _delete_session(self, path: str, token: SecretStr | None) -> bool:
         """DELETE one session with its own token, else Basic auth; best effort.
 
-        Failures are logged, not raised. 404, and 401 to the session's own token, mean
-        the session is already gone (deleted or expired).
+        Failures are logged, not raised. A 401 to the session's own token means it is
+        gone (expired) -- or that the BMC refuses tokens: then, if a login with the
+        password succeeded (never with a password the BMC refused), the DELETE is sent
+        again with Basic auth. 404 means the session is already gone.
         """
         endpoint = self._transport.endpoint
         headers = (
@@ -249,6 +380,13 @@ class RedfishAuth:
             reply = await self._transport.request(
                 "DELETE", path, headers=headers, time_limit=SESSION_DELETE_TIMEOUT
             )
+            status = reply.status
+            if status == 401 and token is not None and self._basic_may_delete():
+                basic = await self._transport.request(
+                    "DELETE", path, headers=self._basic_header(), time_limit=SESSION_DELETE_TIMEOUT
+                )
+                if basic.status != 401:
+                    status = basic.status
         except RedfishError as exc:
             logger.warning(
                 "redfish session could not be deleted: %s",
@@ -258,16 +396,22 @@ class RedfishAuth:
             return False
         finally:
             self._deleting_token = None
-        gone = reply.status == 404 or (reply.status == 401 and token is not None)
-        if reply.status >= 300 and not gone:
+        gone = status == 404 or (status == 401 and token is not None)
+        if status >= 300 and not gone:
             logger.warning(
                 "redfish session could not be deleted (HTTP %s)",
-                reply.status,
-                extra={"redfish_endpoint": endpoint, "http_status": reply.status},
+                status,
+                extra={"redfish_endpoint": endpoint, "http_status": status},
             )
             return False
-        logger.debug("redfish session deleted (HTTP %s)", reply.status)
+        logger.debug("redfish session deleted (HTTP %s)", status)
         return True
+
+    def _basic_may_delete(self) -> bool:
+        """Basic auth may be used to delete a session: the password was accepted at a login
+        and no login with it has been refused since."""
+        refused = self._refused_logins.refused(self._transport.endpoint, self._fingerprint)
+        return self._password_accepted and refused is None
 
     async def logout(self) -> None:
         """Delete the session, if any (best effort: errors are logged, not raised)."""

@@ -11,6 +11,7 @@ word on it. It never decides whether a power state is confirmed:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -202,6 +203,7 @@ class RedfishClient:
             raw=raw if isinstance(raw, str) else None,
             source=self.source,
             observed_at=self._clock(),
+            system_uuid=_system_uuid(body.get("UUID")),
         )
         logger.debug(
             "redfish power state %s",
@@ -430,3 +432,13 @@ def _task_messages(body: object) -> tuple[str, ...]:
         for m in body["Messages"]
         if isinstance(m, dict) and isinstance(m.get("Message"), str)
     )
+
+
+_UUID = re.compile(r"^[0-9A-Fa-f]{8}-([0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}$")
+
+
+def _system_uuid(value: object) -> str | None:
+    """ComputerSystem.UUID in lower case (the host's DMI product UUID is compared with it)."""
+    if isinstance(value, str) and _UUID.match(value.strip()):
+        return value.strip().lower()
+    return None

@@ -21,7 +21,8 @@ class RedfishEndpointConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     endpoint: str = Field(description="https://host[:port] of the Redfish service.")
-    username: str = Field(min_length=1, max_length=256)
+    username: str = Field(min_length=1, max_length=256, repr=False)
+    """Secret class like the password (docs/security.md): never in a repr or message."""
     password: SecretStr
     system_id: str | None = Field(
         default=None, description="ComputerSystem id; None = the only member of Systems."

@@ -121,6 +121,9 @@ class PowerStateObservation:
     raw: str | None
     source: str
     observed_at: datetime
+    system_uuid: str | None = None
+    """The system's ComputerSystem.UUID (lower case), read with the PowerState; None when
+    the BMC reports none (or not in UUID form)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import NAMESPACE_URL, uuid5
 
 from nodewarden.api.workernode import NodeType, ObservedPower
 from nodewarden.policy.actions import (
@@ -86,6 +87,7 @@ from nodewarden.policy.facts import (
     DemandReading,
     DesiredReading,
     FleetReading,
+    IdentityReading,
     InhibitorReading,
     NodeFacts,
     PowerReading,
@@ -928,6 +930,8 @@ class Simulation:
                 observed_at=when,
                 on_since=self.at(node.power_since),
             ),
+            # a simulated machine is the one its BMC manages: the UUIDs match
+            "identity": _matching_identity(node.name, when),
         }
 
     # -- the power source -----------------------------------------------------------------
@@ -1312,3 +1316,21 @@ def _no_listed_runner(uuid: str) -> None:
 def _shape(spec: TraceContainer) -> tuple[object, ...]:
     r = spec.resources
     return (r.vcpus, r.ram, r.scratch, r.gpus, r.gpu_model, r.preemptible)
+
+
+def _matching_identity(name: str, when: datetime) -> IdentityReading:
+    """A side node's BMC system UUID and its host's DMI product UUID (the same machine),
+    as the live operator reads them with each BMC read and probe."""
+    machine = str(uuid5(NAMESPACE_URL, f"nodewarden-simulated-machine:{name}"))
+    return IdentityReading(
+        source=f"ssh:{name}/sys/class/dmi/id/product_uuid",
+        observed_at=when,
+        bmc_uuid=machine,
+        bmc_source=f"simulator:{name} BMC",
+        bmc_observed_at=when,
+        host_uuid=machine,
+        host_source=f"ssh:{name}/sys/class/dmi/id/product_uuid",
+        host_observed_at=when,
+        matched_at=when,
+        matched_uuid=machine,
+    )

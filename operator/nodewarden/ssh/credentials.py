@@ -93,10 +93,14 @@ class KnownHostKeys:
     _parsed: asyncssh.SSHKnownHosts = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # Messages never quote the text: the library's would (a line it cannot parse), and
+        # the text comes from a Secret (docs/security.md, "no text derived from content").
         try:
             parsed = asyncssh.import_known_hosts(self.known_hosts)
-        except (ValueError, asyncssh.KeyImportError) as exc:
-            raise ValueError(f"invalid known_hosts text: {exc}") from None
+        except (ValueError, asyncssh.KeyImportError):
+            raise ValueError(
+                "invalid known_hosts text: a line is not in OpenSSH known_hosts form"
+            ) from None
         # asyncssh silently skips keys it cannot parse; a typo would then trust nothing
         # for that host without saying why, so insist on every key being readable.
         for number, line in enumerate(self.known_hosts.splitlines(), start=1):
@@ -110,7 +114,7 @@ class KnownHostKeys:
                 asyncssh.import_public_key(" ".join(key_fields[:2]))
             except (asyncssh.KeyImportError, ValueError):
                 raise ValueError(
-                    f"invalid known_hosts text: line {number} ({fields[0]}) has no readable key"
+                    f"invalid known_hosts text: line {number} has no readable key"
                 ) from None
         object.__setattr__(self, "_parsed", parsed)
 

@@ -187,6 +187,18 @@ class UptimeFact:
 
 
 @dataclass(frozen=True, slots=True)
+class HostUuidFact:
+    """The host's DMI product UUID (lower case), or why it could not be read (`problem`:
+    the command failed, e.g. a login that may not read the root-only file)."""
+
+    node: str
+    uuid: str | None
+    problem: str | None
+    observed_at: datetime
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class LearnedHostKey:
     """A host key trusted on first use after the node proved its per-instance secret.
 
@@ -224,7 +236,7 @@ class ProbeReport:
     """One probe of one node: readiness, and the runners once it is ready.
 
     ``runners`` is None while the node is booting (not listed). ``inhibitors``,
-    ``telemetry`` and ``uptime`` are present only when the probe asked for them.
+    ``telemetry``, ``uptime`` and ``host_uuid`` are present only when the probe asked.
     """
 
     node: str
@@ -236,4 +248,5 @@ class ProbeReport:
     inhibitors: InhibitorsFact | None = None
     telemetry: TelemetryFact | None = None
     uptime: UptimeFact | None = None
+    host_uuid: HostUuidFact | None = None
     learned_host_key: LearnedHostKey | None = None

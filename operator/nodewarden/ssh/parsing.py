@@ -282,3 +282,14 @@ def parse_uptime(text: str) -> float:
     if seconds < 0:
         raise OutputError(f"negative uptime: {fields[0]!r}")
     return seconds
+
+
+_PRODUCT_UUID = re.compile(r"^[0-9A-Fa-f]{8}-([0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}$")
+
+
+def parse_product_uuid(text: str) -> str:
+    """The DMI product UUID (lower case) from ``/sys/class/dmi/id/product_uuid``."""
+    value = text.strip()
+    if not _PRODUCT_UUID.match(value):
+        raise OutputError(f"not a product UUID: {value[:80]!r}")
+    return value.lower()

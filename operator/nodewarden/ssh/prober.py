@@ -52,6 +52,7 @@ from nodewarden.ssh.credentials import (
     TrustedKeys,
 )
 from nodewarden.ssh.facts import (
+    HostUuidFact,
     InhibitorsFact,
     LearnedHostKey,
     PoweroffRequested,
@@ -69,6 +70,7 @@ from nodewarden.ssh.parsing import (
     WakeOnLanUnreadable,
     parse_busctl_inhibitors,
     parse_ethtool_wol,
+    parse_product_uuid,
     parse_runner_list,
     parse_runner_pid,
     parse_runner_status,
@@ -178,8 +180,10 @@ class SshProber:
         inhibitors: bool = False,
         telemetry: bool = False,
         uptime: bool = False,
+        host_uuid: bool = False,
     ) -> ProbeReport:
-        """Ready probe; if ready, the runner list (and inhibitors/telemetry/uptime when asked).
+        """Ready probe; if ready, the runner list (and inhibitors/telemetry/uptime/the host's
+        product UUID when asked).
 
         Takes one throttle slot for the whole bundle.
         """
@@ -190,13 +194,17 @@ class SshProber:
         inhibitor_fact: InhibitorsFact | None = None
         telemetry_fact: TelemetryFact | None = None
         uptime_fact: UptimeFact | None = None
+        uuid_fact: HostUuidFact | None = None
         if ready.ready:
             runners_job = asyncio.ensure_future(self._runners(target))
             inhibitors_job = asyncio.ensure_future(self._inhibitors(target)) if inhibitors else None
             telemetry_job = asyncio.ensure_future(self._telemetry(target)) if telemetry else None
             uptime_job = asyncio.ensure_future(self._uptime(target)) if uptime else None
+            uuid_job = asyncio.ensure_future(self._host_uuid(target)) if host_uuid else None
             jobs: list[asyncio.Future[Any]] = [
-                j for j in (runners_job, inhibitors_job, telemetry_job, uptime_job) if j is not None
+                j
+                for j in (runners_job, inhibitors_job, telemetry_job, uptime_job, uuid_job)
+                if j is not None
             ]
             try:
                 await asyncio.wait(jobs)
@@ -210,6 +218,7 @@ class SshProber:
             inhibitor_fact = inhibitors_job.result() if inhibitors_job else None
             telemetry_fact = telemetry_job.result() if telemetry_job else None
             uptime_fact = uptime_job.result() if uptime_job else None
+            uuid_fact = uuid_job.result() if uuid_job else None
         link = self._links.get(target.node)
         learned = None
         if link is not None:
@@ -224,6 +233,7 @@ class SshProber:
             inhibitors=inhibitor_fact,
             telemetry=telemetry_fact,
             uptime=uptime_fact,
+            host_uuid=uuid_fact,
             learned_host_key=learned,
         )
 
@@ -502,6 +512,20 @@ class SshProber:
             observed_at=out.started_at,
             source=self._source(target, UPTIME_COMMAND),
         )
+
+    async def _host_uuid(self, target: SshTarget) -> HostUuidFact:
+        """The DMI product UUID; a failing command is a fact ("unreadable"), not an error."""
+        command = self.settings.product_uuid_command
+        out = await self._exec(target, "product-uuid", command)
+        source = self._source(target, command)
+        if out.exit_status != 0:
+            problem = f"exit {out.exit_status}: {_hint(out.stderr)}"
+            return HostUuidFact(target.node, None, problem, out.started_at, source)
+        try:
+            uuid = parse_product_uuid(out.stdout)
+        except OutputError as exc:
+            return HostUuidFact(target.node, None, str(exc), out.started_at, source)
+        return HostUuidFact(target.node, uuid, None, out.started_at, source)
 
     def _parsed(self, target: SshTarget, parser: Callable[[str], Any], text: str) -> Any:
         try:

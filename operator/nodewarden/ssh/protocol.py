@@ -64,6 +64,15 @@ Uptime: ``cat /proc/uptime``
     First field = seconds since the node booted (``12345.67 45678.90``). The boot time
     (when the command ran minus that) is the evidence for the policy's minOn.
 
+Machine identity: ``cat /sys/class/dmi/id/product_uuid``
+    The DMI (SMBIOS) product UUID, one line (``4c4c4544-0042-4810-8052-b4c04f4d3332``),
+    the same UUID the machine's BMC reports as ``ComputerSystem.UUID``: before a BMC may
+    switch the node off, the two must match (compared case-insensitively), proving that
+    the BMC manages the host whose work and inhibitors were read. The file is readable by
+    root only: a login that is not root needs one sudo rule (docs/operations.md) and the
+    command ``sudo -n cat /sys/class/dmi/id/product_uuid`` (setting
+    ``ssh.product_uuid_command``). A failing command means "unreadable", never a match.
+
 Power-off: ``systemctl poweroff``
     Only a *request*: the connection may drop before an exit status arrives. Observed
     power comes from elsewhere (Redfish, cloud), never from this command.
@@ -90,6 +99,7 @@ DEFAULT_TELEMETRY_COMMAND = (
 )
 DEFAULT_POWEROFF_COMMAND = "systemctl poweroff"
 UPTIME_COMMAND = "cat /proc/uptime"
+DEFAULT_PRODUCT_UUID_COMMAND = "cat /sys/class/dmi/id/product_uuid"
 
 RUNNER_STATES = ("running", "exited", "killed", "lost", "unknown")
 

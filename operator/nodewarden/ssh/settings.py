@@ -8,6 +8,7 @@ from nodewarden.ssh.protocol import (
     BUSCTL_LIST_INHIBITORS,
     DEFAULT_ETHTOOL_COMMAND,
     DEFAULT_POWEROFF_COMMAND,
+    DEFAULT_PRODUCT_UUID_COMMAND,
     DEFAULT_READY_COMMAND,
     DEFAULT_RUNNER,
     DEFAULT_TELEMETRY_COMMAND,
@@ -65,6 +66,14 @@ class ProbeSettings(BaseModel):
     )
     telemetry_command: str = Field(default=DEFAULT_TELEMETRY_COMMAND, min_length=1)
     poweroff_command: str = Field(default=DEFAULT_POWEROFF_COMMAND, min_length=1)
+    product_uuid_command: str = Field(
+        default=DEFAULT_PRODUCT_UUID_COMMAND,
+        min_length=1,
+        description=(
+            "Prints the host's DMI product UUID (root-only file): for a login that is not "
+            "root, 'sudo -n cat /sys/class/dmi/id/product_uuid' with one sudo rule."
+        ),
+    )
 
     @field_validator("ethtool_command")
     @classmethod

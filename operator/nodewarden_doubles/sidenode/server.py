@@ -193,13 +193,18 @@ class SideNodeServer:
         nodes: list[PoweredSideNode] = []
         for node in config.nodes:
             source: PowerSource
+            # the host's DMI product UUID is its BMC system's UUID (a machine without a
+            # BMC still has one, from its name)
+            product_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"nodewarden-sidenode:{node.name}"))
             if node.power in ("fakebmc", "wol+bmc"):
                 assert config.bmc is not None
                 bmc = FakeBmc(node.bmc_options(config.bmc), ssl_context=context)
                 await bmc.start()
                 self.bmcs[node.name] = bmc
                 source = FakeBmcPower(bmc, node.system_id)
+                product_uuid = bmc.system_uuid(node.system_id)
             elif node.power == "sushy":
+                product_uuid = sushy_ids[node.name]
                 assert config.bmc is not None and self.sushy is not None
                 source = SushyPower(
                     self.sushy.endpoint,
@@ -212,7 +217,7 @@ class SideNodeServer:
                 )
             else:
                 source = WolPower(node.initial_power)
-            nodes.append(PoweredSideNode(self._settings(node), source))
+            nodes.append(PoweredSideNode(self._settings(node, product_uuid), source))
         return nodes
 
     async def _start_sushy(self, ids: dict[str, str]) -> None:
@@ -237,10 +242,11 @@ class SideNodeServer:
         await self.sushy.start()
         self._session = aiohttp.ClientSession()
 
-    def _settings(self, node: NodeFileConfig) -> SideNodeSettings:
+    def _settings(self, node: NodeFileConfig, product_uuid: str) -> SideNodeSettings:
         worker = StubWorkerConfig(
             authorized_keys=tuple(self.config.authorized_keys),
             name=node.name,
+            product_uuid=product_uuid,
             host_key=_host_key(self.state_dir / "hostkeys", node.name),
             interface=node.interface,
             wol_supported=node.wol_supported,
@@ -278,6 +284,7 @@ class SideNodeServer:
                 "mac": node.mac,
                 "secure_on": node.settings.secure_on is not None,
                 "power": power,
+                "product_uuid": node.settings.worker.product_uuid,
             }
         return {
             "name": self.config.name,

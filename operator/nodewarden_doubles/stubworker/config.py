@@ -91,6 +91,9 @@ class StubWorkerConfig:
     faults: StubFaults = field(default_factory=StubFaults)
     poweroff_delay: float = 0.05
     """Seconds between answering 'poweroff' and the node dropping off the network."""
+    product_uuid: str | None = None
+    """The DMI product UUID the node reports (its BMC's ComputerSystem.UUID, for a side
+    node); None: the file is unreadable, as to a login that is not root."""
 
     def __post_init__(self) -> None:
         keys: object = self.authorized_keys

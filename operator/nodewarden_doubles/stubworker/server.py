@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 _POWEROFF_COMMANDS = frozenset({"poweroff", "systemctl poweroff", "sudo systemctl poweroff"})
 UPTIME_COMMAND = "cat /proc/uptime"
+PRODUCT_UUID_PATH = "/sys/class/dmi/id/product_uuid"
+_PRODUCT_UUID_COMMANDS = (f"cat {PRODUCT_UUID_PATH}", f"sudo -n cat {PRODUCT_UUID_PATH}")
 _COMMAND_LOG_SIZE = 1000
 
 
@@ -333,6 +335,10 @@ class StubWorker:
             return 0, out, ""
         if command == UPTIME_COMMAND:
             return 0, render.proc_uptime(self.uptime or 0.0), ""
+        if command in _PRODUCT_UUID_COMMANDS:
+            if config.product_uuid is None:
+                return 1, "", f"cat: {PRODUCT_UUID_PATH}: Permission denied\n"
+            return 0, config.product_uuid + "\n", ""
         if command in _POWEROFF_COMMANDS:
             self._spawn(self._delayed_power_off())
             return 0, "", ""

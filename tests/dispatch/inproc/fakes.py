@@ -220,7 +220,15 @@ class FakeQueue:
         self.api = api
         # the cache never calls Kubernetes; `write` and `drop_legacy_finalizer` are replaced below
         self.cache = ContainerQueue(kube=Kube.__new__(Kube), namespace=NS, dispatcher_id=ME)
+        self.cache.write = self.write  # type: ignore[method-assign]  # the queue's own writes too
         api.watchers.append(self)
+
+    @property
+    def marks_due(self) -> bool:
+        return self.cache.marks_due
+
+    async def mark_duplicates(self) -> None:
+        await self.cache.mark_duplicates()
 
     @property
     def by_name(self) -> Mapping[str, Container]:
