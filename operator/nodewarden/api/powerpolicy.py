@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import timedelta
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import ApiModel, Condition, StatusModel
+from nodewarden.api.base import MAX_CONDITIONS, ApiModel, Condition, StatusModel
 from nodewarden.units import Duration, parse_duration
 
 ResetAction = Literal[
@@ -30,6 +30,9 @@ ResetAction = Literal[
 ]
 """Power actions nodewarden may request: Redfish ResetType values plus WakeOnLan and
 SshPoweroff (a `systemctl poweroff` over SSH, for nodes without a BMC)."""
+
+Requester = Annotated[str, Field(min_length=1, max_length=256)]
+"""A user name as the API server authenticated it (PowerIntent spec.requestedBy)."""
 
 DEFAULT_ALLOWED_ACTIONS: list[ResetAction] = [
     "On",
@@ -143,7 +146,7 @@ class InhibitorOverride(ApiModel):
             "Safety Record."
         ),
     )
-    allowed_requesters: list[str] = Field(
+    allowed_requesters: list[Requester] = Field(
         default_factory=list,
         max_length=64,
         description=(
@@ -307,12 +310,15 @@ class PowerPolicySpec(ApiModel):
         default=None,
         ge=0,
         le=100000,
-        description="Maximum number of cloud nodes (unset = unlimited).",
+        description="Maximum number of cloud nodes (unset = unlimited; the operator's own "
+        "ceiling `limits.maxNodes` applies in any case).",
     )
     max_hourly_spend: float | None = Field(
         default=None,
         ge=0,
-        description="Maximum summed hourly price of all cloud nodes (unset = unlimited).",
+        le=1_000_000,
+        description="Maximum summed hourly price of all cloud nodes (unset = unlimited; the "
+        "operator's own ceiling `limits.maxHourlySpend` applies in any case).",
     )
     min_warm_nodes: int = Field(
         default=0,
@@ -349,16 +355,23 @@ class PowerPolicyStatus(StatusModel):
     """What the operator has observed about this policy."""
 
     observed_generation: int | None = Field(
-        default=None, description="metadata.generation last processed by the operator."
+        default=None,
+        ge=0,
+        le=2**63 - 1,
+        description="metadata.generation last processed by the operator.",
     )
     content_hash: str | None = Field(
-        default=None, description="sha256 (first 16 hex digits) of the canonical spec."
+        default=None,
+        max_length=64,
+        description="sha256 (first 16 hex digits) of the canonical spec.",
     )
     nodes: int | None = Field(
-        default=None, description="Number of WorkerNodes referring to this policy."
+        default=None, ge=0, le=2**31, description="Number of WorkerNodes referring to this policy."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Valid and other standard conditions."
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Valid and other standard conditions.",
     )
 
 
