@@ -8,7 +8,7 @@ PowerPolicy objects so they can be changed by GitOps without a restart.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
 from nodewarden.cliargs import yaml_mistake
 from nodewarden.cloud.config import CloudConfig
+from nodewarden.scheduling.caps import Ceilings
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.units import Duration
 
@@ -53,6 +54,38 @@ class ManagementConfig(_Config):
         default=None, description="Secret (operator namespace) holding the status API token."
     )
     token_secret_key: str = Field(default="token", description="Key of the token in the Secret.")
+
+
+class CreateLimits(_Config):
+    """The operator's hard caps on cloud capacity (`scheduling.caps`): ceilings above every
+    PowerPolicy, applied to every instance create, planned or declared. Unset = no ceiling
+    of that kind (the Helm chart sets all three; `nodewarden check` warns without them)."""
+
+    max_nodes: int | None = Field(
+        default=None, ge=1, le=100_000, description="Cloud instances of this dispatcher."
+    )
+    max_hourly_spend: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="Summed hourly price (catalogue prices) of this dispatcher's instances.",
+    )
+    max_per_instance_type: int | None = Field(
+        default=None, ge=1, le=100_000, description="Instances of any one instance type."
+    )
+    instance_types: dict[str, Annotated[int, Field(ge=0, le=100_000)]] = Field(
+        default_factory=dict,
+        description="Instances of the named types (instance type -> at most; the smaller "
+        "of this and max_per_instance_type applies).",
+    )
+
+    def ceilings(self) -> Ceilings:
+        return Ceilings(
+            max_nodes=self.max_nodes,
+            max_hourly_spend=self.max_hourly_spend,
+            max_per_type=self.max_per_instance_type,
+            per_type=dict(self.instance_types),
+        )
 
 
 class DispatchSettings(_Config):
@@ -104,6 +137,10 @@ class DispatchSettings(_Config):
     ssh_private_key_secret: SecretKeyReference | None = Field(
         default=None,
         description="Secret key (operator namespace) holding the SSH private key for nodes.",
+    )
+    limits: CreateLimits = Field(
+        default_factory=CreateLimits,
+        description="The operator's hard caps on cloud instances (Helm values `limits.*`).",
     )
 
 

@@ -32,6 +32,19 @@ class Verdict:
 
 
 VALID = Verdict(True, "Valid", "spec is valid")
+PROCESSING_FAILED = "ProcessingFailed"
+
+
+def failure_verdict(exc: BaseException) -> Verdict:
+    """The verdict on an object whose processing raised `exc`: an error nobody foresaw
+    (a bug), named so the object's author and the administrator see it."""
+    detail = f"{type(exc).__name__}: {exc}"[:1000]
+    return Verdict(
+        False,
+        PROCESSING_FAILED,
+        f"nodewarden could not process this object ({detail}); every other object is still "
+        "served, and this one is judged again at the next resync",
+    )
 
 
 def _pydantic_message(prefix: str, err: ValidationError) -> str:

@@ -73,6 +73,8 @@ class NodeRuntime:
     (kept by `gauges.publish`)."""
     polled: bool = False
     """Whether the BMC was read once (the second read is spread, see `poll_phase`)."""
+    failure: str | None = None
+    """The error of this node's last power step, if it raised (condition `Reconciled`)."""
 
     @property
     def node_type(self) -> str:
