@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
 from nodewarden.cliargs import yaml_mistake
 from nodewarden.cloud.config import CloudConfig
+from nodewarden.listener import ListenerLimits
 from nodewarden.scheduling.caps import Ceilings
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.units import Duration
@@ -47,6 +48,56 @@ class HttpConfig(_Config):
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="/metrics and probes; unset = `port`."
     )
+    probe_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="/healthz and /readyz on a listener of their own (a flood of the "
+        "metrics port cannot fail them); unset = with /metrics.",
+    )
+    header_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Seconds a connection may take to send its request line and headers.",
+    )
+    request_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a connection may stay open at all (one request per connection).",
+    )
+    max_connections: int = Field(
+        default=64,
+        ge=2,
+        le=4096,
+        description="Connections each listener holds at once; a new one beyond it takes the "
+        "slot of the oldest one still waiting for its headers.",
+    )
+    metrics_auth: Literal["none", "token"] = Field(
+        default="none",
+        description="`token`: /metrics requires the status API's bearer token "
+        "(management.token_secret_name).",
+    )
+    token_refresh: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="Seconds after which the status token is read again from its Secret.",
+    )
+
+    @model_validator(mode="after")
+    def _deadlines(self) -> HttpConfig:
+        if self.header_timeout > self.request_timeout:
+            raise ValueError("header_timeout must not exceed request_timeout")
+        return self
+
+    def limits(self) -> ListenerLimits:
+        return ListenerLimits(
+            header_timeout=self.header_timeout,
+            request_timeout=self.request_timeout,
+            max_connections=self.max_connections,
+        )
 
 
 class ManagementConfig(_Config):
@@ -269,6 +320,15 @@ class OperatorConfig(_Config):
     credentials: CredentialsConfig = Field(default_factory=CredentialsConfig)
     power: PowerSettings = Field(default_factory=PowerSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
+
+    @model_validator(mode="after")
+    def _metrics_token(self) -> OperatorConfig:
+        if self.http.metrics_auth == "token" and not self.management.token_secret_name:
+            raise ValueError(
+                "http.metrics_auth: token needs management.token_secret_name (the token "
+                "scrapers send)"
+            )
+        return self
 
     @property
     def lease_name(self) -> str:

@@ -62,6 +62,22 @@ HELD_NODES = Gauge(
     registry=REGISTRY,
 )
 
+HTTP_CONNECTIONS = Gauge(
+    "nodewarden_http_connections",
+    "Open connections per listener (api, metrics, probes, ops, all); at most "
+    "http.max_connections each.",
+    ["listener"],
+    registry=REGISTRY,
+)
+
+HTTP_CONNECTIONS_DROPPED = Counter(
+    "nodewarden_http_connections_dropped",
+    "Connections a listener dropped, by listener and why: header_deadline, "
+    "request_deadline, header_size, evicted (the oldest stalled one, for a new one), cap.",
+    ["listener", "reason"],
+    registry=REGISTRY,
+)
+
 INVALID_OBJECTS = Gauge(
     "nodewarden_invalid_objects",
     "Objects whose Valid condition is False, by kind.",
