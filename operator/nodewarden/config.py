@@ -68,11 +68,12 @@ class HttpConfig(_Config):
         description="Seconds a connection may stay open at all (one request per connection).",
     )
     max_connections: int = Field(
-        default=64,
+        default=512,
         ge=2,
-        le=4096,
-        description="Connections each listener holds at once; a new one beyond it takes the "
-        "slot of the oldest one still waiting for its headers.",
+        le=8192,
+        description="Connections each listener holds at once (bounds its file descriptors); "
+        "at the cap a new one takes the slot of the oldest one still waiting for its "
+        "headers. Keep it above the clients you expect at once.",
     )
     metrics_auth: Literal["none", "token"] = Field(
         default="none",

@@ -12,15 +12,18 @@ aiohttp serves the requests; this module owns the connections underneath. Each l
   request and an idle keep-alive never holds a slot;
 - **header size**: more than `max_header_bytes` before the blank line ends the headers is
   dropped at once;
-- **connection cap**: at most `max_connections` at once. A new connection beyond the cap
-  takes the slot of the oldest one still waiting for its headers (a client that sends its
-  request at once -- a kubelet probe, a scraper -- is served within its first moments,
-  while stalled connections are always the oldest); if every slot is busy serving a
-  request, the new connection is closed at once.
+- **connection cap**: at most `max_connections` at once, so the descriptors a listener
+  holds are bounded. Below the cap every connection is accepted and a stalled one costs a
+  slot for `header_timeout` only, so a flood of fewer half-open connections than the cap
+  -- however fast they are re-opened -- never keeps a prompt client (a kubelet probe, a
+  scraper) from being served. At the cap, a new connection takes the slot of the oldest
+  one still waiting for its headers, if that one has had `EVICT_AFTER` to send them (a
+  connection accepted in the same burst has not even been read yet); otherwise the new
+  one is closed at once. Beyond the cap, service is best effort: size the cap above the
+  number of clients you expect at once.
 
-So the descriptors a listener holds are bounded by its cap, and a flood of half-open
-connections to a port only ever evicts its own kind. The probes get a listener of their
-own (`http.probe_port`), so a flood of the metrics port cannot fail them either.
+The probes get a listener of their own (`http.probe_port`), so a flood of the metrics
+port cannot fail them either.
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ from nodewarden.metrics import HTTP_CONNECTIONS, HTTP_CONNECTIONS_DROPPED
 log = logging.getLogger(__name__)
 
 _END_OF_HEADERS = b"\r\n\r\n"
+EVICT_AFTER = 0.1
+"""Seconds a waiting connection is protected from eviction (it has not been read yet)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
     header_timeout: float = 5.0
     request_timeout: float = 30.0
-    max_connections: int = 64
+    max_connections: int = 512
     max_header_bytes: int = 16384
 
 
@@ -59,17 +64,19 @@ class _Guarded(asyncio.Protocol):
         self.tail = b""
         self.headers_done = False
         self.timers: list[asyncio.TimerHandle] = []
+        self.accepted_at = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        if not self.guard.admit(self):
+        loop = asyncio.get_running_loop()
+        self.accepted_at = loop.time()
+        if not self.guard.admit(self, self.accepted_at):
             HTTP_CONNECTIONS_DROPPED.labels(self.guard.name, "cap").inc()
             transport.abort()
             return
-        loop = asyncio.get_running_loop()
         limits = self.guard.limits
         self.timers = [
             loop.call_later(limits.header_timeout, self._expire, "header_deadline", True),
@@ -136,11 +143,12 @@ class ConnectionGuard:
     def open(self) -> int:
         return len(self.waiting) + len(self.serving)
 
-    def admit(self, conn: _Guarded) -> bool:
+    def admit(self, conn: _Guarded, now: float) -> bool:
         if self.open >= self.limits.max_connections:
-            if not self.waiting:
+            oldest = next(iter(self.waiting.values()), None)
+            if oldest is None or now - oldest.accepted_at < EVICT_AFTER:
                 return False
-            _, oldest = self.waiting.popitem(last=False)
+            del self.waiting[id(oldest)]
             oldest.evict("evicted")
         self.waiting[id(conn)] = conn
         HTTP_CONNECTIONS.labels(self.name).set(self.open)
@@ -160,7 +168,7 @@ class GuardedSite(web.TCPSite):
     """`web.TCPSite` whose connections pass through a `ConnectionGuard`."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard):
-        super().__init__(runner, host, port, backlog=guard.limits.max_connections)
+        super().__init__(runner, host, port, backlog=max(128, guard.limits.max_connections))
         self.guard = guard
 
     async def start(self) -> None:

@@ -51,6 +51,7 @@ async def test_stalled_connections_are_dropped_and_evicted_for_prompt_ones() -> 
     runner, port = await start_guarded(await _app(), "t", "127.0.0.1", 0, LIMITS)
     try:
         stalled = [await _stalled(port) for _ in range(40)]
+        await asyncio.sleep(0.15)  # older than EVICT_AFTER: they may be evicted now
         answer = await _request(port)
         assert answer.startswith(b"HTTP/1.1 200") and b"Connection: close" in answer
         started = time.monotonic()
