@@ -48,6 +48,10 @@ def unbounded(schema: dict[str, Any], path: str) -> Iterator[str]:
         yield f"{path}: string without maxLength"
     if kind in ("integer", "number") and "enum" not in schema and "maximum" not in schema:
         yield f"{path}: number without maximum"
+    if kind == "integer" and abs(schema.get("maximum", 0)) > 2**53:
+        # the API server reads a schema's bounds as float64: larger is not an integer there
+        # and every write of the field is refused (422)
+        yield f"{path}: integer maximum above 2^53"
     if kind == "array":
         if "maxItems" not in schema:
             yield f"{path}: list without maxItems"
@@ -88,6 +92,7 @@ def test_the_walk_finds_an_unbounded_field() -> None:
             "items": {"type": "array", "items": {"type": "string", "maxLength": 3}},
             "env": {"type": "object", "additionalProperties": {"type": "string"}},
             "count": {"type": "integer", "minimum": 0},
+            "gen": {"type": "integer", "maximum": 2**63 - 1},
             "doc": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
     }
@@ -98,6 +103,7 @@ def test_the_walk_finds_an_unbounded_field() -> None:
         "spec.env: map without maxProperties",
         "spec.env{}: string without maxLength",
         "spec.count: number without maximum",
+        "spec.gen: integer maximum above 2^53",
         "spec.doc: free-form object without maxProperties",
     ]
 

@@ -24,6 +24,9 @@ CATEGORY = "nodewarden"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
+MAX_GENERATION = 2**53
+"""Bound of a metadata.generation copy: the largest integer JSON numbers hold exactly (the
+API server reads a schema's maximum as a float64; 2^63-1 would not be an integer there)."""
 MAX_CONDITIONS = 32
 """Conditions an object's status may hold (nodewarden writes at most a handful)."""
 MAX_REASONS = 64
@@ -99,7 +102,7 @@ class Condition(StatusModel):
     observed_generation: int | None = Field(
         default=None,
         ge=0,
-        le=2**63 - 1,
+        le=MAX_GENERATION,
         description="metadata.generation of the object this condition was computed from.",
     )
 

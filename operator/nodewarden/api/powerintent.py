@@ -14,6 +14,7 @@ from pydantic import Field
 from nodewarden.api.base import (
     DNS_SUBDOMAIN_PATTERN,
     MAX_CONDITIONS,
+    MAX_GENERATION,
     MAX_REASONS,
     MAX_STATUS_DOCUMENT_KEYS,
     ApiModel,
@@ -111,7 +112,7 @@ class PowerIntentStatus(StatusModel):
     observed_generation: int | None = Field(
         default=None,
         ge=0,
-        le=2**63 - 1,
+        le=MAX_GENERATION,
         description="metadata.generation last processed by the operator.",
     )
     phase: IntentPhase | None = Field(

@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import MAX_CONDITIONS, ApiModel, Condition, StatusModel
+from nodewarden.api.base import MAX_CONDITIONS, MAX_GENERATION, ApiModel, Condition, StatusModel
 from nodewarden.units import Duration, parse_duration
 
 ResetAction = Literal[
@@ -357,7 +357,7 @@ class PowerPolicyStatus(StatusModel):
     observed_generation: int | None = Field(
         default=None,
         ge=0,
-        le=2**63 - 1,
+        le=MAX_GENERATION,
         description="metadata.generation last processed by the operator.",
     )
     content_hash: str | None = Field(

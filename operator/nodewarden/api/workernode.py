@@ -14,6 +14,7 @@ from pydantic import Field
 
 from nodewarden.api.base import (
     MAX_CONDITIONS,
+    MAX_GENERATION,
     MAX_REASONS,
     MAX_STATUS_DOCUMENT_KEYS,
     ApiModel,
@@ -276,7 +277,7 @@ class WorkerNodeStatus(StatusModel):
     observed_generation: int | None = Field(
         default=None,
         ge=0,
-        le=2**63 - 1,
+        le=MAX_GENERATION,
         description="metadata.generation last processed by the operator.",
     )
     state: NodeState | None = Field(default=None, description="Lifecycle / power state.")

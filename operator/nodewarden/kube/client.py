@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,6 +81,13 @@ def _wrap(exc: ApiException, what: str) -> KubeError:
         return NotFound(f"{what}: not found", status)
     if status == 409:
         return Conflict(f"{what}: conflict ({reason})", status)
+    if status == 422:  # the API server's validation: its message names the field and the rule
+        try:
+            detail = str(json.loads(exc.body or "{}").get("message") or "")
+        except (ValueError, TypeError, AttributeError):
+            detail = ""
+        if detail:
+            return KubeError(f"{what}: HTTP 422 {detail[:2000]}", status)
     return KubeError(f"{what}: HTTP {status} {reason}", status)
 
 
