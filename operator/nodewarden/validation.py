@@ -58,8 +58,11 @@ def _pydantic_message(prefix: str, err: ValidationError) -> str:
 T = TypeVar("T", WorkerNodeSpec, PowerPolicySpec, PowerIntentSpec, ContainerDispatchSpec)
 
 
-def parse_spec(model: type[T], spec: Mapping[str, Any] | None) -> T | Verdict:
-    """Parse a spec dict with its model; a Verdict (invalid) if it does not parse."""
+def parse_spec(model: type[T], spec: Any) -> T | Verdict:
+    """Parse a spec dict with its model; a Verdict (invalid) if it does not parse (or is
+    not an object at all: a stored object may predate the schema)."""
+    if spec is not None and not isinstance(spec, Mapping):
+        return Verdict(False, "InvalidSpec", f"spec: must be an object, not {type(spec).__name__}")
     try:
         return model.model_validate(dict(spec or {}))
     except ValidationError as exc:
