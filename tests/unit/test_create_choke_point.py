@@ -14,6 +14,7 @@ from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import CreateLimits, DispatchSettings
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.workers import WorkerPool
+from nodewarden.kube.client import Conflict
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import InstanceType
 
@@ -23,7 +24,16 @@ NS = "ns"
 
 
 class Kube:
+    def __init__(self) -> None:
+        self.conflicts: set[str] = set()
+
+    async def get(self, kind: Any, ns: str, name: str) -> Any:
+        return declared(name)
+
     async def patch(self, kind: Any, ns: str, name: str, body: Mapping[str, Any]) -> Any:
+        if name in self.conflicts:
+            self.conflicts.discard(name)
+            raise Conflict(f"patch WorkerNode {ns}/{name}: conflict", 409)
         return {
             "metadata": {"name": name, "namespace": ns, **body["metadata"]},
             "spec": {"nodeType": "CloudVM", "instanceType": "gpu", "idleBehavior": "hold"},
@@ -160,3 +170,20 @@ async def test_the_clouds_back_off_holds_declared_vms_too() -> None:
     assert created == []
     refusal = observer.holds["gpu-00"]
     assert refusal is not None and "quota exceeded" in refusal.message
+
+
+async def test_a_declared_vm_whose_label_patch_conflicts_is_tried_again() -> None:
+    """Its status was written meanwhile (a resourceVersion conflict): it is read again and
+    taken in the next round -- before, it waited for a watch event that might never come,
+    with neither an instance nor a condition."""
+    book = PolicyBook(namespace=NS, default_name="default")
+    book.observe(policy_body())
+    pool, created, _ = make_pool(CreateLimits(max_nodes=2), book)
+    kube: Any = pool.kube
+    kube.conflicts = {"gpu-00"}
+    await settle(pool)
+    assert created == ["gpu-01", "gpu-02"]
+    assert "gpu-00" in pool.declared  # not dropped: tried again in the next round
+    await settle(pool)
+    refusal = pool.holds.get("gpu-00")
+    assert refusal is not None and "maxNodes (2)" in refusal.message

@@ -511,13 +511,26 @@ class WorkerPool:
                     },
                 )
             except KubeError as exc:
+                # typically a conflict (its status was written meanwhile): read it again
+                # and try in the next round -- dropped, it would wait for a watch event
+                # that may never come, with no instance and no condition
                 log.info("could not take declared WorkerNode %s: %s", name, exc)
+                await self._redeclare(name)
                 continue
             worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
             self.workers[name] = worker
             self._take(patched)
             log.info("creating a %s instance for declared WorkerNode %s", itype.name, name)
             self._background(self._create_instance(worker, itype))
+
+    async def _redeclare(self, name: str) -> None:
+        try:
+            latest = await self.kube.get(WORKER_NODE, self.namespace, name)
+        except KubeError as exc:
+            log.info("could not read declared WorkerNode %s again: %s", name, exc)
+            return
+        if latest is not None and self._declared(latest) and name not in self.workers:
+            self.declared.setdefault(name, latest)
 
     def pool_status(self, worker: Worker, containers: list[str]) -> dict[str, Any]:
         """The WorkerNode status fields the pool owns (docs: power/status.py): what it
