@@ -141,7 +141,13 @@ def _duration_at_most(maximum: str) -> Callable[[str], str]:
 
 def duration_schema(maximum: str = MAX_DURATION) -> Any:
     """The schema part of a duration field of at most `maximum`: pattern, length and a CEL
-    rule, so the API server refuses what pydantic refuses (`_duration_at_most`)."""
+    rule, so the API server refuses what pydantic refuses (`_duration_at_most`).
+
+    The rule converts only a value the pattern admits: a value an older release stored
+    (say "99999999999h") would make `duration()` fail at run time, and a failing rule is
+    not ratcheted -- every later write of that object, its status included, would be
+    refused, so nodewarden could not even mark it invalid. Such a value fails the pattern
+    instead, which the API server ratchets (an unchanged field is let through)."""
     return Field(
         pattern=DURATION_PATTERN,
         max_length=DURATION_MAX_LENGTH,
@@ -149,7 +155,8 @@ def duration_schema(maximum: str = MAX_DURATION) -> Any:
             "x-nodewarden-format": "duration",
             "x-kubernetes-validations": [
                 {
-                    "rule": f"duration(self) <= duration('{maximum}')",
+                    "rule": f"!self.matches(r'{DURATION_PATTERN}') || "
+                    f"duration(self) <= duration('{maximum}')",
                     "message": f"must be at most {maximum}",
                 }
             ],
