@@ -155,13 +155,20 @@ def duration_schema(maximum: str = MAX_DURATION) -> Any:
             "x-nodewarden-format": "duration",
             "x-kubernetes-validations": [
                 {
-                    "rule": f"!self.matches(r'{DURATION_PATTERN}') || "
-                    f"duration(self) <= duration('{maximum}')",
+                    "rule": cel_durations(f"duration(self) <= duration('{maximum}')", "self"),
                     "message": f"must be at most {maximum}",
                 }
             ],
         },
     )
+
+
+def cel_durations(rule: str, *fields: str) -> str:
+    """`rule`, converting the duration `fields` only when each matches the pattern (see
+    `duration_schema`: a run-time error in a rule would refuse every write of an object
+    an older release stored)."""
+    guards = [f"!{field}.matches(r'{DURATION_PATTERN}')" for field in fields]
+    return " || ".join([*guards, f"({rule})"])
 
 
 def _check_quantity(value: str) -> str:

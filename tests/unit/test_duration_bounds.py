@@ -61,7 +61,7 @@ def test_the_maximum_is_accepted_and_the_cel_rule_states_it() -> None:
     assert spec.duration("cooldown") == timedelta(hours=8760)
     schema = PowerPolicySpec.model_json_schema(by_alias=True)["properties"]["cooldown"]
     rule = schema["x-kubernetes-validations"][0]["rule"]
-    assert rule.endswith("|| duration(self) <= duration('8760h')")
+    assert rule.endswith("|| (duration(self) <= duration('8760h'))")
     assert rule.startswith("!self.matches(r'^")  # converts only what the pattern admits
 
 

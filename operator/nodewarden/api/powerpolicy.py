@@ -14,7 +14,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from nodewarden.api.base import MAX_CONDITIONS, MAX_GENERATION, ApiModel, Condition, StatusModel
-from nodewarden.units import Duration, parse_duration
+from nodewarden.units import Duration, cel_durations, parse_duration
 
 ResetAction = Literal[
     "On",
@@ -48,13 +48,21 @@ class BillingWindow(ApiModel):
 
     cel_rules: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "duration(self.windowStart) < duration(self.windowEnd)",
+            "rule": cel_durations(
+                "duration(self.windowStart) < duration(self.windowEnd)",
+                "self.windowStart",
+                "self.windowEnd",
+            ),
             "message": "billing.windowStart must be before billing.windowEnd",
             "fieldPath": ".windowStart",
         },
         {
-            "rule": "duration(self.period) == duration('0s') || "
-            "duration(self.windowEnd) <= duration(self.period)",
+            "rule": cel_durations(
+                "duration(self.period) == duration('0s') || "
+                "duration(self.windowEnd) <= duration(self.period)",
+                "self.period",
+                "self.windowEnd",
+            ),
             "message": "billing.windowEnd must not be after billing.period",
             "fieldPath": ".windowEnd",
         },
@@ -110,7 +118,11 @@ class RetryPolicy(ApiModel):
 
     cel_rules: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "duration(self.initialBackoff) <= duration(self.maxBackoff)",
+            "rule": cel_durations(
+                "duration(self.initialBackoff) <= duration(self.maxBackoff)",
+                "self.initialBackoff",
+                "self.maxBackoff",
+            ),
             "message": "retry.initialBackoff must not exceed retry.maxBackoff",
             "fieldPath": ".initialBackoff",
         }
@@ -233,7 +245,9 @@ class PowerPolicySpec(ApiModel):
             "fieldPath": ".minWarmNodes",
         },
         {
-            "rule": "duration(self.minOn) <= duration(self.maxOn)",
+            "rule": cel_durations(
+                "duration(self.minOn) <= duration(self.maxOn)", "self.minOn", "self.maxOn"
+            ),
             "message": "minOn must not exceed maxOn",
             "fieldPath": ".minOn",
         },
