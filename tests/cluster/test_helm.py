@@ -401,7 +401,33 @@ tests:
         values: '0+60x20'
       - series: 'nodewarden_leader{namespace="ns2", job="b-nodewarden-metrics", dispatcher_id="other"}'
         values: '0x10'
+      - series: 'nodewarden_creates_stopped{namespace="ns1", job="a-nodewarden-metrics"}'
+        values: '1x10'
+      - series: 'nodewarden_creates_stopped{namespace="ns2", job="b-nodewarden-metrics"}'
+        values: '1x10'
+      - series: 'nodewarden_held_workernodes{namespace="ns1", job="a-nodewarden-metrics"}'
+        values: '3x40'
     alert_rule_test:
+      - eval_time: 3m
+        alertname: NodewardenCreatesStopped
+        exp_alerts: []
+      - eval_time: 6m
+        alertname: NodewardenCreatesStopped
+        exp_alerts:
+          - exp_labels: {severity: critical, namespace: ns1, release: a, team: t}
+            exp_annotations:
+              summary: "nodewarden creates no cloud instance: the default PowerPolicy is missing or invalid"
+              description: "Without a usable default PowerPolicy nodewarden creates nothing (it never falls back to unlimited); containers that need a new node wait. kubectl -n ns1 get pp -o wide; the waiting containers' schedulingStatus and the declared WorkerNodes' Launched condition say why. Create or fix the policy named by defaultPolicy (the chart installs one with defaultPowerPolicy.create)."
+      - eval_time: 20m
+        alertname: NodewardenCapReached
+        exp_alerts: []
+      - eval_time: 31m
+        alertname: NodewardenCapReached
+        exp_alerts:
+          - exp_labels: {severity: info, namespace: ns1, release: a, team: t}
+            exp_annotations:
+              summary: "3 declared CloudVM WorkerNode(s) wait for an instance: a hard cap refuses it"
+              description: "Their Launched condition names the cap (the operator's limits.* or the default PowerPolicy's maxNodes / maxHourlySpend / instanceTypeLimits). kubectl -n ns1 get wn -o custom-columns=NAME:.metadata.name,LAUNCHED:.status.conditions[?(@.type=='Launched')].message; raise the cap (docs/operations.md, Hard caps) or delete the WorkerNodes nobody needs."
       - eval_time: 3m
         alertname: NodewardenNoLeader
         exp_alerts:
