@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodewarden.check.caps import caps_results
+import yaml
+
+from localcluster import REPO
+from nodewarden.check.caps import CHART_DEFAULTS, caps_results
 from nodewarden.check.result import Status
 from nodewarden.config import OperatorConfig
 
@@ -55,6 +58,24 @@ def test_a_fleet_above_the_new_defaults_is_reported_with_the_value_to_set() -> N
     spend = next(r for m, r in lines.items() if "limits.maxHourlySpend" in m)
     assert "71.72 > 25" in spend.message
     assert any("maxPerInstanceType (gpu)" in m for m in lines)
+
+
+def test_without_ceilings_the_fleet_is_held_against_the_charts_new_defaults() -> None:
+    results = caps_results([_vm(f"gpu-{i}") for i in range(60)], _config(), None)
+    above = [r for r in results if "the chart's default" in r.message]
+    assert {r.message.split(" (")[0] for r in above} == {
+        "the fleet is above the chart's default limits.maxNodes",
+        "the fleet is above the chart's default limits.maxHourlySpend",
+        "the fleet is above the chart's default limits.maxPerInstanceType",
+    }
+    assert all("stops new creates" in r.message for r in above)
+
+
+def test_the_charts_defaults_are_the_ones_check_knows() -> None:
+    limits = yaml.safe_load((REPO / "helm" / "nodewarden" / "values.yaml").read_text())["limits"]
+    assert CHART_DEFAULTS.max_nodes == limits["maxNodes"]
+    assert CHART_DEFAULTS.max_hourly_spend == limits["maxHourlySpend"]
+    assert CHART_DEFAULTS.max_per_type == limits["maxPerInstanceType"]
 
 
 def test_within_the_ceilings_it_passes_and_a_missing_default_policy_fails() -> None:

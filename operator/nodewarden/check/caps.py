@@ -18,7 +18,11 @@ from typing import Any
 from nodewarden.check.result import CheckResult, failed, passed, warned
 from nodewarden.config import OperatorConfig
 from nodewarden.dispatch.workers import DISPATCHER_LABEL
-from nodewarden.scheduling.caps import Fleet, above_ceilings
+from nodewarden.scheduling.caps import Ceilings, Fleet, above_ceilings
+
+CHART_DEFAULTS = Ceilings(max_nodes=50, max_hourly_spend=25.0, max_per_type=20)
+"""The Helm chart's `limits.*` defaults (a test keeps them equal to values.yaml): a site
+whose config has no ceilings yet gets these with its next chart upgrade."""
 
 RAISE = (
     "before upgrading, set limits.{setting} in the Helm values to at least {current:g} "
@@ -92,6 +96,18 @@ def caps_results(
                 "set limits.* in the Helm values (the chart's defaults are safe and non-zero)",
             )
         )
+        for e in above_ceilings(fleet, CHART_DEFAULTS):
+            setting = e.setting.split(" ", 1)[0]
+            if setting in unset:
+                out.append(
+                    warned(
+                        "caps",
+                        f"the fleet is above the chart's default limits.{e.setting} "
+                        f"({e.current:g} > {e.ceiling:g}): upgrading the chart with its "
+                        "defaults stops new creates",
+                        RAISE.format(setting=setting, current=e.current),
+                    )
+                )
     if not excess and config.cloud is not None:
         out.insert(
             0,
