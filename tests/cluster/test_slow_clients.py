@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 PROBE_TIMEOUT = 5.0  # the chart's livenessProbe/readinessProbe timeoutSeconds
 HALF_OPEN = 300
 CAP = 400  # above the flood: a stalled connection holds a slot for the header deadline only
-FLOOD_SECONDS = float(os.environ.get("NODEWARDEN_FLOOD_SECONDS", "8"))
+FLOOD_SECONDS = float(os.environ.get("NODEWARDEN_FLOOD_SECONDS", "6"))
 
 
 async def _half_open(port: int, stop: asyncio.Event, opened: list[int]) -> None:

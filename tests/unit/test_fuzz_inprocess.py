@@ -94,7 +94,7 @@ def test_models_and_validation_judge_any_spec_without_raising(kind: str, hostile
     verdicts: list[Verdict] = []
     started = time.perf_counter()
 
-    @examples(500)
+    @examples(300)
     @given(spec_strategy(kind, hostile=hostile))
     def one(spec: Any) -> None:
         verdict = judge(kind, spec)
@@ -142,7 +142,7 @@ async def settle(ctrl: PowerController) -> None:
         await asyncio.gather(*list(ctrl._tasks), return_exceptions=True)
 
 
-@examples(300)
+@examples(200)
 @given(
     st.lists(spec_strategy("PowerPolicy", hostile=True), max_size=3),
     st.lists(spec_strategy("PowerPolicy", hostile=False), max_size=2),
@@ -161,7 +161,7 @@ def test_the_policy_book_takes_any_policy_and_keeps_the_default(
         assert book.for_node(f"p{i}").view is not None
 
 
-@examples(150)
+@examples(100)
 @given(
     st.lists(spec_strategy("WorkerNode", hostile=True), min_size=1, max_size=3),
     spec_strategy("PowerPolicy", hostile=True),
@@ -195,7 +195,7 @@ def test_the_power_round_steps_any_node_and_serves_the_good_one(
     asyncio.run(run())
 
 
-@examples(150)
+@examples(100)
 @given(
     st.lists(spec_strategy("PowerPolicy", hostile=True), max_size=3),
     st.lists(spec_strategy("PowerIntent", hostile=True), max_size=3),
