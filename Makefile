@@ -82,7 +82,13 @@ lock: ## regenerate requirements.lock (the image's Python dependencies, hashed) 
 chaos: $(STAMP) controlplane ## the long chaos run: 320 containers under every fault, then the invariants (CHAOS_ARGS='--chaos-seed N')
 	$(PY) e2e/run_pytest.py -q -p no:cacheprovider -s e2e/chaos $(CHAOS_ARGS)
 
+fuzz: $(STAMP) controlplane ## the long fuzz run: 400 hostile objects per kind through the API server, 20x the in-process examples (NODEWARDEN_FUZZ_EXAMPLES), a 60 s flood
+	NODEWARDEN_FUZZ_CORPUS=400 NODEWARDEN_FUZZ_EXAMPLES=20 NODEWARDEN_FLOOD_SECONDS=60 \
+		$(PY) e2e/run_pytest.py -q -p no:cacheprovider -s --durations=5 \
+		tests/unit/test_fuzz_inprocess.py tests/cluster/test_hostile_objects.py \
+		tests/cluster/test_slow_clients.py $(FUZZ_ARGS)
+
 e2e: $(STAMP) controlplane ## the chart on a real kubelet in its own network namespaces (root; see README)
 	$(PY) e2e/dataplane/run.py $(E2E_ARGS)
 
-.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e chart-lint chaos
+.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e chart-lint chaos fuzz

@@ -113,7 +113,10 @@ def start_operator(
     *extra: str,
     name: str = "operator",
     env: dict[str, str] | None = None,
+    probe_port: int | None = None,
 ) -> OperatorProcess:
+    """`nodewarden run` on a free status port; `op.port` answers /healthz (the status
+    port, or `probe_port` when the config gives the probes a listener of their own)."""
     port = free_port()
     log_path = tmp_path / f"{name}.log"
     out = log_path.open("w")
@@ -137,7 +140,7 @@ def start_operator(
         env={**os.environ, **(env or {})},
     )
     out.close()
-    op = OperatorProcess(proc, port, log_path)
+    op = OperatorProcess(proc, probe_port or port, log_path)
 
     def up() -> bool:
         if proc.poll() is not None:

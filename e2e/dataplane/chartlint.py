@@ -39,7 +39,8 @@ JUSTIFIED = REPO / "docs" / "security.md"
 JUSTIFIED_SECTION = "Accepted checkov findings"
 LINT_REPOSITORY = "registry.example.org/platform/nodewarden"
 OPTIONAL_ON = ["alerts.enabled=true", "metrics.serviceMonitor.enabled=true",
-               "management.tokenSecretName=status"]  # fmt: skip
+               "management.tokenSecretName=status", "networkPolicy.enabled=true",
+               "metrics.auth=token"]  # fmt: skip
 NO_OFFLINE_SCHEMA = ["ServiceMonitor", "PrometheusRule"]
 
 

@@ -8,7 +8,7 @@ PowerPolicy objects so they can be changed by GitOps without a restart.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
 from nodewarden.cliargs import yaml_mistake
 from nodewarden.cloud.config import CloudConfig
+from nodewarden.listener import ListenerLimits
+from nodewarden.scheduling.caps import Ceilings
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.units import Duration
 
@@ -46,6 +48,57 @@ class HttpConfig(_Config):
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="/metrics and probes; unset = `port`."
     )
+    probe_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="/healthz and /readyz on a listener of their own (a flood of the "
+        "metrics port cannot fail them); unset = with /metrics.",
+    )
+    header_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Seconds a connection may take to send its request line and headers.",
+    )
+    request_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a connection may stay open at all (one request per connection).",
+    )
+    max_connections: int = Field(
+        default=512,
+        ge=2,
+        le=8192,
+        description="Connections each listener holds at once (bounds its file descriptors); "
+        "at the cap a new one takes the slot of the oldest one still waiting for its "
+        "headers. Keep it above the clients you expect at once.",
+    )
+    metrics_auth: Literal["none", "token"] = Field(
+        default="none",
+        description="`token`: /metrics requires the status API's bearer token "
+        "(management.token_secret_name).",
+    )
+    token_refresh: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="Seconds after which the status token is read again from its Secret.",
+    )
+
+    @model_validator(mode="after")
+    def _deadlines(self) -> HttpConfig:
+        if self.header_timeout > self.request_timeout:
+            raise ValueError("header_timeout must not exceed request_timeout")
+        return self
+
+    def limits(self) -> ListenerLimits:
+        return ListenerLimits(
+            header_timeout=self.header_timeout,
+            request_timeout=self.request_timeout,
+            max_connections=self.max_connections,
+        )
 
 
 class ManagementConfig(_Config):
@@ -77,6 +130,38 @@ class RequestersConfig(_Config):
             "refused while it is not."
         ),
     )
+
+
+class CreateLimits(_Config):
+    """The operator's hard caps on cloud capacity (`scheduling.caps`): ceilings above every
+    PowerPolicy, applied to every instance create, planned or declared. Unset = no ceiling
+    of that kind (the Helm chart sets all three; `nodewarden check` warns without them)."""
+
+    max_nodes: int | None = Field(
+        default=None, ge=1, le=100_000, description="Cloud instances of this dispatcher."
+    )
+    max_hourly_spend: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="Summed hourly price (catalogue prices) of this dispatcher's instances.",
+    )
+    max_per_instance_type: int | None = Field(
+        default=None, ge=1, le=100_000, description="Instances of any one instance type."
+    )
+    instance_types: dict[str, Annotated[int, Field(ge=0, le=100_000)]] = Field(
+        default_factory=dict,
+        description="Instances of the named types (instance type -> at most; the smaller "
+        "of this and max_per_instance_type applies).",
+    )
+
+    def ceilings(self) -> Ceilings:
+        return Ceilings(
+            max_nodes=self.max_nodes,
+            max_hourly_spend=self.max_hourly_spend,
+            max_per_type=self.max_per_instance_type,
+            per_type=dict(self.instance_types),
+        )
 
 
 class DispatchSettings(_Config):
@@ -128,6 +213,10 @@ class DispatchSettings(_Config):
     ssh_private_key_secret: SecretKeyReference | None = Field(
         default=None,
         description="Secret key (operator namespace) holding the SSH private key for nodes.",
+    )
+    limits: CreateLimits = Field(
+        default_factory=CreateLimits,
+        description="The operator's hard caps on cloud instances (Helm values `limits.*`).",
     )
 
 
@@ -269,6 +358,15 @@ class OperatorConfig(_Config):
     power: PowerSettings = Field(default_factory=PowerSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
     requesters: RequestersConfig = Field(default_factory=RequestersConfig)
+
+    @model_validator(mode="after")
+    def _metrics_token(self) -> OperatorConfig:
+        if self.http.metrics_auth == "token" and not self.management.token_secret_name:
+            raise ValueError(
+                "http.metrics_auth: token needs management.token_secret_name (the token "
+                "scrapers send)"
+            )
+        return self
 
     @property
     def lease_name(self) -> str:

@@ -40,6 +40,44 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
+CREATE_REFUSALS = Counter(
+    "nodewarden_create_refusals",
+    "Instance creates refused by a hard cap, by cap (max_nodes, max_hourly_spend, per_type, "
+    "creates_stopped, cloud_backoff); planned creates rarely (the plan respects the caps).",
+    ["cap"],
+    registry=REGISTRY,
+)
+
+CREATES_STOPPED = Gauge(
+    "nodewarden_creates_stopped",
+    "1 while no instance is created at all because the default PowerPolicy is missing or "
+    "invalid (it never means unlimited), else 0.",
+    registry=REGISTRY,
+)
+
+HELD_NODES = Gauge(
+    "nodewarden_held_workernodes",
+    "Declared CloudVM WorkerNodes waiting for an instance because a cap (or stopped "
+    "creates) refuses it; their Launched condition names the cap.",
+    registry=REGISTRY,
+)
+
+HTTP_CONNECTIONS = Gauge(
+    "nodewarden_http_connections",
+    "Open connections per listener (api, metrics, probes, ops, all); at most "
+    "http.max_connections each.",
+    ["listener"],
+    registry=REGISTRY,
+)
+
+HTTP_CONNECTIONS_DROPPED = Counter(
+    "nodewarden_http_connections_dropped",
+    "Connections a listener dropped, by listener and why: header_deadline, "
+    "request_deadline, header_size, evicted (the oldest stalled one, for a new one), cap.",
+    ["listener", "reason"],
+    registry=REGISTRY,
+)
+
 INVALID_OBJECTS = Gauge(
     "nodewarden_invalid_objects",
     "Objects whose Valid condition is False, by kind.",

@@ -115,13 +115,20 @@ async def run(config: OperatorConfig) -> int:
         kube_default = _kubeconfig_namespace(config.kubeconfig)
     namespace = resolve_namespace(config, kube_default)
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    health = Health(extra={"dispatcherId": config.dispatcher_id, "identity": identity})
+    health = Health(
+        extra={"dispatcherId": config.dispatcher_id, "identity": identity},
+        metrics_auth=config.http.metrics_auth,
+        token_refresh=config.http.token_refresh,
+    )
     health.identity = identity
-    served = await serve(health, config.http.host, config.http.port, config.http.metrics_port)
-    port = served.port
     if token_secret := config.management.token_secret_name:  # standbys check and relay too
         key = config.management.token_secret_key
         health.token_loader = partial(kube.read_secret, namespace, token_secret, key)
+    http = config.http
+    served = await serve(
+        health, http.host, http.port, http.metrics_port, http.probe_port, http.limits()
+    )
+    port = served.port
     log.info(
         "nodewarden starting",
         extra={

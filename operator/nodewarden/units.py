@@ -10,14 +10,33 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-# One or more <number><unit> groups, no sign (negative durations are rejected).
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
+# One to six <number><unit> groups, no sign (negative durations are rejected). The digits
+# of each group are bounded by its unit (at most 5 before the point for hours, 7 for
+# minutes, 9 for seconds, 12 for ms, 15 for us, 18 for ns; 9 after it), so the largest
+# duration the pattern admits (6 groups of 10^18 ns, about 1.7 million hours) stays below
+# what Go's time.Duration holds (about 2.56 million hours): the API server's own CEL
+# `duration()` can never overflow on a value the schema let through, and neither can
+# Python's timedelta. The maximum of each field is a CEL rule on top (8760h by default).
+_GROUP = (
+    r"([0-9]{1,5}(\.[0-9]{1,9})?h"
+    r"|[0-9]{1,7}(\.[0-9]{1,9})?m"
+    r"|[0-9]{1,9}(\.[0-9]{1,9})?s"
+    r"|[0-9]{1,12}(\.[0-9]{1,9})?ms"
+    r"|[0-9]{1,15}(\.[0-9]{1,9})?(us|µs)"
+    r"|[0-9]{1,18}(\.[0-9]{1,9})?ns)"
+)
+DURATION_PATTERN = rf"^{_GROUP}{{1,6}}$"
+DURATION_MAX_LENGTH = 64
+MAX_DURATION = "8760h"
+"""The default upper bound of a duration field (one year): nothing nodewarden waits for
+sensibly takes longer."""
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 _DURATION_FULL = re.compile(DURATION_PATTERN)
 _DURATION_SECONDS = {
@@ -30,7 +49,7 @@ _DURATION_SECONDS = {
     "h": Decimal(3600),
 }
 
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+QUANTITY_PATTERN = r"^[0-9]{1,18}(\.[0-9]{1,9})?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
 _QUANTITY_FULL = re.compile(QUANTITY_PATTERN)
 _QUANTITY_FACTORS = {
     "": 1,
@@ -77,7 +96,10 @@ def parse_duration(text: str) -> timedelta:
     total = Decimal(0)
     for number, unit in _DURATION_PART.findall(text):
         total += Decimal(number) * _DURATION_SECONDS[unit]
-    return timedelta(seconds=float(total))
+    try:
+        return timedelta(seconds=float(total))
+    except OverflowError:  # unreachable through the pattern; a ValueError all the same
+        raise ValueError(f"invalid duration {text!r}: too long") from None
 
 
 def format_duration(value: timedelta | float) -> str:
@@ -121,9 +143,47 @@ def parse_quantity(text: str | int) -> int:
     return int(number * _QUANTITY_FACTORS[suffix])
 
 
-def _check_duration(value: str) -> str:
-    parse_duration(value)
-    return value
+def _duration_at_most(maximum: str) -> Callable[[str], str]:
+    limit = parse_duration(maximum)
+
+    def check(value: str) -> str:
+        if parse_duration(value) > limit:
+            raise ValueError(f"must be at most {maximum}")
+        return value
+
+    return check
+
+
+def duration_schema(maximum: str = MAX_DURATION) -> Any:
+    """The schema part of a duration field of at most `maximum`: pattern, length and a CEL
+    rule, so the API server refuses what pydantic refuses (`_duration_at_most`).
+
+    The rule converts only a value the pattern admits: a value an older release stored
+    (say "99999999999h") would make `duration()` fail at run time, and a failing rule is
+    not ratcheted -- every later write of that object, its status included, would be
+    refused, so nodewarden could not even mark it invalid. Such a value fails the pattern
+    instead, which the API server ratchets (an unchanged field is let through)."""
+    return Field(
+        pattern=DURATION_PATTERN,
+        max_length=DURATION_MAX_LENGTH,
+        json_schema_extra={
+            "x-nodewarden-format": "duration",
+            "x-kubernetes-validations": [
+                {
+                    "rule": cel_durations(f"duration(self) <= duration('{maximum}')", "self"),
+                    "message": f"must be at most {maximum}",
+                }
+            ],
+        },
+    )
+
+
+def cel_durations(rule: str, *fields: str) -> str:
+    """`rule`, converting the duration `fields` only when each matches the pattern (see
+    `duration_schema`: a run-time error in a rule would refuse every write of an object
+    an older release stored)."""
+    guards = [f"!{field}.matches(r'{DURATION_PATTERN}')" for field in fields]
+    return " || ".join([*guards, f"({rule})"])
 
 
 def _check_quantity(value: str) -> str:
@@ -131,16 +191,8 @@ def _check_quantity(value: str) -> str:
     return value
 
 
-Duration = Annotated[
-    str,
-    Field(
-        pattern=DURATION_PATTERN,
-        max_length=64,
-        json_schema_extra={"x-nodewarden-format": "duration"},
-    ),
-    AfterValidator(_check_duration),
-]
-"""A Go-style duration string; validated by the CRD schema and by pydantic."""
+Duration = Annotated[str, duration_schema(), AfterValidator(_duration_at_most(MAX_DURATION))]
+"""A Go-style duration string of at most 8760h; validated by the CRD schema and by pydantic."""
 
 Quantity = Annotated[
     str,
@@ -149,5 +201,5 @@ Quantity = Annotated[
 ]
 """A Kubernetes quantity string ("16Gi")."""
 
-MacAddress = Annotated[str, Field(pattern=MAC_PATTERN)]
+MacAddress = Annotated[str, Field(pattern=MAC_PATTERN, max_length=17)]
 """A 48-bit MAC address written as six hex pairs separated by ':' or '-'."""

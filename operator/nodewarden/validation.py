@@ -32,6 +32,19 @@ class Verdict:
 
 
 VALID = Verdict(True, "Valid", "spec is valid")
+PROCESSING_FAILED = "ProcessingFailed"
+
+
+def failure_verdict(exc: BaseException) -> Verdict:
+    """The verdict on an object whose processing raised `exc`: an error nobody foresaw
+    (a bug), named so the object's author and the administrator see it."""
+    detail = f"{type(exc).__name__}: {exc}"[:1000]
+    return Verdict(
+        False,
+        PROCESSING_FAILED,
+        f"nodewarden could not process this object ({detail}); every other object is still "
+        "served, and this one is judged again at the next resync",
+    )
 
 
 def _pydantic_message(prefix: str, err: ValidationError) -> str:
@@ -45,8 +58,11 @@ def _pydantic_message(prefix: str, err: ValidationError) -> str:
 T = TypeVar("T", WorkerNodeSpec, PowerPolicySpec, PowerIntentSpec, ContainerDispatchSpec)
 
 
-def parse_spec(model: type[T], spec: Mapping[str, Any] | None) -> T | Verdict:
-    """Parse a spec dict with its model; a Verdict (invalid) if it does not parse."""
+def parse_spec(model: type[T], spec: Any) -> T | Verdict:
+    """Parse a spec dict with its model; a Verdict (invalid) if it does not parse (or is
+    not an object at all: a stored object may predate the schema)."""
+    if spec is not None and not isinstance(spec, Mapping):
+        return Verdict(False, "InvalidSpec", f"spec: must be an object, not {type(spec).__name__}")
     try:
         return model.model_validate(dict(spec or {}))
     except ValidationError as exc:

@@ -158,6 +158,12 @@ def _install(
         "bmc_endpoints": [f"127.0.0.1:{bmc.port}"],
         "ssh_endpoints": [f"127.0.0.1:{ssh.port}"],
     }
+    # a healthy installation has the operator's hard caps (the chart's defaults)
+    config["dispatch"]["limits"] = {
+        "max_nodes": 50,
+        "max_hourly_spend": 25,
+        "max_per_instance_type": 20,
+    }
     env.config_path.write_text(yaml.safe_dump(config))
     return env, bmc, ssh
 
@@ -346,6 +352,7 @@ EVERY_CHECK = (
     "requesters",
     "cloud",
     "policies",
+    "caps",
     "secrets",
     "bmc",
     "ssh",

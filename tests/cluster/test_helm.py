@@ -118,6 +118,13 @@ def test_rendered_config_is_a_valid_operator_config(tmp_path: Path) -> None:
     assert config.namespace == "nw"
     assert config.management.token_secret_name == "nw-token"
     assert (config.http.port, config.http.metrics_port) == (8080, 8081)
+    # safe, non-zero hard caps by default (no PowerPolicy can raise them)
+    limits = config.dispatch.limits
+    assert (limits.max_nodes, limits.max_hourly_spend, limits.max_per_instance_type) == (
+        50,
+        25,
+        20,
+    )
     kinds = {d["kind"] for d in docs}
     assert {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "ConfigMap"} <= kinds
     assert "PodDisruptionBudget" in kinds
@@ -178,9 +185,13 @@ def test_probes_and_metrics_have_their_own_port() -> None:
     docs = _rendered()
     container = _pod_spec(docs)["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8080, "metrics": 8081}
-    assert container["livenessProbe"]["httpGet"]["port"] == "metrics"
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert ports == {"http": 8080, "metrics": 8081, "probes": 8082}
+    assert container["livenessProbe"]["httpGet"]["port"] == "probes"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d["data"])
+    config = yaml.safe_load(cm["data"]["config.yaml"])
+    assert config["http"]["probe_port"] == 8082
+    assert config["http"]["header_timeout"] == 5 and config["http"]["max_connections"] == 512
     service = _one(docs, "Service")
     assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
         "metrics": "metrics",
@@ -188,6 +199,75 @@ def test_probes_and_metrics_have_their_own_port() -> None:
     }
     env = {e["name"]: e for e in container["env"]}
     assert env["NODEWARDEN_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+
+
+def test_caps_default_policy_and_network_policy_render(tmp_path: Path) -> None:
+    docs = _rendered(
+        "limits.maxNodes=7",
+        "limits.instanceTypes.gpu=2",
+        "dispatch.tick_interval=2",
+        "networkPolicy.enabled=true",
+        "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
+        "networkPolicy.egress[0].ports[0].port=443",
+    )
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d["data"])
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    config = load_config(path)
+    assert config.dispatch.limits.max_nodes == 7
+    assert config.dispatch.limits.instance_types == {"gpu": 2}
+    assert config.dispatch.tick_interval == 2  # the rest of `dispatch` still passes through
+    policy = _one(docs, "PowerPolicy")
+    assert policy["metadata"]["name"] == "default"
+    assert policy["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert policy["spec"] == {"maxNodes": 20, "maxHourlySpend": 10}
+    assert "PowerPolicy" not in {d["kind"] for d in _rendered("defaultPowerPolicy.create=false")}
+    netpol = _one(docs, "NetworkPolicy")["spec"]
+    assert netpol["policyTypes"] == ["Ingress", "Egress"]
+    by_port = {r["ports"][0]["port"]: r for r in netpol["ingress"]}
+    assert "from" not in by_port["probes"]  # the kubelet, from wherever it probes
+    assert by_port["metrics"]["from"][0]["namespaceSelector"]["matchLabels"]["team"] == "monitoring"
+    assert (
+        by_port["http"]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"]
+        == "t"
+    )
+    assert "NetworkPolicy" not in {d["kind"] for d in _rendered()}  # off by default
+
+
+def test_the_chart_installs_a_default_policy_only_if_none_exists(
+    cluster: ClusterHandle, namespace: str
+) -> None:
+    def install(release: str, ns: str, verb: str = "install") -> None:
+        helm(
+            verb, release, str(CHART), "--namespace", ns,
+            "--set", f"image.repository={REPOSITORY}", "--set", f"dispatcherId={release}",
+            "--set", f"watchNamespace={ns}", "--wait=false",
+            kubeconfig=cluster.kubeconfig,
+        )  # fmt: skip
+
+    # a site's own default policy is left alone
+    own = {
+        "apiVersion": "nodewarden.io/v1alpha1",
+        "kind": "PowerPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"maxNodes": 3},
+    }
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(own))
+    install("own", namespace)
+    assert cluster.get_json(namespace, "pp", "default")["spec"]["maxNodes"] == 3
+    # none exists: the chart's is installed, kept through an upgrade and an uninstall
+    fresh = f"{namespace}-b"
+    cluster.kubectl("create", "namespace", fresh)
+    try:
+        install("fresh", fresh)
+        policy = cluster.get_json(fresh, "pp", "default")
+        assert (policy["spec"]["maxNodes"], policy["spec"]["maxHourlySpend"]) == (20, 10)
+        install("fresh", fresh, "upgrade")
+        assert cluster.get_json(fresh, "pp", "default")["spec"]["maxNodes"] == 20
+        helm("uninstall", "fresh", "--namespace", fresh, kubeconfig=cluster.kubeconfig)
+        assert cluster.get_json(fresh, "pp", "default")["spec"]["maxNodes"] == 20
+    finally:
+        cluster.kubectl("delete", "namespace", fresh, "--wait=false", check=False)
 
 
 def test_spread_is_soft_by_default_and_configurable() -> None:
@@ -256,7 +336,13 @@ def test_every_knob_reaches_the_objects(tmp_path: Path) -> None:
 
 
 def _leaf_values(data: Any, prefix: str = "") -> set[str]:
-    opaque = {"resources", "podSecurityContext", "securityContext", "topologySpreadConstraints"}
+    opaque = {
+        "resources",
+        "podSecurityContext",
+        "securityContext",
+        "topologySpreadConstraints",
+        "defaultPowerPolicy.spec",
+    }
     if not isinstance(data, dict) or not data or prefix in opaque:
         return {prefix}
     out: set[str] = set()
@@ -315,7 +401,33 @@ tests:
         values: '0+60x20'
       - series: 'nodewarden_leader{namespace="ns2", job="b-nodewarden-metrics", dispatcher_id="other"}'
         values: '0x10'
+      - series: 'nodewarden_creates_stopped{namespace="ns1", job="a-nodewarden-metrics"}'
+        values: '1x10'
+      - series: 'nodewarden_creates_stopped{namespace="ns2", job="b-nodewarden-metrics"}'
+        values: '1x10'
+      - series: 'nodewarden_held_workernodes{namespace="ns1", job="a-nodewarden-metrics"}'
+        values: '3x40'
     alert_rule_test:
+      - eval_time: 3m
+        alertname: NodewardenCreatesStopped
+        exp_alerts: []
+      - eval_time: 6m
+        alertname: NodewardenCreatesStopped
+        exp_alerts:
+          - exp_labels: {severity: critical, namespace: ns1, release: a, team: t}
+            exp_annotations:
+              summary: "nodewarden creates no cloud instance: the default PowerPolicy is missing or invalid"
+              description: "Without a usable default PowerPolicy nodewarden creates nothing (it never falls back to unlimited); containers that need a new node wait. kubectl -n ns1 get pp -o wide; the waiting containers' schedulingStatus and the declared WorkerNodes' Launched condition say why. Create or fix the policy named by defaultPolicy (the chart installs one with defaultPowerPolicy.create)."
+      - eval_time: 20m
+        alertname: NodewardenCapReached
+        exp_alerts: []
+      - eval_time: 31m
+        alertname: NodewardenCapReached
+        exp_alerts:
+          - exp_labels: {severity: info, namespace: ns1, release: a, team: t}
+            exp_annotations:
+              summary: "3 declared CloudVM WorkerNode(s) wait for an instance: a hard cap refuses it"
+              description: "Their Launched condition names the cap (the operator's limits.* or the default PowerPolicy's maxNodes / maxHourlySpend / instanceTypeLimits). kubectl -n ns1 get wn -o custom-columns=NAME:.metadata.name,LAUNCHED:.status.conditions[?(@.type=='Launched')].message; raise the cap (docs/operations.md, Hard caps) or delete the WorkerNodes nobody needs."
       - eval_time: 3m
         alertname: NodewardenNoLeader
         exp_alerts:

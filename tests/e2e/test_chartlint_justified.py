@@ -42,7 +42,6 @@ def test_the_justified_checks_come_from_the_section_of_docs_security_md() -> Non
         "CKV_K8S_15",
         "CKV_K8S_38",
         "CKV_K8S_43",
-        "CKV2_K8S_6",
     }
 
 

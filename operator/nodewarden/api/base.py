@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
 from pydantic.alias_generators import to_camel
@@ -23,6 +23,19 @@ CATEGORY = "nodewarden"
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+MAX_GENERATION = 2**53
+"""Bound of a metadata.generation copy: the largest integer JSON numbers hold exactly (the
+API server reads a schema's maximum as a float64; 2^63-1 would not be an integer there)."""
+MAX_CONDITIONS = 32
+"""Conditions an object's status may hold (nodewarden writes at most a handful)."""
+MAX_REASONS = 64
+"""Reason codes one decision may carry."""
+ReasonCode = Annotated[str, Field(max_length=128)]
+"""A machine-readable reason code (docs/reason-codes.md)."""
+MAX_STATUS_DOCUMENT_KEYS = 256
+"""Top-level keys of a free-form status document (a Safety Record, the persisted power
+state): written only by the operator through the status subresource."""
 
 
 class ApiModel(BaseModel):
@@ -89,6 +102,7 @@ class Condition(StatusModel):
     observed_generation: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_GENERATION,
         description="metadata.generation of the object this condition was computed from.",
     )
 

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import ApiModel, Condition, StatusModel
+from nodewarden.api.base import MAX_CONDITIONS, MAX_GENERATION, ApiModel, Condition, StatusModel
 from nodewarden.units import Quantity
 
 ContainerPhase = Literal["Queued", "Locked", "Running", "Complete", "Cancelled", "Failed"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Complete", "Cancelled", "Failed"})
+
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN, max_length=256)]
+"""An environment variable name (a C identifier, as a POSIX shell accepts it)."""
+EnvValue = Annotated[str, Field(max_length=32768)]
+Argument = Annotated[str, Field(max_length=32768)]
 
 UUID_PATTERN = r"^[a-z0-9]{5}-[a-z0-9]{5}-[a-z0-9]{15}$|^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -36,14 +42,19 @@ class RuntimeConfig(ApiModel):
     """How the runner starts the container on the node."""
 
     image: str = Field(default="", max_length=1024, description="Container image reference.")
-    environment: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables for the container."
+    environment: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Environment variables for the container (names: letters, digits and "
+        "underscores, not starting with a digit).",
     )
     cwd: str | None = Field(default=None, max_length=4096, description="Working directory.")
     duration_hint_seconds: float | None = Field(
         default=None,
         ge=0,
-        description="Expected run time in seconds (used by the stub runner in demos).",
+        le=31_536_000,
+        description="Expected run time in seconds, at most a year (used by the stub runner "
+        "in demos).",
     )
     exit_code_hint: int | None = Field(
         default=None,
@@ -72,6 +83,7 @@ class ContainerDispatchSpec(ApiModel):
     uuid: str = Field(
         description="Container UUID (Arvados form zzzzz-dz642-xxxxxxxxxxxxxxx or an RFC 4122 UUID).",
         pattern=UUID_PATTERN,
+        max_length=36,
     )
     priority: int = Field(
         default=500,
@@ -82,7 +94,7 @@ class ContainerDispatchSpec(ApiModel):
     resources: ContainerResources = Field(
         default_factory=ContainerResources, description="What the container needs."
     )
-    command: list[str] = Field(
+    command: list[Argument] = Field(
         default_factory=list, max_length=4096, description="Command and arguments."
     )
     runtime: RuntimeConfig = Field(
@@ -116,23 +128,41 @@ class ContainerDispatchStatus(StatusModel):
     """Where the container is in its dispatch lifecycle."""
 
     observed_generation: int | None = Field(
-        default=None, description="metadata.generation last processed by the operator."
+        default=None,
+        ge=0,
+        le=MAX_GENERATION,
+        description="metadata.generation last processed by the operator.",
     )
     phase: ContainerPhase | None = Field(
         default=None, description="Queued, Locked, Running, Complete, Cancelled or Failed."
     )
     scheduling_status: str | None = Field(
         default=None,
+        max_length=32768,
         description="Human-readable scheduling status, e.g. 'waiting for a new m5.large to boot'.",
     )
     reason: str | None = Field(
-        default=None, description="Machine-readable reason for the current phase."
+        default=None, max_length=1024, description="Machine-readable reason for the current phase."
     )
-    node: str | None = Field(default=None, description="WorkerNode the container is assigned to.")
+    node: str | None = Field(
+        default=None, max_length=253, description="WorkerNode the container is assigned to."
+    )
     instance_type: str | None = Field(
-        default=None, description="Instance type chosen for the container."
+        default=None, max_length=128, description="Instance type chosen for the container."
     )
-    locked_by: str | None = Field(default=None, description="Dispatcher id holding the lock.")
+    locked_by: str | None = Field(
+        default=None, max_length=253, description="Dispatcher id holding the lock."
+    )
+    attempts: int = Field(default=0, ge=0, le=1_000_000, description="Runs started so far.")
+    lock_flaps: int = Field(
+        default=0, ge=0, le=1_000_000, description="Times the lock was released unused."
+    )
+    runner_pid: int | None = Field(
+        default=None, ge=0, le=2**31, description="PID of the runner on the node."
+    )
+    exit_code: int | None = Field(
+        default=None, ge=-(2**31), le=2**31, description="Exit code of the container."
+    )
     resources: ContainerResources | None = Field(
         default=None,
         description=(
@@ -141,14 +171,12 @@ class ContainerDispatchStatus(StatusModel):
             "when the container is requeued."
         ),
     )
-    attempts: int = Field(default=0, ge=0, description="Runs started so far.")
-    lock_flaps: int = Field(default=0, ge=0, description="Times the lock was released unused.")
-    runner_pid: int | None = Field(default=None, description="PID of the runner on the node.")
-    exit_code: int | None = Field(default=None, description="Exit code of the container.")
     first_seen: datetime | None = Field(
         default=None, description="When the operator first saw the container."
     )
     locked_at: datetime | None = Field(default=None, description="When it was last locked.")
     started_at: datetime | None = Field(default=None, description="When the runner last started.")
     finished_at: datetime | None = Field(default=None, description="When it reached a final phase.")
-    conditions: list[Condition] = Field(default_factory=list, description="Standard conditions.")
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=MAX_CONDITIONS, description="Standard conditions."
+    )

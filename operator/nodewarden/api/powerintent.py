@@ -11,7 +11,17 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import DNS_SUBDOMAIN_PATTERN, ApiModel, Condition, StatusModel
+from nodewarden.api.base import (
+    DNS_SUBDOMAIN_PATTERN,
+    MAX_CONDITIONS,
+    MAX_GENERATION,
+    MAX_REASONS,
+    MAX_STATUS_DOCUMENT_KEYS,
+    ApiModel,
+    Condition,
+    ReasonCode,
+    StatusModel,
+)
 
 PowerAction = Literal["Shutdown", "Wake", "Drain", "Restart"]
 IntentPhase = Literal[
@@ -111,7 +121,10 @@ class PowerIntentStatus(StatusModel):
     """Progress of the transition and its Safety Record."""
 
     observed_generation: int | None = Field(
-        default=None, description="metadata.generation last processed by the operator."
+        default=None,
+        ge=0,
+        le=MAX_GENERATION,
+        description="metadata.generation last processed by the operator.",
     )
     phase: IntentPhase | None = Field(
         default=None,
@@ -121,18 +134,24 @@ class PowerIntentStatus(StatusModel):
         ),
     )
     decision: str | None = Field(
-        default=None, description="Last decision: SHUTDOWN, START, DRAIN, DEFER, BLOCK or NONE."
+        default=None,
+        max_length=32,
+        description="Last decision: SHUTDOWN, START, DRAIN, DEFER, BLOCK or NONE.",
     )
-    reasons: list[str] = Field(default_factory=list, description="Reason codes of the decision.")
+    reasons: list[ReasonCode] = Field(
+        default_factory=list, max_length=MAX_REASONS, description="Reason codes of the decision."
+    )
     transition_id: str | None = Field(
-        default=None, description="Identifier of the transition attempt."
+        default=None, max_length=253, description="Identifier of the transition attempt."
     )
-    message: str | None = Field(default=None, description="Human-readable state of the intent.")
+    message: str | None = Field(
+        default=None, max_length=32768, description="Human-readable state of the intent."
+    )
     recheck_at: datetime | None = Field(
         default=None, description="When a deferred decision will be re-evaluated."
     )
     deadline: datetime | None = Field(default=None, description="Deadline of the step in progress.")
-    retries: int = Field(default=0, ge=0, description="Retries used so far.")
+    retries: int = Field(default=0, ge=0, le=1_000_000, description="Retries used so far.")
     started_at: datetime | None = Field(
         default=None, description="When the transition for this intent began."
     )
@@ -145,6 +164,7 @@ class PowerIntentStatus(StatusModel):
             "The Safety Record of the latest decision: every piece of evidence with its "
             "source and time (format: docs/safety-record.md)."
         ),
+        max_length=MAX_STATUS_DOCUMENT_KEYS,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     request_record: dict[str, Any] | None = Field(
@@ -154,6 +174,9 @@ class PowerIntentStatus(StatusModel):
             "gate with the evidence it passed on at that moment (safetyRecord moves on to "
             "the confirmation)."
         ),
+        max_length=MAX_STATUS_DOCUMENT_KEYS,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
-    conditions: list[Condition] = Field(default_factory=list, description="Standard conditions.")
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=MAX_CONDITIONS, description="Standard conditions."
+    )

@@ -9,12 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import timedelta
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import ApiModel, Condition, StatusModel
-from nodewarden.units import Duration, parse_duration
+from nodewarden.api.base import MAX_CONDITIONS, MAX_GENERATION, ApiModel, Condition, StatusModel
+from nodewarden.units import Duration, cel_durations, parse_duration
 
 ResetAction = Literal[
     "On",
@@ -31,6 +31,9 @@ ResetAction = Literal[
 """Power actions nodewarden may request: Redfish ResetType values plus WakeOnLan and
 SshPoweroff (a `systemctl poweroff` over SSH, for nodes without a BMC)."""
 
+Requester = Annotated[str, Field(min_length=1, max_length=256)]
+"""A user name as the API server authenticated it (PowerIntent spec.requestedBy)."""
+
 DEFAULT_ALLOWED_ACTIONS: list[ResetAction] = [
     "On",
     "GracefulShutdown",
@@ -45,13 +48,21 @@ class BillingWindow(ApiModel):
 
     cel_rules: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "duration(self.windowStart) < duration(self.windowEnd)",
+            "rule": cel_durations(
+                "duration(self.windowStart) < duration(self.windowEnd)",
+                "self.windowStart",
+                "self.windowEnd",
+            ),
             "message": "billing.windowStart must be before billing.windowEnd",
             "fieldPath": ".windowStart",
         },
         {
-            "rule": "duration(self.period) == duration('0s') || "
-            "duration(self.windowEnd) <= duration(self.period)",
+            "rule": cel_durations(
+                "duration(self.period) == duration('0s') || "
+                "duration(self.windowEnd) <= duration(self.period)",
+                "self.period",
+                "self.windowEnd",
+            ),
             "message": "billing.windowEnd must not be after billing.period",
             "fieldPath": ".windowEnd",
         },
@@ -107,7 +118,11 @@ class RetryPolicy(ApiModel):
 
     cel_rules: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "duration(self.initialBackoff) <= duration(self.maxBackoff)",
+            "rule": cel_durations(
+                "duration(self.initialBackoff) <= duration(self.maxBackoff)",
+                "self.initialBackoff",
+                "self.maxBackoff",
+            ),
             "message": "retry.initialBackoff must not exceed retry.maxBackoff",
             "fieldPath": ".initialBackoff",
         }
@@ -143,7 +158,7 @@ class InhibitorOverride(ApiModel):
             "Safety Record."
         ),
     )
-    allowed_requesters: list[str] = Field(
+    allowed_requesters: list[Requester] = Field(
         default_factory=list,
         max_length=64,
         description=(
@@ -230,7 +245,9 @@ class PowerPolicySpec(ApiModel):
             "fieldPath": ".minWarmNodes",
         },
         {
-            "rule": "duration(self.minOn) <= duration(self.maxOn)",
+            "rule": cel_durations(
+                "duration(self.minOn) <= duration(self.maxOn)", "self.minOn", "self.maxOn"
+            ),
             "message": "minOn must not exceed maxOn",
             "fieldPath": ".minOn",
         },
@@ -307,12 +324,15 @@ class PowerPolicySpec(ApiModel):
         default=None,
         ge=0,
         le=100000,
-        description="Maximum number of cloud nodes (unset = unlimited).",
+        description="Maximum number of cloud nodes (unset = unlimited; the operator's own "
+        "ceiling `limits.maxNodes` applies in any case).",
     )
     max_hourly_spend: float | None = Field(
         default=None,
         ge=0,
-        description="Maximum summed hourly price of all cloud nodes (unset = unlimited).",
+        le=1_000_000,
+        description="Maximum summed hourly price of all cloud nodes (unset = unlimited; the "
+        "operator's own ceiling `limits.maxHourlySpend` applies in any case).",
     )
     min_warm_nodes: int = Field(
         default=0,
@@ -349,16 +369,23 @@ class PowerPolicyStatus(StatusModel):
     """What the operator has observed about this policy."""
 
     observed_generation: int | None = Field(
-        default=None, description="metadata.generation last processed by the operator."
+        default=None,
+        ge=0,
+        le=MAX_GENERATION,
+        description="metadata.generation last processed by the operator.",
     )
     content_hash: str | None = Field(
-        default=None, description="sha256 (first 16 hex digits) of the canonical spec."
+        default=None,
+        max_length=64,
+        description="sha256 (first 16 hex digits) of the canonical spec.",
     )
     nodes: int | None = Field(
-        default=None, description="Number of WorkerNodes referring to this policy."
+        default=None, ge=0, le=2**31, description="Number of WorkerNodes referring to this policy."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Valid and other standard conditions."
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Valid and other standard conditions.",
     )
 
 

@@ -8,18 +8,27 @@ never merged.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
 from nodewarden.api.base import (
+    MAX_CONDITIONS,
+    MAX_GENERATION,
+    MAX_REASONS,
+    MAX_STATUS_DOCUMENT_KEYS,
     ApiModel,
     Condition,
     LocalObjectReference,
+    ReasonCode,
     SecretKeyReference,
     StatusModel,
 )
 from nodewarden.units import MacAddress, Quantity
+
+MAX_NODE_CONTAINERS = 4096
+"""Containers one node's status lists (a node never runs more than it has vCPUs)."""
+ContainerName = Annotated[str, Field(max_length=253)]
 
 NodeType = Literal["CloudVM", "SideNode"]
 IdleBehavior = Literal["run", "hold", "drain"]
@@ -233,24 +242,32 @@ class ProbeStatus(StatusModel):
     result: Literal["Ready", "Booting", "Failed", "Unreachable", "HostKeyMismatch"] | None = Field(
         default=None, description="Outcome of the probe."
     )
-    message: str | None = Field(default=None, description="Detail of a failed probe.")
+    message: str | None = Field(
+        default=None, max_length=32768, description="Detail of a failed probe."
+    )
     last_success: datetime | None = Field(
         default=None, description="When the last successful probe finished."
     )
     attempts_since_success: int = Field(
-        default=0, ge=0, description="Probe attempts since the last successful one."
+        default=0, ge=0, le=2**31, description="Probe attempts since the last successful one."
     )
 
 
 class SafetyRecordSummary(StatusModel):
     """The last Safety Record written for this node (full record in the PowerIntent)."""
 
-    power_intent: str | None = Field(default=None, description="Name of the PowerIntent.")
-    decision: str | None = Field(
-        default=None, description="SHUTDOWN, START, DRAIN, DEFER, BLOCK or NONE."
+    power_intent: str | None = Field(
+        default=None, max_length=253, description="Name of the PowerIntent."
     )
-    reasons: list[str] = Field(default_factory=list, description="Reason codes of the decision.")
-    summary: str | None = Field(default=None, description="One-line summary of the record.")
+    decision: str | None = Field(
+        default=None, max_length=32, description="SHUTDOWN, START, DRAIN, DEFER, BLOCK or NONE."
+    )
+    reasons: list[ReasonCode] = Field(
+        default_factory=list, max_length=MAX_REASONS, description="Reason codes of the decision."
+    )
+    summary: str | None = Field(
+        default=None, max_length=32768, description="One-line summary of the record."
+    )
     time: datetime | None = Field(default=None, description="When the decision was made.")
 
 
@@ -259,13 +276,23 @@ class Enrolment(StatusModel):
     spec.bmc.endpoint, spec.bmc.systemId, spec.ssh.address and spec.ssh.port are frozen
     (re-enrol a machine by deleting the WorkerNode and creating it again; docs/security.md)."""
 
-    bmc_endpoint: str | None = Field(default=None, description="The BMC endpoint, normalised.")
-    system_id: str | None = Field(default=None, description="The ComputerSystem id in spec.")
-    bmc_uuid: str | None = Field(default=None, description="The BMC's ComputerSystem.UUID.")
-    ssh_address: str | None = Field(default=None, description="spec.ssh.address at enrolment.")
-    ssh_port: int | None = Field(default=None, description="spec.ssh.port at enrolment.")
+    bmc_endpoint: str | None = Field(
+        default=None, max_length=2100, description="The BMC endpoint, normalised."
+    )
+    system_id: str | None = Field(
+        default=None, max_length=256, description="The ComputerSystem id in spec."
+    )
+    bmc_uuid: str | None = Field(
+        default=None, max_length=256, description="The BMC's ComputerSystem.UUID."
+    )
+    ssh_address: str | None = Field(
+        default=None, max_length=253, description="spec.ssh.address at enrolment."
+    )
+    ssh_port: int | None = Field(
+        default=None, ge=1, le=65535, description="spec.ssh.port at enrolment."
+    )
     host_uuid: str | None = Field(
-        default=None, description="The DMI product UUID the host reported over SSH."
+        default=None, max_length=256, description="The DMI product UUID the host reported over SSH."
     )
     enrolled_at: datetime | None = Field(
         default=None, description="When the BMC's UUID was first read (the fields froze)."
@@ -283,7 +310,10 @@ class WorkerNodeStatus(StatusModel):
     """What we observe about this machine."""
 
     observed_generation: int | None = Field(
-        default=None, description="metadata.generation last processed by the operator."
+        default=None,
+        ge=0,
+        le=MAX_GENERATION,
+        description="metadata.generation last processed by the operator.",
     )
     state: NodeState | None = Field(default=None, description="Lifecycle / power state.")
     observed_power: ObservedPower | None = Field(
@@ -291,7 +321,7 @@ class WorkerNodeStatus(StatusModel):
         description="Power as seen by a trusted source (Redfish PowerState, cloud state).",
     )
     observed_power_source: str | None = Field(
-        default=None, description="Which source reported observedPower."
+        default=None, max_length=253, description="Which source reported observedPower."
     )
     observed_power_time: datetime | None = Field(
         default=None,
@@ -305,21 +335,32 @@ class WorkerNodeStatus(StatusModel):
     admission: Admission | None = Field(
         default=None, description="Whether new containers may be placed on the node."
     )
-    instance_id: str | None = Field(default=None, description="Cloud instance id (CloudVM).")
-    address: str | None = Field(default=None, description="Address used to reach the node.")
-    hourly_price: float | None = Field(default=None, description="Price per hour of the node.")
+    instance_id: str | None = Field(
+        default=None, max_length=253, description="Cloud instance id (CloudVM)."
+    )
+    address: str | None = Field(
+        default=None, max_length=253, description="Address used to reach the node."
+    )
+    hourly_price: float | None = Field(
+        default=None, ge=0, le=1_000_000, description="Price per hour of the node."
+    )
     booted_at: datetime | None = Field(default=None, description="When the node last came up.")
     idle_since: datetime | None = Field(
         default=None, description="Since when the node has had no running containers."
     )
     running_containers: int | None = Field(
-        default=None, ge=0, description="Number of containers running on the node."
+        default=None,
+        ge=0,
+        le=MAX_NODE_CONTAINERS,
+        description="Number of containers running on the node.",
     )
-    containers: list[str] = Field(
-        default_factory=list, description="UUIDs of the containers running on the node."
+    containers: list[ContainerName] = Field(
+        default_factory=list,
+        max_length=MAX_NODE_CONTAINERS,
+        description="UUIDs of the containers running on the node.",
     )
     last_container: str | None = Field(
-        default=None, description="UUID of the last container that ran on the node."
+        default=None, max_length=253, description="UUID of the last container that ran on the node."
     )
     last_probe: ProbeStatus | None = Field(default=None, description="Most recent SSH probe.")
     ssh_host_key: str | None = Field(
@@ -331,7 +372,7 @@ class WorkerNodeStatus(StatusModel):
         ),
     )
     dispatcher_id: str | None = Field(
-        default=None, description="Dispatcher that manages this node's instance."
+        default=None, max_length=253, description="Dispatcher that manages this node's instance."
     )
     broken: bool | None = Field(
         default=None, description="The runner reported the node broken; it is being drained."
@@ -349,6 +390,7 @@ class WorkerNodeStatus(StatusModel):
             "when): Redfish ResetType allowable values / ActionInfo, ethtool Wake-on. Kept so "
             "a node switched off can still be woken after a restart."
         ),
+        max_length=MAX_STATUS_DOCUMENT_KEYS,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     power_state: dict[str, Any] | None = Field(
@@ -359,6 +401,7 @@ class WorkerNodeStatus(StatusModel):
             "Written only by nodewarden's power controller; a restarted or new leader resumes "
             "from it."
         ),
+        max_length=MAX_STATUS_DOCUMENT_KEYS,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     enrolment: Enrolment | None = Field(
@@ -369,7 +412,9 @@ class WorkerNodeStatus(StatusModel):
         ),
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Valid, Ready and other standard conditions."
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Valid, Ready and other standard conditions.",
     )
 
 

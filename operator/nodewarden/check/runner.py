@@ -1,7 +1,7 @@
 """The thin runner of `nodewarden check`: gather the facts, run every group, in order.
 
     config -> kubeconfig / api-server -> version -> clock -> crds -> rbac -> requesters
-    -> cloud -> policies -> secrets -> bmc -> ssh -> lease -> live (with --live)
+    -> cloud -> policies -> caps -> secrets -> bmc -> ssh -> lease -> live (with --live)
 
 A check that needs what an earlier one found missing is reported once as "not checked"
 with the reason. When the API server cannot be reached the report says the checks could
@@ -21,12 +21,24 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from nodewarden.api.kinds import POWER_POLICY, WORKER_NODE
-from nodewarden.check import cloud, crds, kubeapi, lease, live, nodes, policies, rbac, requesters
+from nodewarden.check import (
+    caps,
+    cloud,
+    crds,
+    kubeapi,
+    lease,
+    live,
+    nodes,
+    policies,
+    rbac,
+    requesters,
+)
 from nodewarden.check.operatorconfig import FETCH_CONFIG, check_config
 from nodewarden.check.result import CheckResult, Report, failed, passed, skipped, warned
 from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials import CredentialResolver, secret_refs
 from nodewarden.credentials.setup import build_resolver
+from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.kubeconfig import context_namespace, default_kubeconfig
 
@@ -36,6 +48,7 @@ CLUSTER_CHECKS = (
     "requesters",
     "cloud",
     "policies",
+    "caps",
     "secrets",
     "bmc",
     "ssh",
@@ -209,6 +222,10 @@ async def _cluster_checks(
         results.extend(
             policies.policy_results(policy_bodies, parsed, config.default_policy, namespace)
         )
+        book = PolicyBook(namespace=namespace, default_name=config.default_policy)
+        for body in policy_bodies:
+            book.observe(body)
+        results.extend(caps.caps_results(bodies, config, book.default_problem))
         results.extend(bad)
     if not configured:
         results.append(

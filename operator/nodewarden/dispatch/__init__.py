@@ -144,6 +144,7 @@ async def build_dispatcher(
         on_change=poke,
         credentials=credentials,
         status=status,
+        policies=policies,
     )
     dispatcher = Dispatcher(
         namespace=namespace,

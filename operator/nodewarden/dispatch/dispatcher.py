@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -57,18 +57,19 @@ from nodewarden.metrics import (
     CONTAINERS,
     CONTAINERS_FINISHED,
     CONTAINERS_STARTED,
+    CREATES_STOPPED,
     HOURLY_SPEND,
     OVERCOMMITTED_NODES,
 )
 from nodewarden.policy.state import PowerState, api_state
 from nodewarden.power.board import NodePowerView, PowerBoard
+from nodewarden.scheduling.caps import PolicyLimits, effective_limits
 from nodewarden.scheduling.instancetypes import Catalogue
 from nodewarden.scheduling.ledger import Claim, Placement, account, with_starts
 from nodewarden.scheduling.scheduler import (
     Capacity,
     CloudState,
     ContainerView,
-    Limits,
     NodeState,
     NodeView,
     Phase,
@@ -747,21 +748,26 @@ class Dispatcher:
         self.held_resources = ledger.held
         containers = self.plan_inputs = ledger.views
         nodes = [self._node_view(w) for w in self.pool.workers.values()] if self.pool else []
-        policy = self.policies.default.spec
-        per_type = {limit.instance_type: limit.max for limit in policy.instance_type_limits}
-        limits = Limits(
-            max_nodes=policy.max_nodes,
-            per_type_max=per_type,
-            max_hourly_spend=policy.max_hourly_spend,
-            min_warm_nodes=policy.min_warm_nodes,
+        # the hard caps (scheduling.caps): the operator's ceilings and the default policy's
+        # limits; no creates at all while the default policy is missing or invalid
+        policy, stopped = self.policies.create_limits()
+        CREATES_STOPPED.set(1 if stopped else 0)
+        catalogue = self._catalogue()
+        limits = effective_limits(
+            policy or PolicyLimits(self.policies.default_name),
+            self.settings.limits.ceilings(),
+            (t.name for t in catalogue.types),
         )
+        cloud = self._cloud_state(now)
+        if stopped is not None:
+            cloud = replace(cloud, creates_blocked=f"no instance is created: {stopped}")
         return plan(
             containers,
             nodes,
-            self._catalogue(),
+            catalogue,
             self.cloud.config.instance_type_policy if self.cloud else _default_type_policy(),
             limits,
-            self._cloud_state(now),
+            cloud,
             now,
         )
 

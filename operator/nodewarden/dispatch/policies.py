@@ -5,10 +5,17 @@ operator's default policy name; if no such PowerPolicy exists the built-in defau
 (`PowerPolicySpec()`) apply, and decisions record the version as `builtin`. A policy that
 is invalid (does not parse, or fails `validate_powerpolicy`) stays in the book with its
 problems, so the nodes under it BLOCK with POLICY_INVALID rather than fall back silently.
+Whatever one policy holds, reading it never raises: an error the checks did not foresee
+makes that policy invalid with the error as its problem, and the book goes on with the
+others (a policy must never stop the operator, at start-up or at any event).
+
+Creating capacity needs a usable default policy (`default_problem`): while it is missing
+or invalid no instance is created at all -- it never means "unlimited".
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,7 +26,10 @@ from nodewarden.api.kinds import POWER_POLICY
 from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.kube.client import Kube
 from nodewarden.policy.view import PolicyView
+from nodewarden.scheduling.caps import PolicyLimits
 from nodewarden.validation import validate_powerpolicy
+
+log = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
 
@@ -33,6 +43,23 @@ class Policy:
 
 def _build(name: str, spec: PowerPolicySpec, generation: int | None) -> Policy:
     return Policy(name, spec, PolicyView.from_spec(spec, name=name, generation=generation))
+
+
+def _read(name: str, raw: Mapping[str, Any] | None, generation: int | None) -> Policy:
+    try:
+        spec = PowerPolicySpec.model_validate(raw or {})
+    except ValidationError as exc:
+        # Its Valid condition says why; the nodes under it BLOCK with POLICY_INVALID.
+        problem = "spec does not parse: " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return _invalid(name, generation, problem)
+    policy = _build(name, spec, generation)
+    verdict = validate_powerpolicy(spec)
+    if not verdict.valid:
+        view = replace(policy.view, problems=(*policy.view.problems, verdict.message))
+        policy = Policy(name, spec, view)
+    return policy
 
 
 def _invalid(name: str, generation: int | None, problem: str) -> Policy:
@@ -59,20 +86,11 @@ class PolicyBook:
             return
         generation = meta.get("generation")
         try:
-            spec = PowerPolicySpec.model_validate(body.get("spec") or {})
-        except ValidationError as exc:
-            # Its Valid condition says why; the nodes under it BLOCK with POLICY_INVALID.
-            problem = "spec does not parse: " + "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-            )
-            self.policies[name] = _invalid(name, generation, problem)
-            return
-        policy = _build(name, spec, generation)
-        verdict = validate_powerpolicy(spec)
-        if not verdict.valid:
-            view = replace(policy.view, problems=(*policy.view.problems, verdict.message))
-            policy = Policy(name, spec, view)
-        self.policies[name] = policy
+            self.policies[name] = _read(name, body.get("spec"), generation)
+        except Exception as exc:  # a bug shown by one policy: that policy only is unusable
+            log.exception("PowerPolicy %s could not be read; it counts as invalid", name)
+            problem = f"nodewarden could not read this policy ({type(exc).__name__}: {exc})"
+            self.policies[name] = _invalid(name, generation, problem[:1000])
 
     async def load(self, kube: Kube) -> None:
         for body in await kube.list(POWER_POLICY, self.namespace):
@@ -88,6 +106,41 @@ class PolicyBook:
     @property
     def default(self) -> Policy:
         return self.get(None)
+
+    @property
+    def default_problem(self) -> str | None:
+        """Why no instance may be created now (the default policy is missing or invalid),
+        or None when the default policy is usable."""
+        policy = self.policies.get(self.default_name)
+        if policy is None:
+            return (
+                f"the default PowerPolicy {self.default_name!r} does not exist; create it "
+                "(the chart installs one) -- no instance is created without it"
+            )
+        if policy.view.problems:
+            return (
+                f"the default PowerPolicy {self.default_name!r} is invalid "
+                f"({'; '.join(policy.view.problems)[:500]}); fix it -- no instance is created "
+                "meanwhile"
+            )
+        return None
+
+    def create_limits(self) -> tuple[PolicyLimits | None, str | None]:
+        """The default policy's limits on creates, or (None, why creates are stopped)."""
+        problem = self.default_problem
+        if problem is not None:
+            return None, problem
+        spec = self.default.spec
+        return (
+            PolicyLimits(
+                name=self.default_name,
+                max_nodes=spec.max_nodes,
+                max_hourly_spend=spec.max_hourly_spend,
+                per_type={limit.instance_type: limit.max for limit in spec.instance_type_limits},
+                min_warm_nodes=spec.min_warm_nodes,
+            ),
+            None,
+        )
 
     def for_node(self, name: str | None) -> Policy:
         """The policy a node's power decisions use: a named policy that does not exist is

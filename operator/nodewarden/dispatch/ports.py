@@ -104,8 +104,9 @@ class WorkerPoolPort(Protocol):
     async def target(self, worker: Worker) -> SshTarget | None:
         """Where and how to reach `worker` over SSH now, or None."""
 
-    def create(self, itype: InstanceType) -> Worker:
-        """Register a new worker now (the next plan counts it); its instance comes later."""
+    def create(self, itype: InstanceType) -> Worker | None:
+        """Register a new worker now (the next plan counts it); its instance comes later.
+        None: the hard caps (`scheduling.caps`) refused the create."""
 
     def pending_creates(self) -> int:
         """Workers whose create is still in flight."""

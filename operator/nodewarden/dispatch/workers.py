@@ -7,7 +7,11 @@ WorkerNode object (what the user wants: idle behaviour, policy). The pool
 - syncs with the cloud list: adopts instances tagged as ours (creating their WorkerNode),
   claims or destroys instances of a dispatcher that stopped probing them, and deletes the
   WorkerNode of an instance that disappeared;
-- creates instances (WorkerNode first, then the cloud call) and destroys them;
+- creates instances (WorkerNode first, then the cloud call) and destroys them; every
+  create, planned or declared, passes `admit` first -- the hard caps and back-off of
+  `scheduling.caps` against what exists or is being created right then. A declared
+  CloudVM WorkerNode over a cap keeps waiting (its `Launched` condition names the cap,
+  through the observer) and gets its instance in the first round the caps allow it;
 - probes every instance with a kept-alive SSH connection (booting nodes more often), and
   tags it with the probe time at most every `probe_tag_interval`;
 - writes the WorkerNode status only when something a person would see changed.
@@ -53,10 +57,12 @@ from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import DispatchSettings
 from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.identity import instance_secret, new_nonce
+from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
-from nodewarden.metrics import PROBE_SECONDS
+from nodewarden.metrics import CREATE_REFUSALS, HELD_NODES, PROBE_SECONDS
 from nodewarden.power.board import NodePowerView
 from nodewarden.power.status import NodeStatusWriter
+from nodewarden.scheduling.caps import Admission, Fleet, PolicyLimits, admit_create
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.scheduling.scheduler import NodeView
 from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshClientKey, SshTarget
@@ -273,8 +279,15 @@ class WorkerObserver(Protocol):
     def should_probe(self, worker: Worker) -> bool:
         """Whether to probe a side node now (its power may be On)."""
 
+    def held(self, name: str, refusal: Admission | None) -> None:
+        """Declared WorkerNode `name` waits for an instance because of `refusal` (a cap,
+        creates stopped, the cloud's back-off), or no longer waits (None)."""
+
 
 class _NoObserver:
+    def held(self, name: str, refusal: Admission | None) -> None:
+        pass
+
     def probed(self, worker: Worker, report: ProbeReport | None, error: SshError | None) -> None:
         return None
 
@@ -308,8 +321,12 @@ class WorkerPool:
         on_change: Callable[[], None],
         credentials: CredentialResolver | None = None,
         status: NodeStatusWriter | None = None,
+        policies: PolicyBook | None = None,
     ) -> None:
         self.kube = kube
+        self.policies = policies
+        """The default policy's limits and whether creates are stopped (None: the built-in
+        defaults, no policy limits; tests without a book)."""
         self.cloud = cloud
         self.credentials = credentials
         self.status = status
@@ -328,6 +345,8 @@ class WorkerPool:
         self.on_change = on_change
         self.workers: dict[str, Worker] = {}
         self.declared: dict[str, Mapping[str, Any]] = {}
+        self.holds: dict[str, Admission] = {}
+        """Declared WorkerNodes waiting for an instance -> the refusal that holds them."""
         self.last_sync: datetime | None = None
         self.synced_once = False
         self._closing = False
@@ -415,6 +434,7 @@ class WorkerPool:
                 self.declared[name] = body
             else:
                 self.declared.pop(name, None)
+                self._release(name)
             return
         worker = self.workers.get(name)
         if deleted:
@@ -459,14 +479,21 @@ class WorkerPool:
         )
 
     async def adopt_declared(self) -> None:
-        """Give each declared CloudVM WorkerNode an instance: label it ours, then create."""
+        """Give each declared CloudVM WorkerNode an instance: label it ours, then create --
+        if the caps allow it now (`admit`); else it stays declared, held with the reason."""
         if self.cloud is None:
             return
         for name, body in list(self.declared.items()):
-            del self.declared[name]
             itype = self._cloud.instance_type((body.get("spec") or {}).get("instanceType") or "")
             if itype is None:
+                del self.declared[name]
                 continue  # its Valid condition names the unknown instance type
+            admission = self.admit(itype)
+            if not admission.allowed:
+                self._hold(name, admission)
+                continue
+            del self.declared[name]
+            self._release(name)
             finalizers = list(body["metadata"].get("finalizers") or [])
             if NODE_FINALIZER not in finalizers:
                 finalizers.append(NODE_FINALIZER)
@@ -484,13 +511,26 @@ class WorkerPool:
                     },
                 )
             except KubeError as exc:
+                # typically a conflict (its status was written meanwhile): read it again
+                # and try in the next round -- dropped, it would wait for a watch event
+                # that may never come, with no instance and no condition
                 log.info("could not take declared WorkerNode %s: %s", name, exc)
+                await self._redeclare(name)
                 continue
             worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
             self.workers[name] = worker
             self._take(patched)
             log.info("creating a %s instance for declared WorkerNode %s", itype.name, name)
             self._background(self._create_instance(worker, itype))
+
+    async def _redeclare(self, name: str) -> None:
+        try:
+            latest = await self.kube.get(WORKER_NODE, self.namespace, name)
+        except KubeError as exc:
+            log.info("could not read declared WorkerNode %s again: %s", name, exc)
+            return
+        if latest is not None and self._declared(latest) and name not in self.workers:
+            self.declared.setdefault(name, latest)
 
     def pool_status(self, worker: Worker, containers: list[str]) -> dict[str, Any]:
         """The WorkerNode status fields the pool owns (docs: power/status.py): what it
@@ -747,9 +787,57 @@ class WorkerPool:
     def pending_creates(self) -> int:
         return sum(1 for w in self.workers.values() if w.creating)
 
-    def create(self, itype: InstanceType) -> Worker:
+    def fleet(self) -> Fleet:
+        """This pool's cloud instances that exist or are being created (caps count them)."""
+        return Fleet.of(
+            (w.instance_type.name if w.instance_type else "unknown", w.price)
+            for w in self.workers.values()
+            if not w.side and w.state is not WorkerState.GONE
+        )
+
+    def admit(self, itype: InstanceType) -> Admission:
+        """The check every create passes, planned or declared: the operator's ceilings, the
+        default policy's limits (none at all while it is missing or invalid) and the
+        cloud's back-off, against the fleet as it is now (`scheduling.caps`)."""
+        if self.policies is not None:
+            policy, stopped = self.policies.create_limits()
+        else:
+            policy, stopped = PolicyLimits(name="builtin"), None
+        permission = self._cloud.may_create(itype, self.clock())
+        admission = admit_create(
+            itype.name,
+            itype.price,
+            self.fleet(),
+            policy,
+            self.settings.limits.ceilings(),
+            stopped=stopped,
+            backoff=None if permission.allowed else permission.reason,
+        )
+        if not admission.allowed and admission.cap is not None:
+            CREATE_REFUSALS.labels(admission.cap.value).inc()
+        return admission
+
+    def _hold(self, name: str, admission: Admission) -> None:
+        if self.holds.get(name) == admission:
+            return
+        if name not in self.holds:
+            log.info("declared WorkerNode %s waits for an instance: %s", name, admission.message)
+        self.holds[name] = admission
+        HELD_NODES.set(len(self.holds))
+        self.observer.held(name, admission)
+
+    def _release(self, name: str) -> None:
+        if self.holds.pop(name, None) is not None:
+            HELD_NODES.set(len(self.holds))
+            self.observer.held(name, None)
+
+    def create(self, itype: InstanceType) -> Worker | None:
         """Register a new worker now (so the next plan counts it) and create its WorkerNode
-        and then its instance in the background."""
+        and then its instance in the background -- if `admit` allows it (None if not)."""
+        admission = self.admit(itype)
+        if not admission.allowed:
+            log.info("create of a %s refused: %s", itype.name, admission.message)
+            return None
         name = node_name_for(self.dispatcher_id, itype.name)
         worker = Worker(name=name, instance_type=itype, created_at=self.clock(), creating=True)
         self.workers[name] = worker

@@ -9,6 +9,11 @@ LIST per kind). WorkerNodes are validated by the power controller (their status 
 writer). ContainerDispatches are validated by the dispatcher in its first write, or, when
 no dispatcher runs, by `ContainerValidator` from the ContainerDispatch informer (never by
 kopf: it holds no watch on the hot kinds).
+
+One object never stops the others: an error nobody foresaw while judging one object
+(`guarded`) is logged with its trace, that object gets `Valid=False
+reason=ProcessingFailed` naming the error, and the handler, the resync round or the
+validator goes on; the next resync judges it again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from nodewarden.metrics import INVALID_OBJECTS, RECONCILE_SECONDS, RECONCILE_TOT
 from nodewarden.units import parse_duration
 from nodewarden.validation import (
     Verdict,
+    failure_verdict,
     parse_spec,
     validate_containerdispatch,
     validate_powerintent,
@@ -44,6 +50,39 @@ from nodewarden.validation import (
 log = logging.getLogger(__name__)
 
 VALID = "Valid"
+
+
+async def guarded(
+    ctx: HandlerContext, kind: Kind, body: Mapping[str, Any], work: Awaitable[Verdict]
+) -> Verdict:
+    """`work`'s verdict; if it raises anything but a Kubernetes error, the object is marked
+    with `failure_verdict` instead (best effort) and that verdict returned."""
+    try:
+        return await work
+    except (KubeError, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        return await mark_failed(ctx, kind, body, exc)
+
+
+async def mark_failed(
+    ctx: HandlerContext, kind: Kind, body: Mapping[str, Any], exc: Exception
+) -> Verdict:
+    """Log `exc` with its trace and mark the object with `failure_verdict` (best effort)."""
+    meta = body.get("metadata") or {}
+    log.error(
+        "%s %s/%s could not be processed",
+        kind.kind,
+        meta.get("namespace"),
+        meta.get("name"),
+        exc_info=exc,
+    )
+    verdict = failure_verdict(exc)
+    try:
+        await _apply(ctx, kind, body, verdict)
+    except Exception as again:  # its status cannot be written either: the log says so
+        log.warning("could not mark %s %s: %s", kind.kind, meta.get("name"), type(again).__name__)
+    return verdict
 
 
 def _conditions(status: Mapping[str, Any] | None) -> list[Condition]:
@@ -197,35 +236,56 @@ def _timed(kind: Kind, fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitab
 
 
 async def resync_loop(ctx: HandlerContext, namespace: str, fleet: NodeIndex) -> None:
-    """Re-validate every PowerPolicy and PowerIntent every `resync_interval`."""
+    """Re-validate every PowerPolicy and PowerIntent every `resync_interval`; one object
+    (or one round) that fails is logged and marked, never the end of the loop."""
     interval = max(1.0, parse_duration(ctx.config.resync_interval).total_seconds())
-    policy_reconcile = _timed(POWER_POLICY, reconcile_powerpolicy)
-    intent_reconcile = _timed(POWER_INTENT, reconcile_powerintent)
     while True:
         await asyncio.sleep(interval)
         try:
-            policies = await ctx.kube.list(POWER_POLICY, namespace)
-            intents = await ctx.kube.list(POWER_INTENT, namespace)
-        except KubeError as exc:
-            log.warning("re-validation skipped: %s", exc)
-            continue
-        await fleet.synced()
-        users = fleet.policy_users()
-        invalid = {POWER_POLICY.kind: 0, POWER_INTENT.kind: 0}
-        for policy in policies:
-            policy["metadata"].setdefault("namespace", namespace)
-            name = policy["metadata"]["name"]
-            with contextlib.suppress(KubeError):
-                if not (await policy_reconcile(ctx, policy, users.get(name, 0))).valid:
-                    invalid[POWER_POLICY.kind] += 1
-        for intent in intents:
-            intent["metadata"].setdefault("namespace", namespace)
-            with contextlib.suppress(KubeError):
-                nodes = await _nodes_for(fleet, intent)
-                if not (await intent_reconcile(ctx, intent, nodes)).valid:
-                    invalid[POWER_INTENT.kind] += 1
-        for kind, count in invalid.items():
-            INVALID_OBJECTS.labels(kind).set(count)
+            await resync_once(ctx, namespace, fleet)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("re-validation round failed; the next one runs in %.0fs", interval)
+
+
+async def resync_once(ctx: HandlerContext, namespace: str, fleet: NodeIndex) -> None:
+    """One re-validation of every PowerPolicy and PowerIntent (one LIST per kind)."""
+    policy_reconcile = _timed(POWER_POLICY, reconcile_powerpolicy)
+    intent_reconcile = _timed(POWER_INTENT, reconcile_powerintent)
+    try:
+        policies = await ctx.kube.list(POWER_POLICY, namespace)
+        intents = await ctx.kube.list(POWER_INTENT, namespace)
+    except KubeError as exc:
+        log.warning("re-validation skipped: %s", exc)
+        return
+    await fleet.synced()
+    users = fleet.policy_users()
+    invalid = {POWER_POLICY.kind: 0, POWER_INTENT.kind: 0}
+    for policy in policies:
+        policy["metadata"].setdefault("namespace", namespace)
+        name = policy["metadata"].get("name")
+        with contextlib.suppress(KubeError):
+            work = policy_reconcile(ctx, policy, users.get(name, 0))
+            if not (await guarded(ctx, POWER_POLICY, policy, work)).valid:
+                invalid[POWER_POLICY.kind] += 1
+    for intent in intents:
+        intent["metadata"].setdefault("namespace", namespace)
+        with contextlib.suppress(KubeError):
+            work = _judge_intent(intent_reconcile, ctx, fleet, intent)
+            if not (await guarded(ctx, POWER_INTENT, intent, work)).valid:
+                invalid[POWER_INTENT.kind] += 1
+    for kind, count in invalid.items():
+        INVALID_OBJECTS.labels(kind).set(count)
+
+
+async def _judge_intent(
+    reconcile: Callable[..., Awaitable[Verdict]],
+    ctx: HandlerContext,
+    fleet: NodeIndex,
+    body: Mapping[str, Any],
+) -> Verdict:
+    return await reconcile(ctx, body, await _nodes_for(fleet, body))
 
 
 async def _nodes_for(fleet: NodeIndex, body: Mapping[str, Any]) -> set[str]:
@@ -325,6 +385,9 @@ class ContainerValidator:
             )
             asyncio.get_running_loop().call_later(self.retry_after, self._retry, key)
             return
+        except Exception as exc:
+            await mark_failed(self.ctx, CONTAINER_DISPATCH, body, exc)
+            return
         if written is not None:
             self._informer.fold(written)
 
@@ -346,10 +409,11 @@ def register(
     @kopf.on.update(*pp, id="powerpolicy_valid", registry=registry)
     async def powerpolicy_valid(body: kopf.Body, **_: Any) -> None:
         name = body.metadata.name or ""
-        await policy_reconcile(ctx, body, fleet.policy_users().get(name, 0))
+        work = policy_reconcile(ctx, body, fleet.policy_users().get(name, 0))
+        await guarded(ctx, POWER_POLICY, body, work)
 
     # --- PowerIntent --------------------------------------------------------------------
     @kopf.on.resume(*pi, id="powerintent_valid", registry=registry)
     @kopf.on.create(*pi, id="powerintent_valid", registry=registry)
     async def powerintent_valid(body: kopf.Body, **_: Any) -> None:
-        await intent_reconcile(ctx, body, await _nodes_for(fleet, body))
+        await guarded(ctx, POWER_INTENT, body, _judge_intent(intent_reconcile, ctx, fleet, body))

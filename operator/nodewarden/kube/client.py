@@ -84,7 +84,10 @@ def _wrap(exc: ApiException, what: str) -> KubeError:
         return NotFound(f"{what}: not found", status)
     if status == 409:
         return Conflict(f"{what}: conflict ({reason})", status)
-    return KubeError(f"{what}: HTTP {status} {reason}", status, _server_message(exc))
+    detail = _server_message(exc)
+    if status == 422 and detail:  # the API server's validation: its message names the field
+        return KubeError(f"{what}: HTTP 422 {detail[:2000]}", status, detail)
+    return KubeError(f"{what}: HTTP {status} {reason}", status, detail)
 
 
 def _server_message(exc: ApiException) -> str:

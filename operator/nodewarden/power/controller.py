@@ -127,11 +127,12 @@ from nodewarden.power.readings import (
 )
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
 from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
+from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.scheduler import ContainerView, Plan
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import ProbeReport
-from nodewarden.validation import Verdict, validate_workernode
+from nodewarden.validation import Verdict, failure_verdict, validate_workernode
 
 log = logging.getLogger(__name__)
 R = ReasonCode
@@ -508,6 +509,14 @@ class PowerController:
         await self._process(rt, self.clock())
         await self.status.flush()
 
+    def held(self, name: str, refusal: Admission | None) -> None:
+        """The pool holds (or no longer holds) declared WorkerNode `name` for a cap: its
+        `Launched` condition says so (`_conditions` reads the pool's holds)."""
+        rt = self.nodes.get(name)
+        if rt is not None:
+            self.status.contribute(name, {"conditions": self._conditions(rt)})
+            self.wake.set()
+
     def should_probe(self, worker: Worker) -> bool:
         """Probe a side node unless its trusted power source says it is Off."""
         rt = self.nodes.get(worker.name)
@@ -599,7 +608,16 @@ class PowerController:
             if fleet is None:
                 fleet = fleet_readings(self.nodes.values(), now)
             rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
-            await self._process(rt, now, due=due)
+            try:
+                await self._process(rt, now, due=due)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one node's bug: mark it, the round goes on
+                self._failed(rt, exc)
+            else:
+                if rt.failure is not None:
+                    rt.failure = None
+                    self.status.contribute(rt.name, {"conditions": self._conditions(rt)})
         if self._reread_wanted:
             self._spawn(self._reread_demand(set(self._reread_wanted)))
             self._reread_wanted.clear()
@@ -624,6 +642,15 @@ class PowerController:
         task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ one node
+
+    def _failed(self, rt: NodeRuntime, exc: Exception) -> None:
+        """A step of `rt` raised: log it, mark the node (`Reconciled=False`), go on; the
+        node is stepped again at its next event or at the next evaluation."""
+        log.error("power step of WorkerNode %s failed", rt.name, exc_info=exc)
+        rt.failure = f"{type(exc).__name__}: {exc}"[:1000]
+        rt.events.clear()
+        rt.due_at = self.clock() + timedelta(seconds=self.settings.evaluate_interval)
+        self.status.contribute(rt.name, {"conditions": self._conditions(rt)})
 
     def _policy(self, rt: NodeRuntime) -> Policy:
         return self.policies.for_node(rt.policy_name)
@@ -1216,6 +1243,7 @@ class PowerController:
             [c for c in current if isinstance(c, Mapping)],
             self.control.last_error.get(rt.name),
             self.clock(),
+            self.pool.holds.get(rt.name) if self.pool is not None else None,
         )
 
     def _power_status(self, rt: NodeRuntime, record: SafetyRecord | None) -> dict[str, Any]:
@@ -1230,18 +1258,13 @@ class PowerController:
         if body_spec is None:
             verdict = Verdict(False, "InvalidSpec", "spec does not parse")
         else:
-            refusals = await self.credentials.check(rt.name, body_spec)
-            instance_types = (
-                [t.name for t in self.catalogue.types] if self.catalogue.types else None
-            )
-            verdict = validate_workernode(
-                body_spec,
-                namespace=self.namespace,
-                policies=self.policies.policies.keys(),
-                default_policy=self.default_policy,
-                credential_problems=[(r.reason, r.message) for r in refusals],
-                instance_types=instance_types,
-            )
+            try:
+                verdict = await self._judge(rt.name, body_spec)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one node's bug: it is marked, the others go on
+                log.error("validation of WorkerNode %s failed", rt.name, exc_info=exc)
+                verdict = failure_verdict(exc)
         if rt.name not in self.nodes or rt.generation != generation:
             return  # gone, or edited meanwhile: the new generation's validation is on its way
         previous = rt.verdict
@@ -1264,6 +1287,18 @@ class PowerController:
                 action="Validate",
             )
         self.wake.set()
+
+    async def _judge(self, name: str, spec: WorkerNodeSpec) -> Verdict:
+        refusals = await self.credentials.check(name, spec)
+        instance_types = [t.name for t in self.catalogue.types] if self.catalogue.types else None
+        return validate_workernode(
+            spec,
+            namespace=self.namespace,
+            policies=self.policies.policies.keys(),
+            default_policy=self.default_policy,
+            credential_problems=[(r.reason, r.message) for r in refusals],
+            instance_types=instance_types,
+        )
 
 
 def rediscovery_delay(retries: int, capability_interval: float) -> float:

@@ -1,7 +1,7 @@
 """What the power controller writes into a WorkerNode's status, and what it shows the
 dispatcher (the board): state, admission, readiness, observed power, the last Safety
-Record's summary, and the `Valid`, `Ready`, `PowerSource` and `Overcommitted` conditions.
-Pure: built from a node's runtime and what the caller read."""
+Record's summary, and the `Valid`, `Ready`, `PowerSource`, `Overcommitted` and `Reconciled`
+(a step that raised) conditions. Pure: built from a node's runtime and what the caller read."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import ON_STATES, PowerState, api_admission, api_state
 from nodewarden.power.board import NodePowerView
 from nodewarden.power.runtime import NodeRuntime, iso, persist_worthy
+from nodewarden.scheduling.caps import Admission, Cap
 
 _WAKE_ACTIONS = frozenset({"On", "WakeOnLan"})
+_HOLD_REASONS = {Cap.STOPPED: "CreatesStopped", Cap.BACKOFF: "CloudBackoff"}
 
 
 def board_view(rt: NodeRuntime, policy_valid: bool) -> NodePowerView:
@@ -96,9 +98,11 @@ def conditions(
     current: Sequence[Mapping[str, Any]],
     bmc_error: str | None,
     now: datetime,
+    hold: Admission | None = None,
 ) -> list[dict[str, Any]]:
     """`current` (the server's conditions) with Valid, Ready and PowerSource set from the
-    node's verdict, readiness and power control (last BMC error or credential refusal)."""
+    node's verdict, readiness and power control (last BMC error or credential refusal),
+    and Launched from `hold` (why a declared CloudVM waits for its instance: a cap)."""
     conds = [Condition.model_validate(c) for c in current if "lastTransitionTime" in c]
     gen = rt.generation
     verdict = rt.verdict
@@ -133,6 +137,28 @@ def conditions(
             conds, "Overcommitted", ConditionStatus.FALSE, "WithinCapacity",
             "what the node runs fits its capacity", gen, now,
         )  # fmt: skip
+    if hold is not None:
+        reason = _HOLD_REASONS.get(hold.cap, "CapReached") if hold.cap else "CapReached"
+        conds = set_condition(conds, "Launched", False, reason, hold.message, gen, now)
+    elif any(c.type == "Launched" and c.status != ConditionStatus.TRUE for c in conds):
+        conds = set_condition(
+            conds, "Launched", True, "InstanceRequested", "the caps allow its instance", gen, now
+        )
+    if rt.failure is not None:
+        conds = set_condition(
+            conds,
+            "Reconciled",
+            ConditionStatus.FALSE,
+            "ProcessingFailed",
+            f"nodewarden could not step this node's power decisions ({rt.failure}); every "
+            "other node is still served, and this one is stepped again at its next event",
+            gen,
+            now,
+        )
+    elif any(c.type == "Reconciled" and c.status != ConditionStatus.TRUE for c in conds):
+        conds = set_condition(
+            conds, "Reconciled", True, "Processed", "stepped normally again", gen, now
+        )
     capability = rt.facts.capability
     if bmc_error is not None:
         conds = set_condition(

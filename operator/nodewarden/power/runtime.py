@@ -82,6 +82,8 @@ class NodeRuntime:
     it fits); the condition Overcommitted."""
     identity: IdentityState = field(default_factory=IdentityState)
     """The BMC's and the host's UUIDs and the enrolment (`power.enrolment`)."""
+    failure: str | None = None
+    """The error of this node's last power step, if it raised (condition `Reconciled`)."""
 
     @property
     def node_type(self) -> str:
