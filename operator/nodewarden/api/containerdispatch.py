@@ -7,7 +7,14 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import ApiModel, Condition, StatusModel
+from nodewarden.api.base import (
+    FENCE_RULE,
+    ApiModel,
+    Condition,
+    FenceTokens,
+    StatusModel,
+    fence_field,
+)
 from nodewarden.units import Quantity
 
 ContainerPhase = Literal["Queued", "Locked", "Running", "Complete", "Cancelled", "Failed"]
@@ -96,6 +103,10 @@ class ContainerDispatchSpec(ApiModel):
 
 class ContainerDispatchStatus(StatusModel):
     """Where the container is in its dispatch lifecycle."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None, description="metadata.generation last processed by the operator."

@@ -11,7 +11,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import DNS_SUBDOMAIN_PATTERN, ApiModel, Condition, StatusModel
+from nodewarden.api.base import (
+    DNS_SUBDOMAIN_PATTERN,
+    FENCE_RULE,
+    ApiModel,
+    Condition,
+    FenceTokens,
+    StatusModel,
+    fence_field,
+)
 
 PowerAction = Literal["Shutdown", "Wake", "Drain", "Restart"]
 IntentPhase = Literal[
@@ -98,6 +106,10 @@ class PowerIntentSpec(ApiModel):
 
 class PowerIntentStatus(StatusModel):
     """Progress of the transition and its Safety Record."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None, description="metadata.generation last processed by the operator."

@@ -13,11 +13,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from nodewarden.api.base import (
+    FENCE_RULE,
     ApiModel,
     Condition,
+    FenceTokens,
     LocalObjectReference,
     SecretKeyReference,
     StatusModel,
+    fence_field,
 )
 from nodewarden.units import MacAddress, Quantity
 
@@ -256,6 +259,10 @@ class SafetyRecordSummary(StatusModel):
 
 class WorkerNodeStatus(StatusModel):
     """What we observe about this machine."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None, description="metadata.generation last processed by the operator."

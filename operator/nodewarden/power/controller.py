@@ -52,6 +52,7 @@ from nodewarden.dispatch.workers import Worker, WorkerPool
 from nodewarden.drain import drain
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.metrics import POWER_DECISIONS, POWER_REQUESTS
+from nodewarden.ownership import Ownership, claim, ownership
 from nodewarden.policy.actions import (
     Action,
     CloseAdmission,
@@ -193,6 +194,10 @@ class PowerController:
         """Nodes whose status write waits for the next round (see `run`, step 4)."""
         self._held: set[str] = set()
         """Nodes whose write waited in the last round (they are not held again)."""
+        self._claiming: dict[str, str] = {}
+        """Unlabelled side nodes: the resourceVersion a claim was sent for."""
+        self.fold: Callable[[Mapping[str, Any]], bool] | None = None
+        """Where a WorkerNode this controller labelled goes (the WorkerNode informer)."""
         self.steps = 0
         self.started = False
         self._synced = asyncio.Event()
@@ -210,6 +215,15 @@ class PowerController:
             return
         if deleted:
             self._forget(name)
+            return
+        owned = ownership(body, self.dispatcher_id)
+        if owned in (Ownership.FOREIGN, Ownership.CLAIMABLE):
+            # another install's node is none of ours; an unlabelled side node is claimed
+            # first (a preconditioned label write: `nodewarden.ownership`)
+            if name in self.nodes:
+                self._forget(name)
+            if owned is Ownership.CLAIMABLE:
+                self._claim(name, body)
             return
         self.status.observe(name, body)
         now = self.clock()
@@ -268,6 +282,19 @@ class PowerController:
             # a manual intent's name, or the policy-made one named after the transition
             rt.transition_intent = t.intent or policy_intent_name(name, t.id)
         return rt
+
+    def _claim(self, name: str, body: Mapping[str, Any]) -> None:
+        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        if self._claiming.get(name) == version:
+            return  # a claim of this version is under way or was lost: wait for news
+        self._claiming[name] = version
+
+        async def run() -> None:
+            claimed = await claim(self.kube, self.namespace, body, self.dispatcher_id)
+            if claimed is not None and self.fold is not None:
+                self.fold(claimed)
+
+        self._spawn(run())
 
     def _forget(self, name: str) -> None:
         rt = self.nodes.pop(name, None)
@@ -385,6 +412,10 @@ class PowerController:
             )
             rt.idle_since = reading.idle_since
             updates["work"] = reading
+            unowned = tuple(sorted(r.uuid for r in runners.unowned))
+            if unowned != rt.unowned_runners:
+                rt.unowned_runners = unowned
+                self.status.contribute(rt.name, {"conditions": self._conditions(rt)})
         if report.inhibitors is not None:
             updates["inhibitors"] = inhibitor_reading(report.inhibitors)
         if report.uptime is not None:

@@ -362,7 +362,9 @@ class FakeProber:
             raise ConnectionFailed(target.node, target.address, "no such VM")
         return vm
 
-    async def start_runner(self, target: SshTarget, config: Mapping[str, Any]) -> RunnerStarted:
+    async def start_runner(
+        self, target: SshTarget, config: Mapping[str, Any], uid: str | None = None
+    ) -> RunnerStarted:
         await asyncio.sleep(0)
         vm = self._vm(target)
         uuid = str(config["uuid"])
