@@ -86,7 +86,11 @@ class PowerEnv:
         policy: dict[str, Any] | None = None,
         node_specs: dict[str, dict[str, Any]] | None = None,
         config: dict[str, Any] | None = None,
+        labels: dict[str, dict[str, str]] | None = None,
+        objects: Iterable[dict[str, Any]] = (),
     ) -> PowerEnv:
+        """`labels`: metadata labels per WorkerNode; `objects`: more objects applied with
+        the rest (one kubectl call for everything)."""
         key = SshClientKey.generate()
         workdir.mkdir(parents=True, exist_ok=True)
         side = SideNodeProcess(
@@ -100,8 +104,8 @@ class PowerEnv:
         )
         side.start()
         env = cls(cluster, namespace, workdir, side, key)
-        env._secrets()
-        env.apply(
+        batch = env._secrets()
+        batch.append(
             {
                 "apiVersion": "nodewarden.io/v1alpha1",
                 "kind": "PowerPolicy",
@@ -109,18 +113,23 @@ class PowerEnv:
                 "spec": {**FAST_POWER_POLICY, **(policy or {})},
             }
         )
+        batch.extend(objects)
         env.config_path = workdir / "operator.yaml"
         env.write_config(config or {})
         for name in env.side.state["nodes"]:
             spec = dict((node_specs or {}).get(name, {}))
             if spec.pop("wakeOnLanWithBmc", False):
                 spec.update(env.wake_on_lan(name))
-            env.apply(env.worker_node(name, **spec))
+            node = env.worker_node(name, **spec)
+            if labels and name in labels:
+                node["metadata"]["labels"] = dict(labels[name])
+            batch.append(node)
+        env.apply_all(batch)
         return env
 
     # -- objects -------------------------------------------------------------------------
 
-    def _secrets(self) -> None:
+    def _secrets(self) -> list[dict[str, Any]]:
         known = "\n".join(self.side.known_hosts_line(n) for n in self.side.state["nodes"])
         secrets = {
             "operator-ssh": (None, {"id": self.key.export_private().get_secret_value()}),
@@ -129,11 +138,13 @@ class PowerEnv:
             "side-ssh": ("ssh", {"known_hosts": known}),
             "side-wol": ("wol", {"secure-on": SECURE_ON}),
         }
+        out: list[dict[str, Any]] = []
         for name, (use, data) in secrets.items():
             meta: dict[str, Any] = {"name": name}
             if use is not None:
                 meta["labels"] = {LABEL: use}
-            self.apply({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": data})
+            out.append({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": data})
+        return out
 
     def worker_node(self, name: str, **overrides: Any) -> dict[str, Any]:
         info = self.side.node_info(name)
@@ -227,6 +238,10 @@ class PowerEnv:
 
     def apply(self, obj: dict[str, Any]) -> None:
         self.cluster.kubectl("-n", self.namespace, "apply", "-f", "-", input=json.dumps(obj))
+
+    def apply_all(self, objs: list[dict[str, Any]]) -> None:
+        """Apply `objs` in order with one kubectl call."""
+        self.apply({"apiVersion": "v1", "kind": "List", "items": objs})
 
     def start_operator(self, name: str | None = None) -> OperatorProcess:
         op = start_operator(

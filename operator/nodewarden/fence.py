@@ -117,13 +117,19 @@ class Leadership:
         """Call `callback(reason)` once when leadership ends (expiry seen, stall, token)."""
         self._on_lost.append(callback)
 
-    def step_down(self, reason: str) -> None:
-        """End leadership now (idempotent); tells every `on_lost` callback once."""
+    def step_down(self, reason: str, clean: bool = False) -> None:
+        """End leadership now (idempotent); tells every `on_lost` callback once. `clean`:
+        given up on purpose (a release), logged as information rather than an error."""
         if self.lost_reason is not None:
             return
         self.lost_reason = reason
         self.valid_until = None
-        log.error("leadership of lease %s ends: %s", self.lease, reason)
+        log.log(
+            logging.INFO if clean else logging.ERROR,
+            "leadership of lease %s ends: %s",
+            self.lease,
+            reason,
+        )
         for callback in self._on_lost:
             callback(reason)
 

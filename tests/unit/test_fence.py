@@ -11,15 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fencekit import Clock
 from nodewarden.fence import FenceToken, Leadership, LeaseWatch, NotLeader, Unfenced
-
-
-class Clock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def leadership(clock: Clock, duration: float = 15.0, margin: float = 5.0) -> Leadership:
@@ -33,9 +26,7 @@ def test_validity_counts_from_before_the_renewal_was_sent() -> None:
     clock.now += 3.0  # the API server took 3 s to answer
     lead.renewed(sent_at, transitions=7)
     assert lead.check("runner start") == FenceToken("nodewarden-d", 7)
-    while clock.now < sent_at + 9.9:  # the heartbeat runs meanwhile
-        clock.now = min(clock.now + 1.0, sent_at + 9.9)
-        lead.beat()
+    clock.run(sent_at + 9.9 - clock.now, lead)  # the heartbeat beats meanwhile
     assert lead.valid
     clock.now = sent_at + 10.0  # duration 15 - margin 5, from the send: not from the answer
     with pytest.raises(NotLeader, match="not renewed in time"):

@@ -299,7 +299,7 @@ class LeaderElector:
         if not self.is_leader:
             return
         self.is_leader = False
-        self.leadership.step_down("released")
+        self.leadership.step_down("released", clean=True)
         try:
             lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
             if lease.spec and lease.spec.holder_identity == self.identity:

@@ -45,7 +45,13 @@ from nodewarden.power.board import NodePowerView, PowerBoard
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTarget
 from nodewarden.ssh.errors import ConnectionFailed
-from nodewarden.ssh.facts import ProbeReport, RunnerOutcome, RunnerStarted, RunnerState
+from nodewarden.ssh.facts import (
+    ProbeReport,
+    RunnerOutcome,
+    RunnerProcess,
+    RunnerStarted,
+    RunnerState,
+)
 
 NS = "nw"
 ME = "disp-a"
@@ -280,6 +286,8 @@ class FakeVM:
     instance: CloudInstance
     ready: bool = False
     runners: dict[str, int] = field(default_factory=dict)
+    owners: dict[str, str | None] = field(default_factory=dict)
+    """The owner a runner names (`--list`); absent: this rig's dispatcher (`ME`)."""
     ended: dict[str, tuple[RunnerState, int | None]] = field(default_factory=dict)
     signals: list[tuple[str, str]] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
@@ -392,7 +400,10 @@ class FakeProber:
         else:
             state, code = vm.ended.get(uuid, ("unknown", None))
         pid = vm.runners.get(uuid)
-        return RunnerOutcome(target.node, uuid, state, pid, code, None, self.clock(), "fake")
+        owner = vm.owners.get(uuid, ME) if pid is not None else None
+        return RunnerOutcome(
+            target.node, uuid, state, pid, code, None, self.clock(), "fake", dispatcher_id=owner
+        )
 
     async def aclose(self) -> None:
         return None
@@ -439,6 +450,10 @@ class FakePool:
         worker.last_success = self.clock()
         worker.attempts_since_success = 0
         worker.runners = dict(vm.runners)
+        worker.listed_runners = {
+            u: RunnerProcess(pid, u, dispatcher_id=vm.owners.get(u, ME))
+            for u, pid in vm.runners.items()
+        }
         worker.runners_at = self.clock()
         return None
 
