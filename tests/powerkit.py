@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -299,8 +300,9 @@ class PowerEnv:
         return list(log.get("resets", []))
 
     def close(self) -> None:
+        with ThreadPoolExecutor(max(1, len(self.operators))) as pool:  # stop them side by side
+            list(pool.map(lambda op: op.stop(), self.operators))
         for op in self.operators:
-            op.stop()
             print(f"--- {op.log_path.name} (last 8000 chars) ---\n{op.logs()[-8000:]}")
         print(f"--- side nodes ---\n{self.side.log_text()[-3000:]}")
         self.side.stop()

@@ -100,7 +100,7 @@ def test_the_margin_must_fit_in_the_duration() -> None:
         Leadership("l", 15.0, 15.0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     renewals=st.lists(
         st.tuples(

@@ -8,7 +8,9 @@ saw the record change, on its own monotonic clock.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,6 +18,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from fencekit import Clock
+from nodewarden.fence import NotLeader
 from nodewarden.kube.lease import LeaderElector, initial_transitions
 
 
@@ -132,3 +135,33 @@ async def test_a_released_lease_is_taken_at_once_and_a_new_lease_starts_high() -
     finally:
         await a.api.close()
         await b.api.close()
+
+
+async def test_keep_steps_down_when_the_event_loop_stalls_longer_than_the_margin() -> None:
+    """The real heartbeat on the real loop: a blocking call of 0.5 s against a 0.2 s
+    margin ends leadership before anything else runs."""
+    leases = FakeLeases()
+    e = LeaderElector(
+        client.ApiClient(client.Configuration()),
+        "ns",
+        "nodewarden-d",
+        "a",
+        lease_duration=1.2,
+        renew_interval=0.1,
+        retry_interval=0.05,
+        margin=0.2,
+    )
+    e.leases = leases  # type: ignore[assignment]
+    try:
+        assert await e.acquire()
+        lost = asyncio.Event()
+        keeping = asyncio.create_task(e.keep(lost.set))
+        await asyncio.sleep(0.5)  # renewing and beating: still leading
+        assert e.leadership.valid and not lost.is_set()
+        time.sleep(0.5)  # noqa: ASYNC251 - the stall under test: the loop is blocked
+        with pytest.raises(NotLeader, match="stalled"):
+            e.leadership.check("runner start")
+        await asyncio.wait_for(lost.wait(), timeout=2)
+        await keeping
+    finally:
+        await e.api.close()

@@ -13,7 +13,14 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import ApiModel, Condition, StatusModel
+from nodewarden.api.base import (
+    FENCE_RULE,
+    ApiModel,
+    Condition,
+    FenceTokens,
+    StatusModel,
+    fence_field,
+)
 from nodewarden.units import Duration, parse_duration
 
 ResetAction = Literal[
@@ -347,6 +354,10 @@ class PowerPolicySpec(ApiModel):
 
 class PowerPolicyStatus(StatusModel):
     """What the operator has observed about this policy."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None, description="metadata.generation last processed by the operator."

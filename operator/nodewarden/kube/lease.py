@@ -259,10 +259,11 @@ class LeaderElector:
         ended = asyncio.Event()
         self.leadership.on_lost(lambda _reason: ended.set())
         beating = asyncio.create_task(self.heartbeat())
+        pause = self.renew_interval
         try:
             while not ended.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ended.wait(), timeout=self.renew_interval)
+                    await asyncio.wait_for(ended.wait(), timeout=pause)
                 if ended.is_set():
                     break
                 budget = self.leadership.remaining()
@@ -276,6 +277,8 @@ class LeaderElector:
                     ok = False
                 if not ok and not self.leadership.valid:
                     self.leadership.step_down(f"lease {self.name} could not be renewed in time")
+                # a failed renewal is retried sooner (client-go's retry period)
+                pause = self.renew_interval if ok else min(self.retry_interval, self.renew_interval)
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
