@@ -194,6 +194,7 @@ class PowerController:
         """Nodes whose status write waits for the next round (see `run`, step 4)."""
         self._held: set[str] = set()
         """Nodes whose write waited in the last round (they are not held again)."""
+        self._claims = asyncio.Semaphore(16)
         self._claiming: dict[str, str] = {}
         """Unlabelled side nodes: the resourceVersion a claim was sent for."""
         self.fold: Callable[[Mapping[str, Any]], bool] | None = None
@@ -290,7 +291,8 @@ class PowerController:
         self._claiming[name] = version
 
         async def run() -> None:
-            claimed = await claim(self.kube, self.namespace, body, self.dispatcher_id)
+            async with self._claims:  # a fleet of unlabelled nodes is claimed in steps
+                claimed = await claim(self.kube, self.namespace, body, self.dispatcher_id)
             if claimed is not None and self.fold is not None:
                 self.fold(claimed)
 
@@ -1078,9 +1080,17 @@ class PowerController:
     def _reflect_manual(
         self, rt: NodeRuntime, result: Step, record: SafetyRecord | None, now: datetime
     ) -> None:
-        """The active manual intent's phase from this step; later ones wait behind it."""
+        """The active manual intent's phase from this step; later ones wait behind it.
+
+        Only onto the intent the step was decided with (`rt.facts.intent`): one that became
+        active during this step's awaits (its predecessor finished, its event queued) is
+        reflected by the next step, which knows of it -- never with a decision made without
+        it (an override the step never saw, the gates of the intent before)."""
         active = self.intents.active(rt.name)
         if active is None:
+            return
+        decided_for = rt.facts.intent.name if rt.facts.intent is not None else None
+        if active.name != decided_for:
             return
         for waiting in self.intents.waiting(rt.name):
             self._spawn(
