@@ -72,6 +72,7 @@ from nodewarden.kube.client import Kube, api_client_from  # noqa: E402
 from nodewarden.kube.compact import compact_workernode  # noqa: E402
 from nodewarden.kube.informer import Informer  # noqa: E402
 from nodewarden.kube.store import EventType  # noqa: E402
+from nodewarden.ownership import DISPATCHER_LABEL  # noqa: E402
 from nodewarden.ssh.credentials import SshClientKey  # noqa: E402
 
 BMC_USER = "bench-bmc"
@@ -221,7 +222,8 @@ def node_body(i: int, bmc: BmcProcess | None) -> dict[str, Any]:
     return {
         "metadata": {
             "name": node_name(i),
-            "labels": {"site.example/rack": f"r{i % 40:02d}"},
+            # labelled with the bench dispatcher: an unlabelled side node is claimed first
+            "labels": {"site.example/rack": f"r{i % 40:02d}", DISPATCHER_LABEL: "bench"},
             "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied},
         },
         "spec": spec,

@@ -3,11 +3,13 @@
 #   openssh-server  one OpenSSH sshd on loopback (SSH prober parity test)
 #   prometheus      promtool to check the alert rules / scrape config
 #   ethtool iproute2 (ip netns for tests that need their own network namespace)
+#   faketime        libfaketime: skews a replica's wall clock only (lease fencing tests)
 set -euo pipefail
 need=()
 command -v /usr/sbin/sshd >/dev/null 2>&1 || need+=(openssh-server)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 if [[ $(id -u) -ne 0 ]]; then
   if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else

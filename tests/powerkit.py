@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,11 @@ class PowerEnv:
         policy: dict[str, Any] | None = None,
         node_specs: dict[str, dict[str, Any]] | None = None,
         config: dict[str, Any] | None = None,
+        labels: dict[str, dict[str, str]] | None = None,
+        objects: Iterable[dict[str, Any]] = (),
     ) -> PowerEnv:
+        """`labels`: metadata labels per WorkerNode; `objects`: more objects applied with
+        the rest (one kubectl call for everything)."""
         key = SshClientKey.generate()
         workdir.mkdir(parents=True, exist_ok=True)
         side = SideNodeProcess(
@@ -100,8 +105,8 @@ class PowerEnv:
         )
         side.start()
         env = cls(cluster, namespace, workdir, side, key)
-        env._secrets()
-        env.apply(
+        batch = env._secrets()
+        batch.append(
             {
                 "apiVersion": "nodewarden.io/v1alpha1",
                 "kind": "PowerPolicy",
@@ -109,18 +114,23 @@ class PowerEnv:
                 "spec": {**FAST_POWER_POLICY, **(policy or {})},
             }
         )
+        batch.extend(objects)
         env.config_path = workdir / "operator.yaml"
         env.write_config(config or {})
         for name in env.side.state["nodes"]:
             spec = dict((node_specs or {}).get(name, {}))
             if spec.pop("wakeOnLanWithBmc", False):
                 spec.update(env.wake_on_lan(name))
-            env.apply(env.worker_node(name, **spec))
+            node = env.worker_node(name, **spec)
+            if labels and name in labels:
+                node["metadata"]["labels"] = dict(labels[name])
+            batch.append(node)
+        env.apply_all(batch)
         return env
 
     # -- objects -------------------------------------------------------------------------
 
-    def _secrets(self) -> None:
+    def _secrets(self) -> list[dict[str, Any]]:
         known = "\n".join(self.side.known_hosts_line(n) for n in self.side.state["nodes"])
         secrets = {
             "operator-ssh": (None, {"id": self.key.export_private().get_secret_value()}),
@@ -129,11 +139,13 @@ class PowerEnv:
             "side-ssh": ("ssh", {"knownHosts": known}),
             "side-wol": ("wol", {"secureOn": SECURE_ON}),
         }
+        out: list[dict[str, Any]] = []
         for name, (use, data) in secrets.items():
             meta: dict[str, Any] = {"name": name}
             if use is not None:
                 meta["labels"] = {LABEL: use}
-            self.apply({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": data})
+            out.append({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": data})
+        return out
 
     def worker_node(self, name: str, **overrides: Any) -> dict[str, Any]:
         info = self.side.node_info(name)
@@ -228,6 +240,10 @@ class PowerEnv:
     def apply(self, obj: dict[str, Any]) -> None:
         self.cluster.kubectl("-n", self.namespace, "apply", "-f", "-", input=json.dumps(obj))
 
+    def apply_all(self, objs: list[dict[str, Any]]) -> None:
+        """Apply `objs` in order with one kubectl call."""
+        self.apply({"apiVersion": "v1", "kind": "List", "items": objs})
+
     def start_operator(self, name: str | None = None) -> OperatorProcess:
         op = start_operator(
             self.cluster,
@@ -284,8 +300,9 @@ class PowerEnv:
         return list(log.get("resets", []))
 
     def close(self) -> None:
+        with ThreadPoolExecutor(max(1, len(self.operators))) as pool:  # stop them side by side
+            list(pool.map(lambda op: op.stop(), self.operators))
         for op in self.operators:
-            op.stop()
             print(f"--- {op.log_path.name} (last 8000 chars) ---\n{op.logs()[-8000:]}")
         print(f"--- side nodes ---\n{self.side.log_text()[-3000:]}")
         self.side.stop()

@@ -177,6 +177,21 @@ LOOP_LAG = Gauge(
     registry=REGISTRY,
 )
 
+FENCED = Counter(
+    "nodewarden_fenced_actions_total",
+    "Actions not sent because this replica's leadership was not valid, or refused by a "
+    "target that has seen a newer fencing token, by port (runner, cloud, power, kube).",
+    ["port"],
+    registry=REGISTRY,
+)
+
+UNOWNED_RUNNERS = Gauge(
+    "nodewarden_unowned_runners",
+    "Runners on this dispatcher's nodes that name no owner (an older operator or runner "
+    "program started them): never killed, only reported (WorkerNode RunnersOwned).",
+    registry=REGISTRY,
+)
+
 # --- the informer feed (nodewarden.kube.informer): one list+watch per hot kind ---------------
 
 INFORMER_EVENTS = Counter(

@@ -6,7 +6,11 @@ meanwhile) → wait for the dispatcher's Lease (standby until then) → run kopf
 handler registry (PowerPolicy, PowerIntent) and the feed's informers (WorkerNode,
 ContainerDispatch: the dispatcher and the power controller start once both have synced)
 while renewing the Lease. Losing the Lease stops the handlers and exits non-zero so the
-Deployment restarts the replica as a standby; two replicas never both act.
+Deployment restarts the replica as a standby; two replicas never both act. Leadership is
+this replica's own monotonic view (`nodewarden.fence.Leadership`), and every action port
+asks it before acting: the Kubernetes writes (`Kube.fence`, whose token rides in every
+status write), the runner client, the cloud layers and the power control, composed once
+here.
 """
 
 from __future__ import annotations
@@ -143,7 +147,14 @@ async def run(config: OperatorConfig) -> int:
     _handle_stop_signals(stop)
 
     elector: LeaderElector | None = None
+    keeping: asyncio.Task[None] | None = None
+    lost = asyncio.Event()
     exit_code = 0
+
+    def on_lost() -> None:
+        lost.set()
+        stop.set()
+
     try:
         # not ready (/readyz 503, role "starting") until the CRDs are served
         if not await wait_for_crds(api, stop, health.extra):
@@ -170,12 +181,20 @@ async def run(config: OperatorConfig) -> int:
             # role stays "starting" (not ready) until the first lease attempt has answered
             if not await elector.acquire(stop, on_standby=standing_by):
                 return 0
+            # renewals and the heartbeat start at once: leadership is counted from the
+            # acquiring write, and every fenced action asks it from now on
+            keeping = asyncio.create_task(elector.keep(on_lost))
+            kube.fence = elector.leadership
         health.role = "leader"
         LEADER.labels(config.dispatcher_id).set(1)
-        exit_code = await _act(config, kube, api, namespace, health, stop, elector)
+        exit_code = await _act(config, kube, api, namespace, health, stop, lost, identity)
     finally:
         health.role = "stopping"
         LEADER.labels(config.dispatcher_id).set(0)
+        if keeping is not None:
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeping
         if elector is not None:
             await elector.release()
             await elector.api.close()
@@ -192,8 +211,12 @@ async def _act(
     namespace: str,
     health: Health,
     stop: asyncio.Event,
-    elector: LeaderElector | None,
+    lost: asyncio.Event,
+    identity: str,
 ) -> int:
+    """Act as the leader until `stop` (`lost`: set when leadership ended). Every action
+    port is fenced by `kube.fence` (this replica's leadership, `nodewarden.fence`)."""
+    fence = kube.fence
     try:
         credentials = await build_resolver(config, kube, namespace)
     except ConfigError as exc:
@@ -207,14 +230,30 @@ async def _act(
     if config.dispatch.enabled:
         try:
             dispatcher = await build_dispatcher(
-                config, kube, namespace, credentials, policies=policies, board=board, status=status
+                config,
+                kube,
+                namespace,
+                credentials,
+                policies=policies,
+                board=board,
+                status=status,
+                fence=fence,
             )
         except ConfigError as exc:
             log.error("cannot start the dispatcher: %s", exc)
             return 2
         health.status_provider = dispatcher.snapshot
     controller = build_controller(
-        config, kube, namespace, credentials, policies, board, status, dispatcher
+        config,
+        kube,
+        namespace,
+        credentials,
+        policies,
+        board,
+        status,
+        dispatcher,
+        fence=fence,
+        replica=identity,
     )
     health.explain_provider = controller.explain
     # who the API server knows us by: the requestedBy of policy-made intents, the only
@@ -251,17 +290,12 @@ async def _act(
         validator=ContainerValidator(ctx) if dispatcher is None else None,
     )
     ready = asyncio.Event()
-    lost = asyncio.Event()
     failed = asyncio.Event()
     # kopf stops only after the dispatcher and the power controller have: it cancels every
     # task it did not start after a 5 s grace, which would cut runner starts and power
     # requests short at a point the service does not choose (see `nodewarden.drain`)
     kopf_stop = asyncio.Event()
     grace = parse_duration(config.shutdown_grace).total_seconds()
-
-    def on_lost() -> None:
-        lost.set()
-        stop.set()
 
     async def mark_ready() -> None:
         await ready.wait()
@@ -364,8 +398,6 @@ async def _act(
         asyncio.create_task(watch_loop_lag()),
         asyncio.create_task(resync_loop(ctx, namespace, controller)),
     ]
-    if elector is not None:
-        tasks.append(asyncio.create_task(elector.keep(on_lost)))
     acting = asyncio.create_task(act())
     tasks += [acting, asyncio.create_task(stop_kopf_last())]
     try:

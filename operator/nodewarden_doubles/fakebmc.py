@@ -151,6 +151,8 @@ class ResetRecord:
     reset_type: str
     at: float
     outcome: ResetOutcome
+    user_agent: str | None = None
+    """Who sent it, as the BMC's audit log would show (the operator names its replica)."""
 
 
 @dataclass
@@ -631,22 +633,25 @@ class FakeBmc:
             return system
         reset_type = body.get("ResetType") if isinstance(body, dict) else None
         now = self._clock()
+        agent = request.headers.get("User-Agent")
         if self.options.failing_resets > 0:
             self.options.failing_resets -= 1
-            self.resets.append(ResetRecord(system.system_id, str(reset_type), now, "failed"))
+            self.resets.append(ResetRecord(system.system_id, str(reset_type), now, "failed", agent))
             return _error(self.options.reset_error_status, "Base.1.8.InternalError", "reset failed")
         if not isinstance(reset_type, str) or reset_type not in self.options.allowable:
-            self.resets.append(ResetRecord(system.system_id, str(reset_type), now, "rejected"))
+            self.resets.append(
+                ResetRecord(system.system_id, str(reset_type), now, "rejected", agent)
+            )
             return _error(
                 400,
                 "Base.1.8.ActionParameterNotSupported",
                 f"ResetType {reset_type!r} is not supported",
             )
         if system.pending is not None and self.options.conflict_during_transition:
-            self.resets.append(ResetRecord(system.system_id, reset_type, now, "conflict"))
+            self.resets.append(ResetRecord(system.system_id, reset_type, now, "conflict", agent))
             return _error(409, "Base.1.8.ResourceInUse", "a power transition is in progress")
         outcome = self._apply(system, reset_type, now)
-        self.resets.append(ResetRecord(system.system_id, reset_type, now, outcome))
+        self.resets.append(ResetRecord(system.system_id, reset_type, now, outcome, agent))
         if self.options.reset_reply == 204:
             return web.Response(status=204)
         if self.options.reset_reply == 200:

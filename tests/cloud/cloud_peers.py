@@ -170,6 +170,7 @@ def stub_facade(
     credentials: CloudCredentials | None = None,
     clock: Any = None,
     metrics: CloudMetricsHook | None = None,
+    fence: Any = None,
     **config: Any,
 ) -> CloudFacade:
     """A facade over a running stub cloud (no rate limits unless configured)."""
@@ -184,7 +185,9 @@ def stub_facade(
     }
     settings.update(config)
     kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
-    return build_cloud(CloudConfig(**settings), credentials, dispatcher, metrics=metrics, **kwargs)
+    return build_cloud(
+        CloudConfig(**settings), credentials, dispatcher, metrics=metrics, fence=fence, **kwargs
+    )
 
 
 def remote_facade(

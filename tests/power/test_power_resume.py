@@ -110,6 +110,11 @@ def test_a_replica_that_takes_over_mid_transition_never_sends_a_second_request(
     env: PowerEnv,
 ) -> None:
     a = env.start_operator("operator-a")
+    wait_for(lambda: holder(env), timeout=30, what="operator-a holds the Lease")
+    # B stands by from the start: a standby counts the Lease's duration from when it saw
+    # the record change, so one started only after the SIGKILL would first watch it that
+    # long (and a loaded machine takes seconds to start a replica)
+    b = env.start_operator("operator-b")
     apply_many(env, [job("first", 1, "model-wake1")])  # type: ignore[arg-type]
     wait_requested(env, "down1", "GracefulShutdown")
     wait_requested(env, "wake1", "On")
@@ -117,8 +122,6 @@ def test_a_replica_that_takes_over_mid_transition_never_sends_a_second_request(
     env.wait_state("wake1", "Waking", timeout=5)
     killed_holder = holder(env)
     a.stop(signal.SIGKILL)
-
-    b = env.start_operator("operator-b")
     b_identity = wait_for(
         lambda: (h := holder(env)) != killed_holder and h,
         timeout=30,

@@ -177,7 +177,30 @@ def test_runner_list_lines() -> None:
     assert parse_runner_list("") == ()
 
 
-@pytest.mark.parametrize("text", [f"x {UUID_A}\n", "2001 not-a-uuid\n", f"2001 {UUID_A} extra\n"])
+def test_runner_list_lines_report_their_owner_when_recorded() -> None:
+    uid = "3f0c7a52-9d1e-4b8a-9c57-0d9e1f2a3b4c"
+    text = (
+        f"2001 {UUID_A} dispatcher=alpha uid={uid} fence=60473304\n"
+        f"2002 {UUID_B}\n"  # an older runner, or a run started without an owner
+        f"2003 zzzzz-dz642-000000000000003 dispatcher=beta future=yes\n"  # unknown key
+    )
+    a, b, c = parse_runner_list(text)
+    assert (a.dispatcher_id, a.uid, a.fence) == ("alpha", uid, 60473304)
+    assert (b.dispatcher_id, b.uid, b.fence) == (None, None, None)
+    assert (c.dispatcher_id, c.uid, c.fence) == ("beta", None, None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"x {UUID_A}\n",
+        "2001 not-a-uuid\n",
+        f"2001 {UUID_A} extra\n",
+        f"2001 {UUID_A} dispatcher=Not_A_Label\n",
+        f"2001 {UUID_A} fence=-1\n",
+        f"2001 {UUID_A} uid=$(reboot)\n",
+    ],
+)
 def test_runner_list_rejects_malformed_lines(text: str) -> None:
     with pytest.raises(OutputError):
         parse_runner_list(text)

@@ -45,6 +45,9 @@ def test_container_runs_for_its_duration_then_exits_with_its_code() -> None:
         "pid": pid,
         "exitCode": None,
         "signal": None,
+        "dispatcherId": None,
+        "uid": None,
+        "fence": None,
     }
     clock.now += 4.9
     assert runner.status(UUID_1)["state"] == "running"

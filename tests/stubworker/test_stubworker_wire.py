@@ -25,6 +25,7 @@ from nodewarden.ssh.protocol import (
 from nodewarden_doubles.stubworker import StubFaults, StubWorker, StubWorkerConfig
 
 UUID_1 = "zzzzz-dz642-000000000000001"
+UUID_2 = "zzzzz-dz642-000000000000002"
 
 
 class Clock:
@@ -100,6 +101,9 @@ async def test_contract_commands_on_the_wire(
             "pid": pid,
             "exitCode": 2,
             "signal": None,
+            "dispatcherId": None,
+            "uid": None,
+            "fence": None,
         }
         assert (await conn.run("nodewarden-runner --kill TERM " + UUID_1)).exit_status == 0
         assert (await conn.run("nodewarden-runner --bogus")).exit_status == 2
@@ -124,6 +128,54 @@ async def test_contract_commands_on_the_wire(
         assert telemetry[1:] == ["0, 55"]
         assert (await conn.run("frobnicate --now")).exit_status == 127
     assert worker.commands[0] == "systemctl is-system-running"
+
+
+OBJECT_UID = "3f0c7a52-9d1e-4b8a-9c57-0d9e1f2a3b4c"
+
+
+async def test_runs_record_their_owner_and_a_lower_token_is_refused(
+    worker: StubWorker, client_key: asyncssh.SSHKey, clock: Clock
+) -> None:
+    """The contract's owner options and fencing: recorded by ``run``, reported by
+    ``--list``/``--status``; a token below the highest seen for that dispatcher is
+    refused with exit 3 and changes nothing; another dispatcher's tokens do not count."""
+    spec = json.dumps({"uuid": UUID_1, "runtime": {}})
+    async with await connect(worker, client_key) as conn:
+        run = "nodewarden-runner run --detach --dispatcher-id alpha --uid " + OBJECT_UID
+        started = await conn.run(f"{run} --fence 7", input=spec)
+        assert started.exit_status == 0, started.stderr
+        pid = int(str(started.stdout).strip())
+        listed = await conn.run("nodewarden-runner --list")
+        assert listed.stdout == f"{pid} {UUID_1} dispatcher=alpha uid={OBJECT_UID} fence=7\n"
+        status = json.loads(str((await conn.run(f"nodewarden-runner --status {UUID_1}")).stdout))
+        assert (status["dispatcherId"], status["uid"], status["fence"]) == ("alpha", OBJECT_UID, 7)
+
+        stale = await conn.run(
+            f"nodewarden-runner --kill TERM {UUID_1} --dispatcher-id alpha --fence 6"
+        )
+        assert stale.exit_status == 3 and "fenced" in str(stale.stderr)
+        assert worker.runner.status(UUID_1)["state"] == "running"  # nothing changed
+        other = json.dumps({"uuid": UUID_2, "runtime": {}})
+        beta = await conn.run(
+            "nodewarden-runner run --detach --dispatcher-id beta --fence 1", input=other
+        )
+        assert beta.exit_status == 0  # beta's tokens are not compared with alpha's
+        bad = await conn.run("nodewarden-runner run --detach --fence x", input=other)
+        assert bad.exit_status == 2
+        kill = await conn.run(
+            f"nodewarden-runner --kill TERM {UUID_1} --dispatcher-id alpha --fence 8"
+        )
+        assert kill.exit_status == 0
+        clock.now += 1
+        ledger = worker.runner.ledger()
+        assert [(r["uuid"], r["end"], r["dispatcherId"]) for r in ledger] == [
+            (UUID_1, "killed", "alpha"),
+            (UUID_2, None, "beta"),
+        ]
+        assert ledger[0]["endedAt"] == ledger[0]["startedAt"]  # killed at once (fake clock)
+    worker.runner.reboot()
+    assert worker.runner.ledger()[1]["end"] == "powerLoss"
+    assert worker.runner.highest_fence == {"alpha": 8, "beta": 1}  # kept across the reboot
 
 
 async def test_refused_auth_and_unknown_client_key(

@@ -152,6 +152,12 @@ class _RecordingKube:
     def __init__(self) -> None:
         self.custom = _RecordingCustom()
 
+    def fenced_status(self, status: Any) -> dict[str, Any]:
+        return dict(status)  # no leader election: no token
+
+    def refused(self, err: Exception, what: str) -> Exception:
+        return err
+
 
 def test_a_write_that_would_conflict_or_became_pointless_is_not_sent() -> None:
     kube = _RecordingKube()

@@ -30,6 +30,7 @@ from nodewarden.credentials import CredentialResolver
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.handlers.validation import resync_once
+from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.policy.view import PolicyView
 from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import PowerControl
@@ -180,7 +181,10 @@ def test_the_power_round_steps_any_node_and_serves_the_good_one(
         for i, spec in enumerate(nodes):
             if isinstance(spec, dict) and i % 2:
                 spec = {**spec, "policyRef": {"name": "hostile"}}
-            ctrl.observe_node(kube.put(WORKER_NODE, NS, body(WORKER_NODE.kind, f"n{i}", spec, NS)))
+            node = body(WORKER_NODE.kind, f"n{i}", spec, NS)
+            # this install's node (an unlabelled side node is claimed first: test_ownership)
+            node["metadata"]["labels"] = {DISPATCHER_LABEL: "d"}
+            ctrl.observe_node(kube.put(WORKER_NODE, NS, node))
         await settle(ctrl)
         await ctrl.round()
         await settle(ctrl)

@@ -19,6 +19,7 @@ from nodewarden.dispatch import policies as policy_book
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.handlers import validation as handlers
 from nodewarden.handlers.context import HandlerContext
+from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.power import controller as power
 from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import PowerControl
@@ -47,7 +48,8 @@ def _policy(name: str, **spec: Any) -> dict[str, Any]:
 
 def side_node(name: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": NS},
+        # this install's node (an unlabelled side node is claimed first: test_ownership)
+        "metadata": {"name": name, "namespace": NS, "labels": {DISPATCHER_LABEL: "d"}},
         "spec": {
             "nodeType": "SideNode",
             "controlMethod": "None",

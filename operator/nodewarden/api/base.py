@@ -184,3 +184,29 @@ class SecretKeyReference(ApiModel):
 
 
 PowerSetting = Literal["On", "Off", "Auto"]
+
+
+MAX_FENCE_SCOPES = 16
+
+FENCE_DESCRIPTION = (
+    "Fencing tokens of the writers of this status: Lease name -> that Lease's "
+    "leaseTransitions when the write was made. A write carrying a lower token than the "
+    "status already holds for the same Lease is refused (a replica that lost its "
+    "leadership cannot overwrite its successor's writes)."
+)
+
+FENCE_RULE: dict[str, str] = {
+    "rule": "!has(oldSelf.fence) || (has(self.fence) && oldSelf.fence.all(k, k in self.fence "
+    "&& self.fence[k] >= oldSelf.fence[k]))",
+    "message": "status.fence: a lower fencing token than the one recorded; this write comes "
+    "from a replica that is no longer the leader of its Lease",
+    "fieldPath": ".fence",
+}
+"""The CEL transition rule every status model with a `fence` field carries."""
+
+FenceTokens = dict[str, Annotated[int, Field(ge=0, le=2**31 - 1)]]
+
+
+def fence_field() -> Any:
+    """The `status.fence` field (with `FENCE_RULE` in the model's `cel_rules`)."""
+    return Field(default=None, max_length=MAX_FENCE_SCOPES, description=FENCE_DESCRIPTION)

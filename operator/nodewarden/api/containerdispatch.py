@@ -7,7 +7,16 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import MAX_CONDITIONS, MAX_GENERATION, ApiModel, Condition, StatusModel
+from nodewarden.api.base import (
+    FENCE_RULE,
+    MAX_CONDITIONS,
+    MAX_GENERATION,
+    ApiModel,
+    Condition,
+    FenceTokens,
+    StatusModel,
+    fence_field,
+)
 from nodewarden.units import Quantity
 
 ContainerPhase = Literal["Queued", "Locked", "Running", "Complete", "Cancelled", "Failed"]
@@ -126,6 +135,10 @@ never touches the status, so the rule sees the phase the container is in."""
 
 class ContainerDispatchStatus(StatusModel):
     """Where the container is in its dispatch lifecycle."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None,

@@ -13,14 +13,17 @@ from pydantic import Field
 
 from nodewarden.api.base import (
     DNS_SUBDOMAIN_PATTERN,
+    FENCE_RULE,
     MAX_CONDITIONS,
     MAX_GENERATION,
     MAX_REASONS,
     MAX_STATUS_DOCUMENT_KEYS,
     ApiModel,
     Condition,
+    FenceTokens,
     ReasonCode,
     StatusModel,
+    fence_field,
 )
 
 PowerAction = Literal["Shutdown", "Wake", "Drain", "Restart"]
@@ -119,6 +122,10 @@ class PowerIntentSpec(ApiModel):
 
 class PowerIntentStatus(StatusModel):
     """Progress of the transition and its Safety Record."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None,

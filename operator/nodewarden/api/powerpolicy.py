@@ -13,7 +13,16 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from nodewarden.api.base import MAX_CONDITIONS, MAX_GENERATION, ApiModel, Condition, StatusModel
+from nodewarden.api.base import (
+    FENCE_RULE,
+    MAX_CONDITIONS,
+    MAX_GENERATION,
+    ApiModel,
+    Condition,
+    FenceTokens,
+    StatusModel,
+    fence_field,
+)
 from nodewarden.units import Duration, cel_durations, parse_duration
 
 ResetAction = Literal[
@@ -367,6 +376,10 @@ class PowerPolicySpec(ApiModel):
 
 class PowerPolicyStatus(StatusModel):
     """What the operator has observed about this policy."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None,

@@ -13,16 +13,19 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from nodewarden.api.base import (
+    FENCE_RULE,
     MAX_CONDITIONS,
     MAX_GENERATION,
     MAX_REASONS,
     MAX_STATUS_DOCUMENT_KEYS,
     ApiModel,
     Condition,
+    FenceTokens,
     LocalObjectReference,
     ReasonCode,
     SecretKeyReference,
     StatusModel,
+    fence_field,
 )
 from nodewarden.units import MacAddress, Quantity
 
@@ -308,6 +311,10 @@ class Enrolment(StatusModel):
 
 class WorkerNodeStatus(StatusModel):
     """What we observe about this machine."""
+
+    cel_rules: ClassVar[list[dict[str, str]]] = [FENCE_RULE]
+
+    fence: FenceTokens | None = fence_field()
 
     observed_generation: int | None = Field(
         default=None,

@@ -17,7 +17,7 @@ from typing import Any
 
 from nodewarden.check.result import CheckResult, failed, passed, warned
 from nodewarden.config import OperatorConfig
-from nodewarden.dispatch.workers import DISPATCHER_LABEL
+from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.scheduling.caps import Ceilings, Fleet, above_ceilings
 
 CHART_DEFAULTS = Ceilings(max_nodes=50, max_hourly_spend=25.0, max_per_type=20)

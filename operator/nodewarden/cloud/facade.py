@@ -32,6 +32,7 @@ from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.cloud.backoff import CloudBackoff, CreatePermission
 from nodewarden.cloud.config import CloudConfig, CloudCredentials
 from nodewarden.cloud.errors import Redactor
+from nodewarden.cloud.fence import FenceLayer
 from nodewarden.cloud.initscript import new_instance_secret, render_init_script, secret_digest
 from nodewarden.cloud.layers import (
     DefaultTagsLayer,
@@ -45,6 +46,7 @@ from nodewarden.cloud.model import CloudInstance, CreateRequest
 from nodewarden.cloud.plugins import load_plugin
 from nodewarden.cloud.protocol import CloudMetricsHook, InstanceSet
 from nodewarden.cloud.tags import TagKeys
+from nodewarden.fence import Fence, Unfenced
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypeChoice
 from nodewarden.scheduling.instancetypes import choose_instance_type as choose_type
 from nodewarden.ssh.addressing import AddressResolver, DirectResolver, Endpoint
@@ -200,8 +202,10 @@ def build_cloud(
     backoff: CloudBackoff | None = None,
     driver_factory: Callable[[], NodeDriver] | None = None,
     clock: Clock = utc_now,
+    fence: Fence | None = None,
 ) -> CloudFacade:
-    """Compose the cloud adapter for one dispatcher (the only place layers are stacked)."""
+    """Compose the cloud adapter for one dispatcher (the only place layers are stacked).
+    `fence` is asked before every create, destroy and tag write (`cloud.fence`)."""
     tag_keys = TagKeys(config.tag_prefix)
     ours: dict[str, str | None] = {tag_keys.dispatcher: dispatcher_id}
     anyone: dict[str, str | None] = {tag_keys.dispatcher: None}
@@ -224,7 +228,7 @@ def build_cloud(
         clock=clock,
     )
     shared: InstanceSet = RateLimitLayer(
-        MetricsLayer(base, metrics or NoMetrics()),
+        FenceLayer(MetricsLayer(base, metrics or NoMetrics()), fence or Unfenced(), clock),
         backoff,
         ops_per_second=config.ops_per_second,
         max_concurrent_creates=config.max_concurrent_creates,

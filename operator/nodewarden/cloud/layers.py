@@ -6,9 +6,11 @@ Composed once by `nodewarden.cloud.facade.build_cloud`, outermost first:
       DefaultTagsLayer    add the default tags (dispatcher id, ...) to creates and tag sets
         RateLimitLayer    ops/s cap (creates and destroys first), max concurrent
                           creates, back-off from CloudBackoff
-          MetricsLayer    one observation per real cloud call
-            LibcloudInstanceSet   the driver in a bounded thread pool; lists the instances
-                                  of every dispatcher (dispatcher tag key present)
+          FenceLayer      creates, destroys and tag writes only while leadership is
+                          valid (`nodewarden.cloud.fence`), checked after every wait above
+            MetricsLayer  one observation per real cloud call
+              LibcloudInstanceSet   the driver in a bounded thread pool; lists the
+                                    instances of every dispatcher (tag key present)
 
 A second, read-mostly view shares the RateLimitLayer and below (so the ops/s cap is
 global): `TagFilterLayer(dispatcher key present)` -- the instances of every dispatcher,

@@ -32,11 +32,13 @@ from nodewarden.dispatch.identity import master_secret
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.queue import ContainerQueue
 from nodewarden.dispatch.workers import WorkerPool
+from nodewarden.fence import Fence, Unfenced
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.metrics import CLOUD_ERRORS, CLOUD_OPERATIONS
 from nodewarden.power.board import PowerBoard
 from nodewarden.power.status import NodeStatusWriter
 from nodewarden.ssh.addressing import DirectResolver
+from nodewarden.ssh.fenced import FencedRunners
 from nodewarden.ssh.prober import SshProber
 from nodewarden.ssh.throttle import ProbeThrottle
 from nodewarden.units import parse_duration
@@ -71,11 +73,14 @@ async def build_dispatcher(
     policies: PolicyBook | None = None,
     board: PowerBoard | None = None,
     status: NodeStatusWriter | None = None,
+    fence: Fence | None = None,
 ) -> Dispatcher:
     """Compose the dispatcher; ConfigError names what is missing. The operator's SSH key
     comes from the credential resolver (`credentials.operator_key`). The worker pool
     serves side nodes with or without a cloud; `board` and `status` are shared with the
-    power controller."""
+    power controller. `fence` (this replica's leadership) wraps the action ports once:
+    the cloud layers (`cloud.fence`) and the runner client (`ssh.fenced`)."""
+    fence = fence or Unfenced()
     settings = config.dispatch
     queue = ContainerQueue(
         kube=kube,
@@ -115,7 +120,7 @@ async def build_dispatcher(
                 )
             cloud_credentials = CloudCredentials(key=key, secret=secret)
         cloud = build_cloud(
-            config.cloud, cloud_credentials, config.dispatcher_id, metrics=_Metrics()
+            config.cloud, cloud_credentials, config.dispatcher_id, metrics=_Metrics(), fence=fence
         )
     else:
         log.info("no cloud configured: containers run on side nodes only")
@@ -154,7 +159,7 @@ async def build_dispatcher(
         policies=policies,
         pool=pool,
         cloud=cloud,
-        prober=prober,
+        prober=FencedRunners(prober, fence, config.dispatcher_id),
         board=board,
     )
     dispatcher_holder.append(dispatcher)
@@ -169,18 +174,16 @@ class Adapters:
     pool: WorkerPool | None
     cloud: CloudFacade | None
     prober: SshProber | None
+    """The prober itself (probes, power-off); the dispatcher holds it behind its fence."""
 
 
 def adapters_of(dispatcher: Dispatcher) -> Adapters:
     """The concrete adapters behind `dispatcher`'s Protocol-typed parts, for wiring the
     power controller and the informers to the same objects. TypeError for a dispatcher
     composed from other implementations (in-process test fakes): it has no such wiring."""
-    queue, pool, cloud, prober = (
-        dispatcher.queue,
-        dispatcher.pool,
-        dispatcher.cloud,
-        dispatcher.prober,
-    )
+    runners = dispatcher.prober
+    prober = runners.prober if isinstance(runners, FencedRunners) else runners
+    queue, pool, cloud = dispatcher.queue, dispatcher.pool, dispatcher.cloud
     if (
         not isinstance(queue, ContainerQueue)
         or not isinstance(pool, WorkerPool | None)

@@ -416,6 +416,21 @@ class Dispatcher:
                 listed = by_uuid.get(uuid)
                 if uuid in self.inflight:
                     continue
+                owner = self._runner_owner(worker, uuid)
+                if owner != self.dispatcher_id:
+                    # another install's runner, or one naming no owner (reported by the
+                    # pool): never killed; an owner-less runner of a container we locked
+                    # on this node (started by an older release of ours) is adopted
+                    if (
+                        owner is None
+                        and listed is not None
+                        and listed.phase == "Locked"
+                        and listed.status.locked_by == self.dispatcher_id
+                        and listed.status.node == worker.name
+                        and not listed.cancel_requested
+                    ):
+                        self._spawn_guarded(uuid, self._adopt_runner(listed, worker, pid))
+                    continue
                 if (
                     listed is None
                     or listed.terminal
@@ -458,6 +473,12 @@ class Dispatcher:
                     ),
                 )
 
+    def _runner_owner(self, worker: Worker, uuid: str) -> str | None:
+        """The dispatcher id a listed runner names (None: no owner recorded); a runner
+        this dispatcher started since the last listing is its own."""
+        listed = worker.listed_runners.get(uuid)
+        return listed.dispatcher_id if listed is not None else self.dispatcher_id
+
     def _spawn_guarded(self, uuid: str, coro: Any) -> None:
         self.inflight.add(uuid)
 
@@ -490,7 +511,11 @@ class Dispatcher:
                     c, "Complete", "Exited", f"exited with code {code} on {worker.name}", code
                 )
                 return
-            if outcome.state == "running" and outcome.pid is not None:
+            if (
+                outcome.state == "running"
+                and outcome.pid is not None
+                and outcome.dispatcher_id in (None, self.dispatcher_id)
+            ):
                 await self._adopt_runner(c, worker, outcome.pid)
                 return
         await self._requeue_or_fail(c, why, c.status.attempts, reason, flap=True)
@@ -1058,7 +1083,7 @@ class Dispatcher:
         attempts = latest.status.attempts + 1
         config = {"uuid": spec.uuid, **spec.to_wire(), "resources": held.to_wire()}
         try:
-            started = await self.prober.start_runner(target, config)
+            started = await self.prober.start_runner(target, config, uid=latest.uid)
         except SshError as exc:
             await self._start_failed(latest, worker, exc, attempts)
             return

@@ -152,13 +152,17 @@ class CloudPort(Protocol):
 
 
 class ProberPort(Protocol):
-    """Runners over SSH: start, signal, ask how one ended."""
+    """Runners over SSH: start, signal, ask how one ended (fenced: `ssh.fenced`)."""
 
-    async def start_runner(self, target: SshTarget, config: Mapping[str, Any]) -> RunnerStarted:
-        """Start the runner of a container (or find it already running); raises SshError."""
+    async def start_runner(
+        self, target: SshTarget, config: Mapping[str, Any], uid: str | None = None
+    ) -> RunnerStarted:
+        """Start the runner of a container (or find it already running), recording this
+        dispatcher as its owner and `uid` (the object's metadata.uid); raises SshError
+        (`NotSent` when leadership is not valid, `FenceRejected` for a stale token)."""
 
     async def kill_runner(self, target: SshTarget, uuid: str, signal: str | int = "TERM") -> None:
-        """Signal the runner of `uuid`; raises SshError."""
+        """Signal the runner of `uuid`; raises SshError (as `start_runner`)."""
 
     async def runner_status(self, target: SshTarget, uuid: str) -> RunnerOutcome:
         """How the runner of `uuid` is or ended; raises SshError."""

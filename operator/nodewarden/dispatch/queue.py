@@ -44,7 +44,7 @@ from nodewarden.api.containerdispatch import (
     ContainerDispatchStatus,
 )
 from nodewarden.api.kinds import CONTAINER_DISPATCH
-from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
+from nodewarden.kube.client import Conflict, FencedOut, Kube, KubeError, NotFound
 from nodewarden.metrics import KUBE_CONFLICTS, KUBE_REQUESTS
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,12 @@ class Container:
     @property
     def uuid(self) -> str:
         return self.spec.uuid if self.spec else f"invalid:{self.name}"
+
+    @property
+    def uid(self) -> str | None:
+        """metadata.uid: the runner records it (one object, one runner)."""
+        uid = self.body.get("metadata", {}).get("uid")
+        return str(uid) if uid else None
 
     @property
     def phase(self) -> str | None:
@@ -337,6 +343,7 @@ class ContainerQueue:
                 if current is None or current.resource_version != c.resource_version:
                     log.debug("status write to %s skipped: changed meanwhile", c.name)
                     return False
+            patch["status"] = self.kube.fenced_status(patch["status"])  # FencedOut
             self.api_writes += 1
             KUBE_REQUESTS.labels("patch_status").inc()
             try:
@@ -351,7 +358,7 @@ class ContainerQueue:
                     _content_type="application/merge-patch+json",  # type: ignore[call-arg]
                 )
             except Exception as exc:
-                err = _as_kube_error(exc, c)
+                err = self.kube.refused(_as_kube_error(exc, c), f"ContainerDispatch {c.name}")
                 if isinstance(err, Conflict | NotFound):
                     if isinstance(err, Conflict):
                         KUBE_CONFLICTS.labels(CONTAINER_DISPATCH.kind, "patch_status").inc()
@@ -415,6 +422,8 @@ def _as_kube_error(exc: Exception, c: Container) -> KubeError:
         return Conflict(f"{what}: conflict", 409)
     if status == 404:
         return NotFound(f"{what}: not found", 404)
+    if status == 422 and "status.fence" in str(getattr(exc, "body", "") or ""):
+        return FencedOut(f"{what}: the object holds a newer fencing token", 422)
     if isinstance(exc, KubeError):
         return exc
     return KubeError(f"{what}: {type(exc).__name__} {status or ''}".strip(), status)

@@ -59,7 +59,8 @@ from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.dispatch.identity import instance_secret, new_nonce
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
-from nodewarden.metrics import CREATE_REFUSALS, HELD_NODES, PROBE_SECONDS
+from nodewarden.metrics import CREATE_REFUSALS, HELD_NODES, PROBE_SECONDS, UNOWNED_RUNNERS
+from nodewarden.ownership import DISPATCHER_LABEL, owner_of
 from nodewarden.power.board import NodePowerView
 from nodewarden.power.status import NodeStatusWriter
 from nodewarden.scheduling.caps import Admission, Fleet, PolicyLimits, admit_create
@@ -67,13 +68,12 @@ from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.scheduling.scheduler import NodeView
 from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshClientKey, SshTarget
 from nodewarden.ssh.errors import SshError
-from nodewarden.ssh.facts import LearnedHostKey, ProbeReport
+from nodewarden.ssh.facts import LearnedHostKey, ProbeReport, RunnerProcess
 from nodewarden.ssh.prober import SshProber
 
 log = logging.getLogger(__name__)
 
 NODE_FINALIZER = "nodewarden.io/instance"
-DISPATCHER_LABEL = "nodewarden.io/dispatcher"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodewarden"}
 STATUS_REFRESH = timedelta(minutes=5)
 REFUSED_RECHECK = 60.0
@@ -147,7 +147,10 @@ class Worker:
     probe_result: str | None = None
     probe_message: str | None = None
     runners: dict[str, int] | None = None
+    """Every runner the node listed last (container uuid -> pid), whoever owns it."""
     runners_at: datetime | None = None
+    listed_runners: dict[str, RunnerProcess] = field(default_factory=dict)
+    """The last listing in full: owner (dispatcher id), object uid and token per uuid."""
     idle_since: datetime | None = None
     draining: bool = False
     broken: bool = False
@@ -166,6 +169,8 @@ class Worker:
     probe_now: asyncio.Event = field(default_factory=asyncio.Event)
     side: bool = False
     """A side node (fixed hardware, powered by the power controller), not a cloud VM."""
+    unowned_runners: tuple[str, ...] = ()
+    """Container uuids of the runners listed without an owner (reported, never killed)."""
     target_refusal: str | None = None
     """Why the credential resolver refused this side node's SSH login (None: it did not)."""
     _spec: WorkerNodeSpec | None = None
@@ -383,12 +388,12 @@ class WorkerPool:
         return label == self.dispatcher_id
 
     def _side(self, body: Mapping[str, Any]) -> bool:
-        """A side node this dispatcher serves: unlabelled, or labelled with our id."""
-        meta = body.get("metadata", {})
+        """A side node this dispatcher serves: labelled with our id. An unlabelled one is
+        claimed first by the power controller (a preconditioned label write,
+        `nodewarden.ownership`); until the label is there, nobody serves it."""
         if (body.get("spec") or {}).get("nodeType") != "SideNode":
             return False
-        label = (meta.get("labels") or {}).get(DISPATCHER_LABEL)
-        return label in (None, self.dispatcher_id)
+        return owner_of(body) == self.dispatcher_id
 
     def _observe_side(
         self, name: str, body: Mapping[str, Any], deleted: bool, spec: WorkerNodeSpec | None
@@ -1097,7 +1102,9 @@ class WorkerPool:
                 log.info("WorkerNode %s is ready", worker.name)
             if report.runners is not None:
                 worker.runners = {r.uuid: r.pid for r in report.runners.runners}
+                worker.listed_runners = {r.uuid: r for r in report.runners.runners}
                 worker.runners_at = report.runners.observed_at
+                self._report_unowned(worker, report.runners.unowned)
                 if report.runners.broken and not worker.broken:
                     log.warning("the runner on %s reports the node broken; draining", worker.name)
                     worker.broken = True
@@ -1112,6 +1119,23 @@ class WorkerPool:
         self.observer.probed(worker, report, None)
         self.on_change()
         return report
+
+    def _report_unowned(self, worker: Worker, unowned: tuple[RunnerProcess, ...]) -> None:
+        """Runners naming no owner are never killed; they are reported (the log once per
+        change here; the WorkerNode's `RunnersOwned` condition by the power controller;
+        `nodewarden_unowned_runners`)."""
+        uuids = tuple(sorted(r.uuid for r in unowned))
+        if uuids != worker.unowned_runners:
+            if uuids:
+                log.warning(
+                    "WorkerNode %s runs %d runner(s) that name no owner (an older operator "
+                    "or runner program): they are never killed; %s",
+                    worker.name,
+                    len(uuids),
+                    ", ".join(uuids[:10]),
+                )
+            worker.unowned_runners = uuids
+        UNOWNED_RUNNERS.set(sum(len(w.unowned_runners) for w in self.workers.values()))
 
     def _learned(self, worker: Worker, learned: LearnedHostKey) -> None:
         worker.host_key = learned.public_key

@@ -82,6 +82,7 @@ class Feed:
         self._dispatcher = dispatcher
         self._validator = validator
         status.fold = self.nodes.fold
+        controller.fold = self.nodes.fold
         if dispatcher is not None:
             parts = adapters_of(dispatcher)
             if parts.pool is not None:

@@ -24,6 +24,7 @@ from pydantic import SecretStr
 
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import Kind
+from nodewarden.fence import Fence, NotLeader, Unfenced
 from nodewarden.kube.kubeconfig import (
     KubeconfigError,
     default_kubeconfig,
@@ -32,7 +33,7 @@ from nodewarden.kube.kubeconfig import (
 )
 from nodewarden.kube.useragent import identify
 from nodewarden.logs import redact, redact_tree, register_secret
-from nodewarden.metrics import KUBE_REQUESTS
+from nodewarden.metrics import FENCED, KUBE_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,11 @@ class Conflict(KubeError):
     pass
 
 
+class FencedOut(KubeError):
+    """Not sent: this replica's leadership is not valid (`nodewarden.fence`), or the API
+    server refused the write because the object holds a newer fencing token."""
+
+
 UNREACHABLE = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 """What a request raises when the API server cannot be reached or the connection drops."""
 
@@ -80,6 +86,8 @@ def unreachable(exc: BaseException) -> KubeError:
 def _wrap(exc: ApiException, what: str) -> KubeError:
     status = getattr(exc, "status", None)
     reason = getattr(exc, "reason", "") or ""
+    if status == 422 and "status.fence" in str(getattr(exc, "body", "") or ""):
+        return FencedOut(f"{what}: the object holds a newer fencing token", status)
     if status == 404:
         return NotFound(f"{what}: not found", status)
     if status == 409:
@@ -145,6 +153,40 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
         self.field_manager = field_manager
+        self.fence: Fence = Unfenced()
+        """Asked before every write (`guard`); its token rides in every status write."""
+
+    # --- fencing ------------------------------------------------------------------------
+
+    def guard(self, what: str) -> None:
+        """Raise FencedOut unless this replica may write now."""
+        try:
+            self.fence.check(what)
+        except NotLeader as exc:
+            FENCED.labels("kube").inc()
+            raise FencedOut(str(exc)) from None
+
+    def fenced_status(
+        self, status: Mapping[str, Any], what: str = "status write"
+    ) -> dict[str, Any]:
+        """`status` with this writer's token in `fence` (FencedOut when it may not write);
+        the CRDs' CEL rule refuses a lower token than the object holds for that Lease."""
+        try:
+            token = self.fence.check(what)
+        except NotLeader as exc:
+            FENCED.labels("kube").inc()
+            raise FencedOut(str(exc)) from None
+        out = dict(status)
+        if token is not None:
+            out["fence"] = {token.lease: token.value}
+        return out
+
+    def refused(self, err: KubeError, what: str) -> KubeError:
+        """Tell the fence when the API server refused a write for its token."""
+        if isinstance(err, FencedOut) and err.status == 422:
+            FENCED.labels("kube").inc()
+            self.fence.rejected(what)
+        return err
 
     async def close(self) -> None:
         await self.api.close()
@@ -190,6 +232,7 @@ class Kube:
     ) -> dict[str, Any]:
         """Create an object (`dry_run`: admission runs, nothing is stored)."""
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind.kind, **body}
+        self.guard(f"create {kind.kind}")
         KUBE_REQUESTS.labels("create").inc()
         extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         try:
@@ -211,6 +254,7 @@ class Kube:
     async def patch(
         self, kind: Kind, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
+        self.guard(f"patch {kind.kind} {name}")
         KUBE_REQUESTS.labels("patch").inc()
         try:
             obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object(
@@ -240,8 +284,8 @@ class Kube:
         """Merge-patch the status subresource (one patch per reconcile). With
         `resource_version` the write applies only to that version (else Conflict).
         Every registered secret is masked in every string of the patch."""
+        body: dict[str, Any] = {"status": self.fenced_status(redact_tree(dict(status)))}
         KUBE_REQUESTS.labels("patch_status").inc()
-        body: dict[str, Any] = {"status": redact_tree(dict(status))}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
@@ -259,9 +303,11 @@ class Kube:
         except UNREACHABLE as exc:
             raise unreachable(exc) from exc
         except ApiException as exc:
-            raise _wrap(exc, f"patch status of {kind.kind} {namespace}/{name}") from exc
+            what = f"patch status of {kind.kind} {namespace}/{name}"
+            raise self.refused(_wrap(exc, what), what) from exc
 
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        self.guard(f"delete {kind.kind} {name}")
         KUBE_REQUESTS.labels("delete").inc()
         try:
             await self.custom.delete_namespaced_custom_object(

@@ -8,7 +8,9 @@ from nodewarden.config import OperatorConfig
 from nodewarden.credentials import CredentialResolver
 from nodewarden.dispatch import Dispatcher, adapters_of
 from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fence import Fence
 from nodewarden.kube.client import Kube
+from nodewarden.kube.useragent import user_agent
 from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
@@ -22,6 +24,15 @@ def _now() -> datetime:
     return datetime.now(tz=UTC)
 
 
+def power_user_agent(dispatcher_id: str, replica: str | None) -> str:
+    """`nodewarden/0.1.0 (power; dispatcher=ID; replica=NAME)`: what a BMC's audit log
+    shows of each request (the replica is the Lease holder identity)."""
+    parts = ["power", f"dispatcher={dispatcher_id}"]
+    if replica:
+        parts.append(f"replica={replica}")
+    return user_agent("; ".join(parts))
+
+
 def build_controller(
     config: OperatorConfig,
     kube: Kube,
@@ -31,8 +42,12 @@ def build_controller(
     board: PowerBoard,
     status: NodeStatusWriter,
     dispatcher: Dispatcher | None,
+    *,
+    fence: Fence | None = None,
+    replica: str | None = None,
 ) -> PowerController:
-    """The power controller for `namespace`, wired to the dispatcher's pool (if any)."""
+    """The power controller for `namespace`, wired to the dispatcher's pool (if any);
+    its power requests are fenced by `fence` and name `replica` in their User-Agent."""
     parts = adapters_of(dispatcher) if dispatcher is not None else None
     pool = parts.pool if parts is not None else None
     cloud = parts.cloud if parts is not None else None
@@ -43,6 +58,8 @@ def build_controller(
         _now,
         request_timeout=config.power.request_timeout,
         observation_concurrency=config.power.bmc_observation_concurrency,
+        fence=fence,
+        user_agent=power_user_agent(config.dispatcher_id, replica),
     )
     settings = ControllerSettings(
         power_poll_interval=config.power.power_poll_interval,

@@ -20,6 +20,15 @@ node's spec as it is at the moment of use:
 
 Errors never escape: every outcome is an event or None, and BMC errors are counted by
 class (`nodewarden_bmc_errors_total`).
+
+Fenced (`nodewarden.fence`): every request asks this replica's leadership first and
+again as late as this adapter can -- before the Redfish POST once the client is ready,
+before the magic packet, right before `systemctl poweroff` leaves over SSH; the cloud
+destroy is refused by the cloud layers' own fence. BMCs and Wake-on-LAN cannot check a
+fencing token: this check and the power state persisted before the request (the
+controller's `persist`) are the fence there. A refused request is `RequestErrored`
+("not sent") -- the replica is stepping down; its successor decides again. Every BMC
+request carries `user_agent` (dispatcher and replica), for the BMC's audit log.
 """
 
 from __future__ import annotations
@@ -35,7 +44,8 @@ from typing import Protocol
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudError
 from nodewarden.credentials import BmcCredentials, CredentialResolver, Refusal
-from nodewarden.metrics import BMC_ERRORS
+from nodewarden.fence import Fence, NotLeader, Unfenced
+from nodewarden.metrics import BMC_ERRORS, FENCED
 from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRejected
 from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.enrolment import BmcUuid
@@ -61,7 +71,7 @@ from nodewarden.redfish import (
     TlsError,
 )
 from nodewarden.ssh.credentials import SshTarget
-from nodewarden.ssh.errors import SshError
+from nodewarden.ssh.errors import NotSent, SshError
 from nodewarden.ssh.prober import SshProber
 from nodewarden.wol import WakeOnLanError, WakeOnLanSender
 
@@ -141,7 +151,13 @@ class PowerControl:
         *,
         request_timeout: float = 15.0,
         observation_concurrency: int = 64,
+        fence: Fence | None = None,
+        user_agent: str | None = None,
     ) -> None:
+        self.fence: Fence = fence or Unfenced()
+        """Asked before every power request, again right before it leaves the process."""
+        self.user_agent = user_agent
+        """The replica's identity on every BMC request (the BMC's audit log)."""
         self.credentials = credentials
         self.prober = prober
         self.nodes = nodes
@@ -186,7 +202,9 @@ class PowerControl:
             await self._close(held[1])
         try:
             client = RedfishClient(
-                creds.redfish_config(request_timeout=self.request_timeout), clock=self.clock
+                creds.redfish_config(request_timeout=self.request_timeout),
+                clock=self.clock,
+                user_agent=self.user_agent,
             )
         except (RedfishError, ValueError) as exc:
             # credentials the resolver handed out that no client can use (a value out of
@@ -327,18 +345,31 @@ class PowerControl:
                 detail=detail[:1024],
             )
 
+        def fenced() -> Outcome | None:
+            """None while this replica may act; else the request's outcome: not sent."""
+            try:
+                self.fence.check(f"power request {action} for {node.name}")
+            except NotLeader as exc:
+                FENCED.labels("power").inc()
+                return outcome(RequestErrored, "fence", f"not sent: {exc}")
+            return None
+
+        if (refused := fenced()) is not None:
+            return refused
         if spec.node_type == "CloudVM":
             if self.nodes is None:
                 return outcome(RequestRejected, "cloud", "no cloud configured")
             try:
                 await self.nodes.destroy_node(node.name, f"power transition {transition_id}")
-            except CloudError as exc:
+            except CloudError as exc:  # the cloud layers' fence refuses as NotSent
                 return outcome(RequestErrored, "cloud", f"destroy failed: {exc}")
             return outcome(RequestAccepted, "cloud", "destroy accepted (not proof of Off)")
         if action == "WakeOnLan":
             wol = await self.credentials.wol(node.name, spec)
             if isinstance(wol, Refusal):
                 return outcome(RequestRejected, "credentials", wol.message)
+            if (refused := fenced()) is not None:
+                return refused
             try:
                 sent = await self.sender.send(
                     wol.mac, destination=wol.destination, port=wol.port, secure_on=wol.secure_on
@@ -353,13 +384,20 @@ class PowerControl:
             if target is None or self.prober is None:
                 return outcome(RequestRejected, "ssh", "no SSH login to this node")
             try:
-                asked = await self.prober.poweroff(target)
+                asked = await self.prober.poweroff(
+                    target, guard=lambda: self.fence.check(f"poweroff of {node.name}")
+                )
+            except NotSent as exc:
+                FENCED.labels("power").inc()
+                return outcome(RequestErrored, "fence", f"not sent: {exc}")
             except SshError as exc:
                 return outcome(RequestErrored, "ssh", f"poweroff: {exc}")
             return outcome(RequestAccepted, asked.source, "poweroff requested (not proof of Off)")
         client = await self._redfish(node)
         if isinstance(client, Refusal):
             return outcome(RequestRejected, "credentials", client.message)
+        if (refused := fenced()) is not None:
+            return refused
         try:
             result = await client.request_reset(action, check_allowable=False)
         except (Conflict409, ActionNotSupported, AuthFailed, TlsError, TaskFailed) as exc:

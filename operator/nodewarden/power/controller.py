@@ -53,6 +53,7 @@ from nodewarden.drain import drain
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.requesters import RequesterAdmission
 from nodewarden.metrics import BMC_CLAIMED_TWICE, POWER_DECISIONS, POWER_REQUESTS
+from nodewarden.ownership import Ownership, claim, ownership
 from nodewarden.policy.actions import (
     Action,
     CloseAdmission,
@@ -213,6 +214,11 @@ class PowerController:
         """Nodes whose status write waits for the next round (see `run`, step 4)."""
         self._held: set[str] = set()
         """Nodes whose write waited in the last round (they are not held again)."""
+        self._claims = asyncio.Semaphore(16)
+        self._claiming: dict[str, str] = {}
+        """Unlabelled side nodes: the resourceVersion a claim was sent for."""
+        self.fold: Callable[[Mapping[str, Any]], bool] | None = None
+        """Where a WorkerNode this controller labelled goes (the WorkerNode informer)."""
         self.steps = 0
         self.started = False
         self._synced = asyncio.Event()
@@ -230,6 +236,15 @@ class PowerController:
             return
         if deleted:
             self._forget(name)
+            return
+        owned = ownership(body, self.dispatcher_id)
+        if owned in (Ownership.FOREIGN, Ownership.CLAIMABLE):
+            # another install's node is none of ours; an unlabelled side node is claimed
+            # first (a preconditioned label write: `nodewarden.ownership`)
+            if name in self.nodes:
+                self._forget(name)
+            if owned is Ownership.CLAIMABLE:
+                self._claim_node(name, body)
             return
         self.status.observe(name, body)
         now = self.clock()
@@ -251,12 +266,12 @@ class PowerController:
                 self.control.last_error.pop(name, None)
             if changed or deleting:
                 rt.events.append(Evaluate())
-        self._claim(rt)
+        self._claim_bmc(rt)
         if rt.validated_generation != rt.generation:
             self._spawn(self._validate(rt))
         self.wake.set()
 
-    def _claim(self, rt: NodeRuntime) -> None:
+    def _claim_bmc(self, rt: NodeRuntime) -> None:
         """Record the node's claim on its BMC (one machine, one BMC): every node whose
         ownership may have changed is validated again and looks at its BMC again."""
         claim = rt.identity.claim(rt.name, rt.spec, str(rt.meta.get("creationTimestamp") or ""))
@@ -284,7 +299,7 @@ class PowerController:
             if enrolment is not None and enrolment != rt.identity.enrolled:
                 rt.identity.enrolled = enrolment
                 self.status.contribute(rt.name, {"enrolment": enrolment})
-        self._claim(rt)
+        self._claim_bmc(rt)
         rt.events.append(Evaluate())
         self.wake.set()
 
@@ -323,6 +338,21 @@ class PowerController:
             # a manual intent's name, or the policy-made one named after the transition
             rt.transition_intent = t.intent or policy_intent_name(name, t.id)
         return rt
+
+    def _claim_node(self, name: str, body: Mapping[str, Any]) -> None:
+        """Claim an unlabelled side node for this install (`nodewarden.ownership`)."""
+        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        if self._claiming.get(name) == version:
+            return  # a claim of this version is under way or was lost: wait for news
+        self._claiming[name] = version
+
+        async def run() -> None:
+            async with self._claims:  # a fleet of unlabelled nodes is claimed in steps
+                claimed = await claim(self.kube, self.namespace, body, self.dispatcher_id)
+            if claimed is not None and self.fold is not None:
+                self.fold(claimed)
+
+        self._spawn(run())
 
     def _forget(self, name: str) -> None:
         rt = self.nodes.pop(name, None)
@@ -454,6 +484,10 @@ class PowerController:
             )
             rt.idle_since = reading.idle_since
             updates["work"] = reading
+            unowned = tuple(sorted(r.uuid for r in runners.unowned))
+            if unowned != rt.unowned_runners:
+                rt.unowned_runners = unowned
+                self.status.contribute(rt.name, {"conditions": self._conditions(rt)})
         if report.inhibitors is not None:
             updates["inhibitors"] = inhibitor_reading(report.inhibitors)
         if report.uptime is not None:
@@ -1170,9 +1204,17 @@ class PowerController:
     def _reflect_manual(
         self, rt: NodeRuntime, result: Step, record: SafetyRecord | None, now: datetime
     ) -> None:
-        """The active manual intent's phase from this step; later ones wait behind it."""
+        """The active manual intent's phase from this step; later ones wait behind it.
+
+        Only onto the intent the step was decided with (`rt.facts.intent`): one that became
+        active during this step's awaits (its predecessor finished, its event queued) is
+        reflected by the next step, which knows of it -- never with a decision made without
+        it (an override the step never saw, the gates of the intent before)."""
         active = self.intents.active(rt.name)
         if active is None:
+            return
+        decided_for = rt.facts.intent.name if rt.facts.intent is not None else None
+        if active.name != decided_for:
             return
         for waiting in self.intents.waiting(rt.name):
             self._spawn(

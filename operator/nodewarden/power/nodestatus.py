@@ -184,4 +184,23 @@ def conditions(
             gen,
             now,
         )
+    if rt.unowned_runners is not None:
+        conds = set_condition(conds, *runners_owned(rt.unowned_runners), gen, now)
     return [c.to_wire() for c in conds]
+
+
+def runners_owned(unowned: Sequence[str]) -> tuple[str, bool, str, str]:
+    """The `RunnersOwned` condition: False while the node runs runners that name no owner
+    (never killed by nodewarden: stop them on the node, or let them finish)."""
+    if not unowned:
+        return "RunnersOwned", True, "AllOwned", "every runner on the node names its dispatcher"
+    shown = ", ".join(unowned[:10]) + (
+        f" and {len(unowned) - 10} more" if len(unowned) > 10 else ""
+    )
+    return (
+        "RunnersOwned",
+        False,
+        "UnownedRunners",
+        f"{len(unowned)} runner(s) name no owner (started by an older operator or listed by "
+        f"an older runner program); nodewarden never kills them: {shown}",
+    )

@@ -68,6 +68,9 @@ class NodeRuntime:
     transition_intent: str | None = None
     persisted: NodePowerState | None = None
     """The power state last handed to the status writer."""
+    unowned_runners: tuple[str, ...] | None = None
+    """Runners the node listed without an owner (None: no listing yet): the
+    `RunnersOwned` condition."""
     reported_error: str | None = None
     """The power-source error last announced by a Warning Event."""
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY))

@@ -82,6 +82,7 @@ class RedfishClient:
         *,
         session: aiohttp.ClientSession | None = None,
         clock: Clock = utc_now,
+        user_agent: str | None = None,
     ) -> None:
         self.config = config
         self.source = config.source
@@ -94,6 +95,7 @@ class RedfishClient:
             secrets=lambda: self._auth.secret_values(),
             session=session,
             clock=clock,
+            user_agent=user_agent,
         )
         self._auth = RedfishAuth(
             self._transport,

@@ -210,8 +210,11 @@ class RedfishTransport:
         secrets: Callable[[], Iterable[str]],
         session: aiohttp.ClientSession | None = None,
         clock: Callable[[], datetime],
+        user_agent: str | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._user_agent = user_agent
+        """Sent with every request (the replica's identity, for the BMC's audit log)."""
         self._secrets = secrets
         self._clock = clock
         try:
@@ -306,6 +309,8 @@ class RedfishTransport:
         path = urlsplit(url).path
         limit = self._request_timeout if time_limit is None else time_limit
         send_headers = {"Accept": "application/json", "OData-Version": "4.0"}
+        if self._user_agent:
+            send_headers["User-Agent"] = self._user_agent
         if headers:
             send_headers.update(headers)
         data: bytes | None = None

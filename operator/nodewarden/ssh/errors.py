@@ -139,6 +139,15 @@ class CommandFailed(SshError):
         self.exit_status = exit_status
 
 
+class NotSent(SshError):
+    """The command was not sent: this replica's leadership is not valid (`nodewarden.fence`)."""
+
+
+class FenceRejected(CommandFailed):
+    """The runner refused the command: it has seen a newer fencing token of this
+    dispatcher (exit status `RUNNER_FENCED`), so a newer leader has acted on the node."""
+
+
 class BadOutput(SshError):
     """A command answered, but not in the form the node contract requires."""
 

@@ -43,6 +43,13 @@ class RunnerProcess:
 
     pid: int
     uuid: str
+    dispatcher_id: str | None = None
+    """The dispatcher that started it (None: the runner recorded no owner -- started by
+    an older operator or listed by an older runner program)."""
+    uid: str | None = None
+    """`metadata.uid` of the ContainerDispatch it was started for (None: not recorded)."""
+    fence: int | None = None
+    """The fencing token its start carried (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,15 @@ class RunnersFact:
     @property
     def uuids(self) -> frozenset[str]:
         return frozenset(r.uuid for r in self.runners)
+
+    def of(self, dispatcher_id: str) -> tuple[RunnerProcess, ...]:
+        """The runners that name `dispatcher_id` as their owner."""
+        return tuple(r for r in self.runners if r.dispatcher_id == dispatcher_id)
+
+    @property
+    def unowned(self) -> tuple[RunnerProcess, ...]:
+        """The runners that name no owner (never killed; reported)."""
+        return tuple(r for r in self.runners if r.dispatcher_id is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +100,10 @@ class RunnerOutcome:
     signal: str | None
     observed_at: datetime
     source: str
+    dispatcher_id: str | None = None
+    """Who started it (None: not recorded, or no record of the uuid)."""
+    uid: str | None = None
+    """`metadata.uid` of the ContainerDispatch it was started for (None: not recorded)."""
 
     @property
     def finished(self) -> bool:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from nodewarden.ssh.facts import GpuSample, Inhibitor, RunnerProcess, RunnerState
-from nodewarden.ssh.protocol import CONTAINER_UUID, RUNNER_STATES
+from nodewarden.ssh.protocol import CONTAINER_UUID, DISPATCHER_ID, OBJECT_UID, RUNNER_STATES
 
 
 class OutputError(ValueError):
@@ -31,16 +31,40 @@ def _excerpt(text: str, limit: int = 80) -> str:
 
 
 def parse_runner_list(text: str) -> tuple[RunnerProcess, ...]:
-    """``<pid> <uuid>`` per line; blank lines and the ``broken`` marker ignored here
-    (see `runner_list_says_broken`); anything else is an error."""
+    """``<pid> <uuid> [dispatcher=ID] [uid=UID] [fence=N] ...`` per line (unknown keys are
+    ignored); blank lines and the ``broken`` marker ignored here (see
+    `runner_list_says_broken`); anything else is an error."""
     runners: list[RunnerProcess] = []
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if not fields or fields == ["broken"]:
             continue
-        if len(fields) != 2 or not fields[0].isdigit() or not CONTAINER_UUID.match(fields[1]):
+        if len(fields) < 2 or not fields[0].isdigit() or not CONTAINER_UUID.match(fields[1]):
             raise OutputError(f"runner list line {number} is not '<pid> <uuid>': {line[:80]!r}")
-        runners.append(RunnerProcess(pid=int(fields[0]), uuid=fields[1]))
+        extra: dict[str, str] = {}
+        for item in fields[2:]:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise OutputError(f"runner list line {number}: {item[:40]!r} is not 'key=value'")
+            extra[key] = value
+        owner = extra.get("dispatcher")
+        uid = extra.get("uid")
+        fence = extra.get("fence")
+        if owner is not None and not DISPATCHER_ID.match(owner):
+            raise OutputError(f"runner list line {number}: bad dispatcher id {owner[:40]!r}")
+        if uid is not None and not OBJECT_UID.match(uid):
+            raise OutputError(f"runner list line {number}: bad uid {uid[:40]!r}")
+        if fence is not None and not fence.isdigit():
+            raise OutputError(f"runner list line {number}: bad fence {fence[:40]!r}")
+        runners.append(
+            RunnerProcess(
+                pid=int(fields[0]),
+                uuid=fields[1],
+                dispatcher_id=owner,
+                uid=uid,
+                fence=int(fence) if fence is not None else None,
+            )
+        )
     return tuple(runners)
 
 
@@ -60,7 +84,8 @@ def parse_runner_pid(text: str) -> int:
 def parse_runner_status(
     text: str, uuid: str
 ) -> tuple[RunnerState, int | None, int | None, str | None]:
-    """``RUNNER --status UUID`` JSON → (state, pid, exit code, signal)."""
+    """``RUNNER --status UUID`` JSON → (state, pid, exit code, signal); the recorded
+    owner comes from `parse_runner_owner`."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -81,6 +106,19 @@ def parse_runner_status(
         raise OutputError("runner status 'exited' without an exitCode")
     result: RunnerState = state
     return result, pid, exit_code, signal
+
+
+def parse_runner_owner(text: str) -> tuple[str | None, str | None]:
+    """The (dispatcherId, uid) a ``RUNNER --status`` JSON line recorded (None: absent);
+    call after `parse_runner_status` accepted the text."""
+    data = json.loads(text)
+    owner = data.get("dispatcherId")
+    uid = data.get("uid")
+    if owner is not None and (not isinstance(owner, str) or not DISPATCHER_ID.match(owner)):
+        raise OutputError("runner status 'dispatcherId' is not a dispatcher id")
+    if uid is not None and (not isinstance(uid, str) or not OBJECT_UID.match(uid)):
+        raise OutputError("runner status 'uid' is not a Kubernetes uid")
+    return owner, uid
 
 
 def _optional_int(data: dict[str, Any], key: str) -> int | None:

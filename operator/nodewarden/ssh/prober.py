@@ -29,6 +29,7 @@ import contextlib
 import hmac
 import json
 import logging
+import shlex
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +39,7 @@ from typing import Any
 
 import asyncssh
 
+from nodewarden.fence import NotLeader
 from nodewarden.ssh import errors
 from nodewarden.ssh.addressing import (
     AddressResolver,
@@ -72,6 +74,7 @@ from nodewarden.ssh.parsing import (
     parse_ethtool_wol,
     parse_product_uuid,
     parse_runner_list,
+    parse_runner_owner,
     parse_runner_pid,
     parse_runner_status,
     parse_systemd_inhibit_list,
@@ -79,7 +82,14 @@ from nodewarden.ssh.parsing import (
     parse_uptime,
     runner_list_says_broken,
 )
-from nodewarden.ssh.protocol import CONTAINER_UUID, INTERFACE_NAME, UPTIME_COMMAND, signal_name
+from nodewarden.ssh.protocol import (
+    CONTAINER_UUID,
+    INTERFACE_NAME,
+    RUNNER_FENCED,
+    UPTIME_COMMAND,
+    owner_options,
+    signal_name,
+)
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.ssh.throttle import ProbeThrottle
 
@@ -87,6 +97,20 @@ logger = logging.getLogger(__name__)
 
 HostKeyRecorder = Callable[[LearnedHostKey], Awaitable[None]]
 """Called once per learned host key, so the caller can record it (e.g. in a Secret)."""
+
+
+Guard = Callable[[], object]
+"""Called right before a command is sent; raises `nodewarden.fence.NotLeader` to stop it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerOwner:
+    """Who starts or signals a runner: the options ``run``/``--kill`` carry
+    (`nodewarden.ssh.protocol.owner_options`)."""
+
+    dispatcher_id: str
+    uid: str | None = None
+    fence: int | None = None
 
 
 def _utcnow() -> datetime:
@@ -292,17 +316,28 @@ class SshProber:
 
     # ------------------------------------------------------------- runner control
 
-    async def start_runner(self, target: SshTarget, config: Mapping[str, Any]) -> RunnerStarted:
-        """``RUNNER run --detach`` with ``config`` (ContainerDispatch spec, wire form) on stdin."""
+    async def start_runner(
+        self,
+        target: SshTarget,
+        config: Mapping[str, Any],
+        *,
+        owner: RunnerOwner | None = None,
+        guard: Guard | None = None,
+    ) -> RunnerStarted:
+        """``RUNNER run --detach`` with ``config`` (ContainerDispatch spec, wire form) on
+        stdin and the `owner` options; `guard` is called right before the command is sent
+        (NotSent when it raises NotLeader); FenceRejected when the runner refuses the token."""
         uuid = self._valid_uuid(target, config.get("uuid"))
-        command = f"{self.settings.runner_command} run --detach"
+        options = self._owner_options(target, owner)
+        command = " ".join([self.settings.runner_command, "run", "--detach", *options])
         out = await self._exec(
-            target, "runner-start", command, input=json.dumps(dict(config), sort_keys=True)
+            target,
+            "runner-start",
+            command,
+            input=json.dumps(dict(config), sort_keys=True),
+            guard=guard,
         )
-        if out.exit_status != 0:
-            raise errors.CommandFailed(
-                target.node, target.address, "runner start", out.exit_status, _hint(out.stderr)
-            )
+        self._refused(target, "runner start", out)
         pid = self._parsed(target, parse_runner_pid, out.stdout)
         logger.info(
             "runner started",
@@ -316,19 +351,50 @@ class SshProber:
             source=self._source(target, command),
         )
 
-    async def kill_runner(self, target: SshTarget, uuid: str, signal: str | int = "TERM") -> None:
-        """``RUNNER --kill SIGNAL UUID``; succeeds also when the runner is already gone."""
+    async def kill_runner(
+        self,
+        target: SshTarget,
+        uuid: str,
+        signal: str | int = "TERM",
+        *,
+        owner: RunnerOwner | None = None,
+        guard: Guard | None = None,
+    ) -> None:
+        """``RUNNER --kill SIGNAL UUID`` (+ the `owner` options); succeeds also when the
+        runner is already gone. `guard` and the errors as for `start_runner`."""
         uuid = self._valid_uuid(target, uuid)
         try:
             name = signal_name(signal)
         except ValueError as exc:
             raise errors.InvalidArgument(target.node, target.address, str(exc)) from None
-        command = f"{self.settings.runner_command} --kill {name} {uuid}"
-        out = await self._exec(target, "runner-kill", command)
-        if out.exit_status != 0:
-            raise errors.CommandFailed(
-                target.node, target.address, "runner kill", out.exit_status, _hint(out.stderr)
+        options = self._owner_options(target, owner, with_uid=False)
+        command = " ".join([self.settings.runner_command, "--kill", name, uuid, *options])
+        out = await self._exec(target, "runner-kill", command, guard=guard)
+        self._refused(target, "runner kill", out)
+
+    def _owner_options(
+        self, target: SshTarget, owner: RunnerOwner | None, with_uid: bool = True
+    ) -> list[str]:
+        if owner is None:
+            return []
+        try:
+            options = owner_options(
+                owner.dispatcher_id, owner.uid if with_uid else None, owner.fence
             )
+        except ValueError as exc:
+            raise errors.InvalidArgument(target.node, target.address, str(exc)) from None
+        return [shlex.quote(o) for o in options]
+
+    def _refused(self, target: SshTarget, purpose: str, out: _Output) -> None:
+        if out.exit_status == 0:
+            return
+        if out.exit_status == RUNNER_FENCED:
+            raise errors.FenceRejected(
+                target.node, target.address, purpose, out.exit_status, _hint(out.stderr)
+            )
+        raise errors.CommandFailed(
+            target.node, target.address, purpose, out.exit_status, _hint(out.stderr)
+        )
 
     async def runner_status(self, target: SshTarget, uuid: str) -> RunnerOutcome:
         """``RUNNER --status UUID``: running, or how the container ended."""
@@ -341,6 +407,7 @@ class SshProber:
             )
         try:
             state, pid, exit_code, sig = parse_runner_status(out.stdout, uuid)
+            dispatcher_id, uid = parse_runner_owner(out.stdout)
         except OutputError as exc:
             raise errors.BadOutput(target.node, target.address, str(exc)) from None
         return RunnerOutcome(
@@ -352,12 +419,15 @@ class SshProber:
             signal=sig,
             observed_at=out.started_at,
             source=self._source(target, command),
+            dispatcher_id=dispatcher_id,
+            uid=uid,
         )
 
-    async def poweroff(self, target: SshTarget) -> PoweroffRequested:
-        """Send the power-off command. Proves only that it was requested, never that it worked."""
+    async def poweroff(self, target: SshTarget, guard: Guard | None = None) -> PoweroffRequested:
+        """Send the power-off command. Proves only that it was requested, never that it
+        worked. `guard` as for `start_runner` (NotSent: nothing sent)."""
         command = self.settings.poweroff_command
-        out = await self._exec(target, "poweroff", command, allow_drop=True)
+        out = await self._exec(target, "poweroff", command, allow_drop=True, guard=guard)
         dropped = out.exit_status is None
         link = self._links.get(target.node)
         if link is not None and link.conn is not None:
@@ -566,8 +636,11 @@ class SshProber:
         *,
         input: str | None = None,
         allow_drop: bool = False,
+        guard: Guard | None = None,
     ) -> _Output:
-        """Run one command on the node's connection (connecting first if needed)."""
+        """Run one command on the node's connection (connecting first if needed).
+        `guard()` runs once the channel may open, right before the command is sent: the
+        last moment to refuse it (NotLeader → NotSent, nothing sent)."""
         link = self._link(target.node)
         for attempt in (1, 2):
             conn, fresh = await self._connection(target, link)
@@ -581,6 +654,13 @@ class SshProber:
                     # One deadline for opening the channel and running the command: a frozen
                     # peer may never even confirm the channel.
                     async with asyncio.timeout(self.settings.command_timeout):
+                        if guard is not None:
+                            try:
+                                guard()
+                            except NotLeader as exc:
+                                raise errors.NotSent(
+                                    target.node, target.address, str(exc)
+                                ) from None
                         try:
                             process = await conn.create_process(
                                 command, input=input, encoding="utf-8", errors="replace"

@@ -17,30 +17,49 @@ Instance-secret proof (default ``cat /var/run/nodewarden-instance-secret``)
     proof passes, and the output is never logged.
 
 Runner (default program ``nodewarden-runner``; Arvados calls its equivalent crunch-run)
-    ``RUNNER run --detach``
+    ``RUNNER run --detach [--dispatcher-id ID] [--uid UID] [--fence N]``
         stdin: one JSON object, the ContainerDispatch spec in wire form (camelCase; must
         carry ``uuid``). Starts the container in the background and prints its runner
         pid as one decimal line on stdout, exit 0. Idempotent: if a runner for that
         uuid is already running it prints the existing pid and exits 0. Any other exit
         status means the runner could not start (stderr says why).
+        The runner records the options with the run: ``--dispatcher-id`` (the owner: the
+        operator install that started it), ``--uid`` (the ContainerDispatch's
+        ``metadata.uid``) and ``--fence`` (the owner's fencing token). A run without them
+        (an older operator) has no owner.
+    ``RUNNER --kill SIGNAL UUID [--dispatcher-id ID] [--fence N]``
+        Sends SIGNAL (a name such as TERM/KILL/INT, or its number) to the runner of UUID.
+        Exit 0 whether or not it was still running (idempotent); exit 2 on bad usage.
+    Fencing (``run`` and ``--kill``)
+        The runner keeps, per dispatcher id, the highest ``--fence`` it has seen (on
+        disk: it outlives a reboot). A command whose token is lower than that is refused
+        with exit status 3 (``RUNNER_FENCED``) and changes nothing: it comes from a
+        replica that lost its leadership to one that has already acted on this node.
+        Tokens of different dispatcher ids are never compared.
     ``RUNNER --list``
-        One line per running container: ``<pid> <uuid>``. Empty output = none. Exit 0.
+        One line per running container: ``<pid> <uuid>``, then the recorded owner as
+        ``key=value`` fields: ``dispatcher=<id> uid=<uid> fence=<n>`` (each only when
+        recorded; unknown keys are ignored, so the contract can grow). Empty output =
+        none. Exit 0. A line ``<pid> <uuid>`` alone (an older runner, or a run started
+        without ``--dispatcher-id``) has no owner: nodewarden never kills such a runner,
+        it only reports it (the WorkerNode's ``RunnersOwned`` condition and
+        ``nodewarden_unowned_runners``). A dispatcher kills only runners of its own id.
         A line consisting of the word ``broken`` means the runner has found the node
         unusable (e.g. its container engine is down): nodewarden drains the node (no new
         work) and shuts it down once its containers are gone.
-    ``RUNNER --kill SIGNAL UUID``
-        Sends SIGNAL (a name such as TERM/KILL/INT, or its number) to the runner of UUID.
-        Exit 0 whether or not it was still running (idempotent); exit 2 on bad usage.
     ``RUNNER --status UUID``
         One line of JSON, exit 0::
 
             {"uuid": "...", "state": "running|exited|killed|lost|unknown",
-             "pid": 1234|null, "exitCode": 0|null, "signal": "TERM"|null}
+             "pid": 1234|null, "exitCode": 0|null, "signal": "TERM"|null,
+             "dispatcherId": "..."|null, "uid": "..."|null, "fence": 7|null}
 
         ``exited`` = the container finished with exitCode; ``killed`` = ended by signal;
         ``lost`` = the runner died without recording an outcome (crash); ``unknown`` = no
         record of that uuid on this node (e.g. after a reboot). A runner that is not in
         ``--list`` and is ``lost``/``unknown`` exited without finishing its container.
+        ``dispatcherId``/``uid``/``fence`` are what ``run`` recorded (absent or null:
+        not recorded).
 
 Inhibitors
     Primary: ``busctl --json=short call org.freedesktop.login1 /org/freedesktop/login1
@@ -103,6 +122,15 @@ DEFAULT_PRODUCT_UUID_COMMAND = "cat /sys/class/dmi/id/product_uuid"
 
 RUNNER_STATES = ("running", "exited", "killed", "lost", "unknown")
 
+RUNNER_FENCED = 3
+"""Exit status of ``run``/``--kill`` refused for a fencing token below the highest seen."""
+
+DISPATCHER_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+"""A dispatcher id on the runner's command line (the operator config's DNS label)."""
+
+OBJECT_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+"""A Kubernetes ``metadata.uid`` (a UUID in practice) on the runner's command line."""
+
 SIGNALS: dict[str, int] = {
     "HUP": 1,
     "INT": 2,
@@ -122,6 +150,27 @@ CONTAINER_UUID = re.compile(
 
 INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 """A Linux network interface name (IFNAMSIZ-1 characters, no shell metacharacters)."""
+
+
+def owner_options(
+    dispatcher_id: str | None, uid: str | None = None, fence: int | None = None
+) -> list[str]:
+    """The ``--dispatcher-id``/``--uid``/``--fence`` options of ``run`` and ``--kill``
+    (ValueError for a value that may not reach a shell)."""
+    out: list[str] = []
+    if dispatcher_id is not None:
+        if not DISPATCHER_ID.match(dispatcher_id):
+            raise ValueError(f"dispatcher id {dispatcher_id!r} is not a DNS label")
+        out += ["--dispatcher-id", dispatcher_id]
+    if uid is not None:
+        if not OBJECT_UID.match(uid):
+            raise ValueError(f"object uid {uid!r} is not a Kubernetes uid")
+        out += ["--uid", uid]
+    if fence is not None:
+        if isinstance(fence, bool) or not isinstance(fence, int) or fence < 0:
+            raise ValueError(f"fencing token {fence!r} is not a non-negative integer")
+        out += ["--fence", str(fence)]
+    return out
 
 
 def signal_name(signal: str | int) -> str:

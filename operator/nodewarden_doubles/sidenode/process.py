@@ -128,7 +128,24 @@ class SideNodeAdmin:
         return list(self._call("GET", f"/admin/nodes/{name}/events")["events"])
 
     def runs(self, name: str) -> list[dict[str, Any]]:
+        """The node's run ledger (start, end, owner of every run, reboots included)."""
         return list(self._call("GET", f"/admin/nodes/{name}/runs")["runs"])
+
+    def start_run(
+        self,
+        name: str,
+        config: dict[str, Any],
+        dispatcher_id: str | None = None,
+        uid: str | None = None,
+    ) -> int:
+        """Start a run on the node directly (as another install, or an older operator
+        without an owner, would); its pid."""
+        body: dict[str, Any] = {"config": config}
+        if dispatcher_id is not None:
+            body["dispatcherId"] = dispatcher_id
+        if uid is not None:
+            body["uid"] = uid
+        return int(self._call("POST", f"/admin/nodes/{name}/runs", body)["pid"])
 
     def wol_packets(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/admin/wol/packets")["packets"])

@@ -30,7 +30,8 @@ Admin API (``Authorization: Bearer <admin token>``; `SideNodeAdmin` wraps it):
 | PATCH  | /admin/nodes/{name}/bmc            | the fake BMC's `FakeBmcOptions` fields (not credentials) |
 | GET    | /admin/nodes/{name}/bmc-log        | fake BMC request and reset records (409 for other nodes) |
 | GET    | /admin/nodes/{name}/events         | the node's power / SSH event log |
-| GET    | /admin/nodes/{name}/runs           | every container start on the node (uuid, pid), reboots included |
+| GET    | /admin/nodes/{name}/runs           | the node's run ledger, reboots included: uuid, pid, start and end (`startedAt`, `endedAt`, `end`: exited/killed/lost/powerLoss, null while running), owner (`dispatcherId`, `uid`, `fence`) |
+| POST   | /admin/nodes/{name}/runs           | start a run directly, as another install or an older operator would (`{"config": {...}, "dispatcherId"?, "uid"?, "fence"?}`) |
 | GET    | /admin/wol/packets                 | every datagram the WoL listener received |
 
 Input mistakes get 400 with the field named (values never echoed); unknown nodes 404.
@@ -80,7 +81,7 @@ from nodewarden_doubles.sidenode.power import (
     WolPower,
 )
 from nodewarden_doubles.sidenode.sushy import SushyEmulator, SushySystem
-from nodewarden_doubles.stubworker import StubWorkerConfig
+from nodewarden_doubles.stubworker import RunnerRefused, StubWorkerConfig
 
 log = logging.getLogger("nodewarden_doubles.sidenode.server")
 
@@ -334,6 +335,7 @@ class SideNodeServer:
         r.add_get("/admin/nodes/{name}/bmc-log", self._bmc_log)
         r.add_get("/admin/nodes/{name}/events", self._events)
         r.add_get("/admin/nodes/{name}/runs", self._runs)
+        r.add_post("/admin/nodes/{name}/runs", self._start_run)
         r.add_get("/admin/wol/packets", self._wol_packets)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -436,8 +438,28 @@ class SideNodeServer:
         return _json({"events": [e.as_json() for e in self._node(request).events]})
 
     async def _runs(self, request: web.Request) -> web.Response:
-        history = self._node(request).worker.runner.history
-        return _json({"runs": [{"uuid": u, "pid": p, "monotonic": t} for u, p, t in history]})
+        # `monotonic` (the start) is kept for readers of the first form of this ledger
+        runs = self._node(request).worker.runner.ledger()
+        return _json({"runs": [{**run, "monotonic": run["startedAt"]} for run in runs]})
+
+    async def _start_run(self, request: web.Request) -> web.Response:
+        """Start a runner on the node as someone else would (another install, an older
+        operator: ``dispatcherId`` absent = no owner recorded)."""
+        node = self._node(request)
+        body = await self._object(request)
+        config = body.get("config")
+        if not isinstance(config, dict) or set(body) - {"config", "dispatcherId", "uid", "fence"}:
+            raise ValueError('expected {"config": {...}, "dispatcherId"?, "uid"?, "fence"?}')
+        try:
+            pid = node.worker.runner.start(
+                json.dumps(config),
+                dispatcher_id=body.get("dispatcherId"),
+                uid=body.get("uid"),
+                fence=body.get("fence"),
+            )
+        except RunnerRefused as exc:
+            raise ValueError(str(exc)) from None
+        return _json({"pid": pid})
 
     async def _wol_packets(self, request: web.Request) -> web.Response:
         assert self.group is not None

@@ -588,14 +588,15 @@ class StubCloud:
                 self._vms.pop(instance_id, None)
         with self._lock:
             worker = vm.worker
-            self._run_ledger.extend(_runs_of(instance_id, worker))
+            self._run_ledger.extend(_runs_of(instance_id, worker, ending=True))
             vm.worker = None
         if worker is not None:
             await worker.stop()
 
     def runs(self) -> list[dict[str, object]]:
-        """Every runner start on every VM, destroyed ones included (test evidence of
-        "no container ran twice"): instance id, container uuid, pid, start time."""
+        """Every run on every VM, destroyed ones included (test evidence of "no container
+        ran twice" and of capacity): instance id, container uuid, pid, start and end time
+        (`endedAt`/`end`, null while running), owner (`FakeContainer.record`)."""
         with self._lock:
             live = [r for vm in self._vms.values() for r in _runs_of(vm.id, vm.worker)]
             return [*self._run_ledger, *live]
@@ -605,13 +606,15 @@ class StubCloud:
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
 
 
-def _runs_of(instance_id: str, worker: object) -> list[dict[str, object]]:
+def _runs_of(instance_id: str, worker: object, ending: bool = False) -> list[dict[str, object]]:
+    """The VM's run ledger (`FakeRunner.ledger`: start, end, owner) with its instance id;
+    `ending`: the VM is destroyed now, so the runs still going end with it (powerLoss)."""
     runner = getattr(worker, "runner", None)
-    history = getattr(runner, "history", None) or []
-    return [
-        {"instanceId": instance_id, "uuid": uuid, "pid": pid, "startedAt": at}
-        for uuid, pid, at in history
-    ]
+    if runner is None:
+        return []
+    if ending:
+        runner.reboot()
+    return [{"instanceId": instance_id, **record} for record in runner.ledger()]
 
 
 def _http_error(code: int, message: str, headers: dict[str, str] | None = None) -> Exception:

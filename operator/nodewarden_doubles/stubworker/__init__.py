@@ -7,9 +7,12 @@ Each `StubWorker` implements the node contract documented in `nodewarden.ssh.pro
   boot delay, then ``running`` / exit 0; ``degraded`` / exit 1 forever when broken;
 - the instance-secret proof (``cat /var/run/nodewarden-instance-secret``);
 - the runner (``nodewarden-runner``): ``run --detach`` (JSON config on stdin → pid),
-  ``--list`` (``<pid> <uuid>`` lines), ``--kill SIGNAL UUID``, ``--status UUID`` (one JSON
-  line: running / exited + exitCode / killed + signal / lost / unknown). A fake container
-  "runs" for ``runtime.durationHintSeconds`` and ends with ``runtime.exitCodeHint``;
+  ``--list`` (``<pid> <uuid> dispatcher=… uid=… fence=…`` lines), ``--kill SIGNAL UUID``,
+  ``--status UUID`` (one JSON line: running / exited + exitCode / killed + signal / lost /
+  unknown, with the recorded owner); ``run`` and ``--kill`` take ``--dispatcher-id``,
+  ``--uid`` and ``--fence`` and refuse a token below the highest seen (exit 3). A fake
+  container "runs" for ``runtime.durationHintSeconds`` and ends with
+  ``runtime.exitCodeHint``; `FakeRunner.ledger()` records every run's start and end;
 - ``busctl --json=short call ... ListInhibitors`` JSON and ``systemd-inhibit --list`` text;
 - ``ethtool IFACE`` text with the configured Wake-on-LAN support and mode;
 - the telemetry command (``/proc/loadavg`` + nvidia-smi lines when GPUs are configured);

@@ -4,6 +4,15 @@ No task per container: a container's state is computed from its start time, dura
 (``runtime.durationHintSeconds``; none = runs until killed), exit code
 (``runtime.exitCodeHint``) and, if the crash fault hit it, its crash time. That keeps
 thousands of containers on thousands of stub workers cheap.
+
+The runner contract's owner and fencing (`nodewarden.ssh.protocol`): a run records the
+dispatcher id, object uid and token it was started with; per dispatcher id the highest
+token seen is kept (across reboots, as a real runner keeps it on disk) and a lower one
+is refused (`RunnerRefused` with exit status `RUNNER_FENCED`).
+
+`history` is the node's run ledger, test evidence that outlives reboots: every real
+start with its owner, and its end as the node saw it (`FakeContainer.end`: exited,
+killed, lost, or power loss), in the machine-readable form of `FakeContainer.record`.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nodewarden.ssh.protocol import CONTAINER_UUID, SIGNALS
+from nodewarden.ssh.protocol import CONTAINER_UUID, RUNNER_FENCED, SIGNALS
 
 _FIRST_PID = 2000
 _DEFAULT_CRASH_WINDOW = 10.0
@@ -38,19 +47,39 @@ class FakeContainer:
     crash_at: float | None = None
     killed_at: float | None = None
     kill_signal: str | None = None
+    power_lost_at: float | None = None
+    """When the node lost power (or rebooted) while this container ran."""
+    dispatcher_id: str | None = None
+    uid: str | None = None
+    fence: int | None = None
+
+    def end(self, now: float) -> tuple[float, str] | None:
+        """(when, how) this run ended by `now` -- exited, killed, lost (crash) or
+        powerLoss -- or None while it runs."""
+        ends: list[tuple[float, str]] = []
+        if self.duration is not None:
+            ends.append((self.started_at + self.duration, "exited"))
+        if self.crash_at is not None:
+            ends.append((self.crash_at, "lost"))
+        if self.killed_at is not None:
+            ends.append((self.killed_at, "killed"))
+        if self.power_lost_at is not None:
+            ends.append((self.power_lost_at, "powerLoss"))
+        if not ends:
+            return None
+        first = min(ends)
+        return first if first[0] <= now else None
 
     def state(self, now: float) -> str:
         if self.kill_signal is not None:
             return "killed"
-        if (
-            self.crash_at is not None
-            and now >= self.crash_at
-            and (self.duration is None or self.crash_at < self.started_at + self.duration)
-        ):
-            return "lost"
-        if self.duration is not None and now >= self.started_at + self.duration:
-            return "exited"
-        return "running"
+        end = self.end(now)
+        if end is None:
+            return "running"
+        return "exited" if end[1] == "exited" else "lost"
+
+    def owner(self) -> dict[str, Any]:
+        return {"dispatcherId": self.dispatcher_id, "uid": self.uid, "fence": self.fence}
 
     def status(self, now: float) -> dict[str, Any]:
         state = self.state(now)
@@ -60,6 +89,33 @@ class FakeContainer:
             "pid": self.pid,
             "exitCode": self.exit_code if state == "exited" else None,
             "signal": self.kill_signal if state == "killed" else None,
+            **self.owner(),
+        }
+
+    def list_line(self) -> str:
+        """This run's ``--list`` line (owner fields only when recorded)."""
+        fields = [str(self.pid), self.uuid]
+        if self.dispatcher_id is not None:
+            fields.append(f"dispatcher={self.dispatcher_id}")
+        if self.uid is not None:
+            fields.append(f"uid={self.uid}")
+        if self.fence is not None:
+            fields.append(f"fence={self.fence}")
+        return " ".join(fields)
+
+    def record(self, now: float) -> dict[str, Any]:
+        """The run ledger entry: start and (once over) end on the node's clock, how it
+        ended, and its owner."""
+        end = self.end(now)
+        return {
+            "uuid": self.uuid,
+            "pid": self.pid,
+            "startedAt": self.started_at,
+            "endedAt": end[0] if end is not None else None,
+            "end": end[1] if end is not None else None,
+            "exitCode": self.exit_code if end is not None and end[1] == "exited" else None,
+            "signal": self.kill_signal,
+            **self.owner(),
         }
 
 
@@ -80,10 +136,35 @@ class FakeRunner:
         self._containers: dict[str, FakeContainer] = {}
         self._next_pid = _FIRST_PID
         self.started = 0
-        self.history: list[tuple[str, int, float]] = []
-        """Every real start (uuid, pid, clock time), kept across reboots: test evidence."""
+        self.history: list[FakeContainer] = []
+        """Every real start, kept across reboots (the run ledger; see the module)."""
+        self.highest_fence: dict[str, int] = {}
+        """Per dispatcher id, the highest fencing token seen (survives reboots)."""
+        self.refused = 0
+        """Commands refused for a fencing token below the highest seen."""
 
-    def start(self, config_text: str) -> int:
+    def _fenced(self, dispatcher_id: str | None, fence: int | None) -> None:
+        """Refuse a token below the highest seen for that dispatcher; remember a higher one."""
+        if dispatcher_id is None or fence is None:
+            return
+        highest = self.highest_fence.get(dispatcher_id)
+        if highest is not None and fence < highest:
+            self.refused += 1
+            raise RunnerRefused(
+                f"fenced: token {fence} is lower than {highest}, the highest this node has "
+                f"seen from dispatcher {dispatcher_id}",
+                RUNNER_FENCED,
+            )
+        self.highest_fence[dispatcher_id] = fence
+
+    def start(
+        self,
+        config_text: str,
+        *,
+        dispatcher_id: str | None = None,
+        uid: str | None = None,
+        fence: int | None = None,
+    ) -> int:
         try:
             config = json.loads(config_text)
         except json.JSONDecodeError as exc:
@@ -93,6 +174,7 @@ class FakeRunner:
         uuid = config.get("uuid")
         if not isinstance(uuid, str) or not CONTAINER_UUID.match(uuid):
             raise RunnerRefused("container config has no valid 'uuid'", 2)
+        self._fenced(dispatcher_id, fence)
         now = self._clock()
         existing = self._containers.get(uuid)
         if existing is not None and existing.state(now) == "running":
@@ -112,25 +194,42 @@ class FakeRunner:
             crash_at = now + self._rng.random() * window
         pid = self._next_pid
         self._next_pid += 1
-        self._containers[uuid] = FakeContainer(
+        container = FakeContainer(
             uuid=uuid,
             pid=pid,
             started_at=now,
             duration=duration,
             exit_code=exit_code,
             crash_at=crash_at,
+            dispatcher_id=dispatcher_id,
+            uid=uid,
+            fence=fence,
         )
+        self._containers[uuid] = container
         self.started += 1
-        self.history.append((uuid, pid, now))
+        self.history.append(container)
         return pid
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """Every run's `FakeContainer.record` now, in start order."""
+        now = self._clock()
+        return [c.record(now) for c in self.history]
 
     def running(self) -> list[FakeContainer]:
         now = self._clock()
         return [c for c in self._containers.values() if c.state(now) == "running"]
 
-    def kill(self, uuid: str, signal: str) -> None:
+    def kill(
+        self,
+        uuid: str,
+        signal: str,
+        *,
+        dispatcher_id: str | None = None,
+        fence: int | None = None,
+    ) -> None:
         if signal not in SIGNALS:
             raise RunnerRefused(f"unsupported signal {signal}", 2)
+        self._fenced(dispatcher_id, fence)
         container = self._containers.get(uuid)
         now = self._clock()
         if container is not None and container.state(now) == "running":
@@ -140,14 +239,28 @@ class FakeRunner:
     def status(self, uuid: str) -> dict[str, Any]:
         container = self._containers.get(uuid)
         if container is None:
-            return {"uuid": uuid, "state": "unknown", "pid": None, "exitCode": None, "signal": None}
+            return {
+                "uuid": uuid,
+                "state": "unknown",
+                "pid": None,
+                "exitCode": None,
+                "signal": None,
+                "dispatcherId": None,
+                "uid": None,
+                "fence": None,
+            }
         return container.status(self._clock())
 
     def get(self, uuid: str) -> FakeContainer | None:
         return self._containers.get(uuid)
 
     def reboot(self) -> None:
-        """A power cycle: every container and its record is gone."""
+        """A power cycle: every container and its record is gone (the ledger keeps the
+        runs, ended by the power loss; the fencing tokens are kept, as on disk)."""
+        now = self._clock()
+        for container in self._containers.values():
+            if container.state(now) == "running":
+                container.power_lost_at = now
         self._containers.clear()
 
 

@@ -24,7 +24,9 @@ import asyncssh
 from nodewarden.ssh.protocol import (
     BUSCTL_LIST_INHIBITORS,
     DEFAULT_INSTANCE_SECRET_COMMAND,
+    DISPATCHER_ID,
     INSTANCE_SECRET_PATH,
+    OBJECT_UID,
     signal_name,
 )
 from nodewarden_doubles.stubworker import render
@@ -44,6 +46,32 @@ def _without_sudo(argv: list[str]) -> list[str]:
     if argv[:1] == ["sudo"]:
         return argv[2:] if argv[1:2] == ["-n"] else argv[1:]
     return argv
+
+
+_OPTION_NAMES = {"--dispatcher-id": "dispatcher_id", "--uid": "uid", "--fence": "fence"}
+
+
+def _owner_options(args: list[str]) -> dict[str, Any] | None:
+    """``--dispatcher-id ID --uid UID --fence N`` (any subset, any order) as keyword
+    arguments of the runner; None for anything else (a usage error)."""
+    if len(args) % 2:
+        return None
+    out: dict[str, Any] = {}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        key = _OPTION_NAMES.get(flag)
+        if key is None or key in out:
+            return None
+        if key == "fence":
+            if not value.isdigit():
+                return None
+            out[key] = int(value)
+        elif (key == "dispatcher_id" and not DISPATCHER_ID.match(value)) or (
+            key == "uid" and not OBJECT_UID.match(value)
+        ):
+            return None
+        else:
+            out[key] = value
+    return out
 
 
 class _SilentProtocol(asyncio.Protocol):
@@ -381,27 +409,41 @@ class StubWorker:
         self, args: list[str], process: asyncssh.SSHServerProcess[str]
     ) -> tuple[int, str, str]:
         runner = self.runner
-        if args[:2] == ["run", "--detach"] and len(args) == 2:
-            config_text = await process.stdin.read()
+        usage = (
+            2,
+            "",
+            "usage: runner run --detach [OPTIONS] | --list | --kill SIGNAL UUID [OPTIONS] "
+            "| --status UUID (OPTIONS: --dispatcher-id ID --uid UID --fence N)\n",
+        )
+        if args[:2] == ["run", "--detach"]:
+            config_text = await process.stdin.read()  # first: the client is sending it
+            options = _owner_options(args[2:])
+            if options is None:
+                return usage
             try:
-                pid = runner.start(config_text)
+                pid = runner.start(config_text, **options)
             except RunnerRefused as exc:
                 return exc.exit_status, "", f"{exc}\n"
             return 0, f"{pid}\n", ""
         if args == ["--list"]:
-            lines = "".join(f"{c.pid} {c.uuid}\n" for c in runner.running())
+            lines = "".join(f"{c.list_line()}\n" for c in runner.running())
             if self.faults.runner_broken:
                 lines += "broken\n"
             return 0, lines, ""
-        if len(args) == 3 and args[0] == "--kill":
+        if len(args) >= 3 and args[0] == "--kill":
+            options = _owner_options(args[3:])
+            if options is None or "uid" in options:
+                return usage
             try:
-                runner.kill(args[2], signal_name(args[1]))
-            except (ValueError, RunnerRefused) as exc:
+                runner.kill(args[2], signal_name(args[1]), **options)
+            except RunnerRefused as exc:
+                return exc.exit_status, "", f"{exc}\n"
+            except ValueError as exc:
                 return 2, "", f"{exc}\n"
             return 0, "", ""
         if len(args) == 2 and args[0] == "--status":
             return 0, json.dumps(runner.status(args[1])) + "\n", ""
-        return 2, "", "usage: runner run --detach | --list | --kill SIGNAL UUID | --status UUID\n"
+        return usage
 
     async def _delayed_power_off(self) -> None:
         await asyncio.sleep(self.config.poweroff_delay)

@@ -48,7 +48,13 @@ from nodewarden.power.board import NodePowerView, PowerBoard
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTarget
 from nodewarden.ssh.errors import CommandTimeout, ConnectionFailed
-from nodewarden.ssh.facts import ProbeReport, RunnerOutcome, RunnerStarted, RunnerState
+from nodewarden.ssh.facts import (
+    ProbeReport,
+    RunnerOutcome,
+    RunnerProcess,
+    RunnerStarted,
+    RunnerState,
+)
 
 NS = "nw"
 ME = "disp-a"
@@ -306,6 +312,8 @@ class FakeVM:
     instance: CloudInstance
     ready: bool = False
     runners: dict[str, int] = field(default_factory=dict)
+    owners: dict[str, str | None] = field(default_factory=dict)
+    """The owner a runner names (`--list`); absent: this rig's dispatcher (`ME`)."""
     ended: dict[str, tuple[RunnerState, int | None]] = field(default_factory=dict)
     signals: list[tuple[str, str]] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
@@ -427,7 +435,9 @@ class FakeProber:
             raise ConnectionFailed(target.node, target.address, "no such VM")
         return vm
 
-    async def start_runner(self, target: SshTarget, config: Mapping[str, Any]) -> RunnerStarted:
+    async def start_runner(
+        self, target: SshTarget, config: Mapping[str, Any], uid: str | None = None
+    ) -> RunnerStarted:
         await asyncio.sleep(0)
         vm = self._vm(target)
         uuid = str(config["uuid"])
@@ -470,7 +480,10 @@ class FakeProber:
         else:
             state, code = vm.ended.get(uuid, ("unknown", None))
         pid = vm.runners.get(uuid)
-        return RunnerOutcome(target.node, uuid, state, pid, code, None, self.clock(), "fake")
+        owner = vm.owners.get(uuid, ME) if pid is not None else None
+        return RunnerOutcome(
+            target.node, uuid, state, pid, code, None, self.clock(), "fake", dispatcher_id=owner
+        )
 
     async def aclose(self) -> None:
         return None
@@ -517,6 +530,10 @@ class FakePool:
         worker.last_success = self.clock()
         worker.attempts_since_success = 0
         worker.runners = dict(vm.runners)
+        worker.listed_runners = {
+            u: RunnerProcess(pid, u, dispatcher_id=vm.owners.get(u, ME))
+            for u, pid in vm.runners.items()
+        }
         worker.runners_at = self.clock()
         return None
 
