@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -107,6 +108,12 @@ _SIDE_STATE: dict[PowerState, NodeState] = {
 
 def _ignore_plan(containers: list[ContainerView], plan: Plan, now: datetime) -> None:
     return None
+
+
+def _runs_for(c: Container, uid: str | None) -> bool:
+    """Whether a runner started for the object `uid` is `c`'s: runners are keyed by the
+    object's metadata.uid as well as its uuid (None, an older runner: by the uuid alone)."""
+    return uid is None or c.uid is None or uid == c.uid
 
 
 @dataclass
@@ -431,6 +438,11 @@ class Dispatcher:
                     ):
                         self._spawn_guarded(uuid, self._adopt_runner(listed, worker, pid))
                     continue
+                if listed is not None and not _runs_for(listed, self._runner_uid(worker, uuid)):
+                    # started for another object of the same uuid (since deleted): none of
+                    # this container's business, and unwanted (one object, one runner)
+                    self._spawn_guarded(uuid, self._kill_unwanted(worker, uuid))
+                    continue
                 if (
                     listed is None
                     or listed.terminal
@@ -472,6 +484,12 @@ class Dispatcher:
                         "NodeLost",
                     ),
                 )
+
+    @staticmethod
+    def _runner_uid(worker: Worker, uuid: str) -> str | None:
+        """The `metadata.uid` a listed runner was started for (None: not recorded)."""
+        listed = worker.listed_runners.get(uuid)
+        return listed.uid if listed is not None else None
 
     def _runner_owner(self, worker: Worker, uuid: str) -> str | None:
         """The dispatcher id a listed runner names (None: no owner recorded); a runner
@@ -616,10 +634,19 @@ class Dispatcher:
         if target is None:
             return None
         try:
-            return await self.prober.runner_status(target, c.uuid)
+            outcome = await self.prober.runner_status(target, c.uuid)
         except SshError as exc:
             log.info("runner status of %s on %s unknown: %s", c.uuid, worker.name, exc)
             return None
+        if _runs_for(c, outcome.uid):
+            return outcome
+        # the node's record of this uuid is another object's (one deleted since): it says
+        # nothing of this container's runner, which never ran there
+        if outcome.state != "running":
+            return dataclasses.replace(outcome, state="unknown", exit_code=None)
+        if outcome.dispatcher_id == self.dispatcher_id:
+            self._spawn_guarded(c.uuid, self._kill_unwanted(worker, c.uuid))
+        return None  # asked again once that runner is gone
 
     async def _runner_gone(self, c: Container, worker: Worker) -> None:
         """A Running container's runner is no longer listed: find out how it ended."""

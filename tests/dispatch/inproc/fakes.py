@@ -137,6 +137,7 @@ class FakeApi:
     status_writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     conflicts: int = 0
     _rv: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _uids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     watchers: list[FakeQueue] = field(default_factory=list)
 
     def _bump(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +158,10 @@ class FakeApi:
 
     def create(self, body: dict[str, Any], deliver: bool = True) -> None:
         self.objects[body["metadata"]["name"]] = copy.deepcopy(body)
+        # the API server gives every object its own metadata.uid (never reused)
+        self.objects[body["metadata"]["name"]]["metadata"].setdefault(
+            "uid", f"uid-{next(self._uids)}"
+        )
         self._bump(self.objects[body["metadata"]["name"]])
         if deliver:
             self.deliver(body["metadata"]["name"])
@@ -313,6 +318,8 @@ class FakeVM:
     ready: bool = False
     runners: dict[str, int] = field(default_factory=dict)
     owners: dict[str, str | None] = field(default_factory=dict)
+    uids: dict[str, str | None] = field(default_factory=dict)
+    """The metadata.uid each runner was started for (absent: not recorded)."""
     """The owner a runner names (`--list`); absent: this rig's dispatcher (`ME`)."""
     ended: dict[str, tuple[RunnerState, int | None]] = field(default_factory=dict)
     signals: list[tuple[str, str]] = field(default_factory=list)
@@ -442,6 +449,8 @@ class FakeProber:
         vm = self._vm(target)
         uuid = str(config["uuid"])
         vm.started.append(uuid)  # every start asked for, even of a runner already there
+        if uuid not in vm.runners:
+            vm.uids[uuid] = uid
         if vm.start_fails:
             raise ConnectionFailed(target.node, target.address, "runner start failed")
         if vm.slow_starts:
@@ -482,7 +491,16 @@ class FakeProber:
         pid = vm.runners.get(uuid)
         owner = vm.owners.get(uuid, ME) if pid is not None else None
         return RunnerOutcome(
-            target.node, uuid, state, pid, code, None, self.clock(), "fake", dispatcher_id=owner
+            target.node,
+            uuid,
+            state,
+            pid,
+            code,
+            None,
+            self.clock(),
+            "fake",
+            dispatcher_id=owner,
+            uid=vm.uids.get(uuid) if (pid is not None or uuid in vm.ended) else None,
         )
 
     async def aclose(self) -> None:
@@ -531,7 +549,7 @@ class FakePool:
         worker.attempts_since_success = 0
         worker.runners = dict(vm.runners)
         worker.listed_runners = {
-            u: RunnerProcess(pid, u, dispatcher_id=vm.owners.get(u, ME))
+            u: RunnerProcess(pid, u, dispatcher_id=vm.owners.get(u, ME), uid=vm.uids.get(u))
             for u, pid in vm.runners.items()
         }
         worker.runners_at = self.clock()

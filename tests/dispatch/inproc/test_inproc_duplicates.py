@@ -81,3 +81,25 @@ async def test_the_earlier_object_holds_the_uuid_whatever_the_order_of_events() 
     await rig.rounds(3)
     assert rig.starts() == ["c1"]
     assert valid(rig, "a-later")["reason"] == DUPLICATE_UUID
+
+
+async def test_a_runner_of_a_deleted_object_is_never_the_new_objects_runner() -> None:
+    """Runners are keyed by metadata.uid as well as the uuid: after a restart, the object
+    left holding the uuid of one deleted while it ran never adopts the deleted object's
+    runner (that runner is killed, as any unwanted one), and runs its own once it is gone."""
+    rig = Rig()
+    vm = rig.vm("vm-a")
+    uuid = uuid_of("c1")
+    vm.runners[uuid] = 4242  # started for c1, deleted while the operator was down
+    vm.uids[uuid] = "uid-of-the-deleted-c1"
+    vm.term_stops = False  # the old runner takes a while to stop
+    rig.api.create(copy_of("c1", "later"))
+    await rig.start()
+    await rig.rounds(3)
+    assert (uuid, "TERM") in vm.signals
+    assert rig.api.status("later").get("reason") != "Adopted"
+    assert rig.api.phase("later") != "Running" and vm.started == []
+    vm.term_stops = True
+    await rig.rounds(8)
+    assert rig.api.phase("later") == "Running"
+    assert vm.uids[uuid] == rig.api.objects["later"]["metadata"]["uid"]  # its own runner
