@@ -314,7 +314,7 @@ BMC_ERRORS = Counter(
     "nodewarden_bmc_errors_total",
     "Errors talking to BMCs (Redfish) by class: auth (401/403), tls (certificate not "
     "accepted), timeout, connection (refused, reset, unreachable), protocol (not Redfish), "
-    "rejected (the BMC refused the request: 409, reset type not supported, task failed), "
+    "rejected (the BMC refused the request: 409, reset type not supported), "
     "http (any other HTTP error: 5xx, 429, 404), discovery (no unique ComputerSystem), other.",
     ["class"],
     registry=REGISTRY,

@@ -42,7 +42,6 @@ from nodewarden.redfish import (
     RedfishProtocolError,
     RedfishTimeout,
     SystemDiscoveryError,
-    TaskFailed,
     TlsError,
 )
 from policy.policy_builders import (
@@ -347,7 +346,6 @@ def test_counters_and_histograms_start_at_zero_for_every_known_label() -> None:
         (RedfishProtocolError("bmc", "no JSON object"), "protocol"),
         (Conflict409("bmc", "busy", 409), "rejected"),
         (ActionNotSupported("bmc", "no", 400, "ForceOff"), "rejected"),
-        (TaskFailed("bmc", "task", "Exception", ()), "rejected"),
         (RedfishHttpError("bmc", "500", 500), "http"),
         (NotFound("bmc", "404", 404), "http"),
         (SystemDiscoveryError("bmc", "2 systems", ("a", "b")), "discovery"),

@@ -67,7 +67,6 @@ from nodewarden.redfish import (
     RedfishProtocolError,
     RedfishTimeout,
     SystemDiscoveryError,
-    TaskFailed,
     TlsError,
 )
 from nodewarden.ssh.credentials import SshTarget
@@ -116,7 +115,7 @@ def bmc_error_class(exc: RedfishError) -> str:
         return "connection"
     if isinstance(exc, RedfishProtocolError):
         return "protocol"
-    if isinstance(exc, (Conflict409, ActionNotSupported, TaskFailed)):
+    if isinstance(exc, (Conflict409, ActionNotSupported)):
         return "rejected"
     if isinstance(exc, RedfishHttpError):
         return "http"
@@ -400,7 +399,7 @@ class PowerControl:
             return refused
         try:
             result = await client.request_reset(action, check_allowable=False)
-        except (Conflict409, ActionNotSupported, AuthFailed, TlsError, TaskFailed) as exc:
+        except (Conflict409, ActionNotSupported, AuthFailed, TlsError) as exc:
             self._failed(node.name, f"reset {action}", exc)
             return outcome(RequestRejected, client.source, str(exc))
         except RedfishHttpError as exc:

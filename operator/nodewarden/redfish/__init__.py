@@ -37,7 +37,6 @@ from nodewarden.redfish.errors import (
     RedfishProtocolError,
     RedfishTimeout,
     SystemDiscoveryError,
-    TaskFailed,
     TlsError,
 )
 from nodewarden.redfish.facts import (
@@ -76,7 +75,6 @@ __all__ = [
     "StepKind",
     "SystemDiscoveryError",
     "SystemRef",
-    "TaskFailed",
     "TaskOutcome",
     "TlsError",
     "decide_confirmation_step",

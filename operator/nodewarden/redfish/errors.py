@@ -120,20 +120,6 @@ class SystemDiscoveryError(RedfishError):
         self.members = tuple(members)
 
 
-class TaskFailed(RedfishError):
-    """A task monitor reported that the accepted request ended badly (Exception, Killed…).
-
-    No longer raised by the client: an accepted request stays accepted whatever its task
-    says (`TaskOutcome.failed` carries it as evidence). Kept while callers still name it."""
-
-    def __init__(
-        self, endpoint: str, message: str, task_state: str, messages: Sequence[str]
-    ) -> None:
-        super().__init__(endpoint, message)
-        self.task_state = task_state
-        self.messages = tuple(messages)
-
-
 class ConfirmationDeadlineExceeded(RedfishError, TimeoutError):
     """The requested power state was not observed before the deadline.
 
