@@ -95,7 +95,7 @@ class Demo:
         """PowerState as the node's BMC itself answers it now (Basic auth, its CA)."""
         if self._bmc is None:
             login = self.kubectl_json("secret", "demo-side-bmc")["data"]
-            ca = self.kubectl_json("secret", "demo-side-bmc-ca")["data"]["ca.crt"]
+            ca = self.kubectl_json("secret", "demo-side-bmc-ca")["data"]["caBundle"]
             self.ca_file.write_bytes(base64.b64decode(ca))
             user, password = (base64.b64decode(login[k]).decode() for k in ("username", "password"))
             self._bmc = (user, password)
@@ -129,6 +129,7 @@ class OffWatch(threading.Thread):
         self.demo = demo
         self.nodes = nodes
         self.bmc_when_off: dict[str, str] = {}
+        self.error: Exception | None = None
         self.proc = subprocess.Popen(
             demo.kubectl("get", "wn", "--watch", "-o", WATCH_TEMPLATE),
             stdout=subprocess.PIPE,
@@ -137,10 +138,19 @@ class OffWatch(threading.Thread):
 
     def run(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            name, _, state = line.strip().partition("=")
-            if name in self.nodes and state == "Off" and name not in self.bmc_when_off:
-                self.bmc_when_off[name] = self.demo.bmc_power(self.nodes[name])
+        try:
+            for line in self.proc.stdout:
+                name, _, state = line.strip().partition("=")
+                if name in self.nodes and state == "Off" and name not in self.bmc_when_off:
+                    self.bmc_when_off[name] = self.demo.bmc_power(self.nodes[name])
+        except Exception as exc:  # handed to the waiting test (`done`)
+            self.error = exc
+
+    def done(self) -> bool:
+        """Every side node seen Off; a watcher that failed fails the wait at once."""
+        if self.error is not None:
+            raise AssertionError(f"the Off watcher failed: {self.error!r}") from self.error
+        return len(self.bmc_when_off) == len(self.nodes)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -251,7 +261,7 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
         t0 = time.monotonic()
         try:
             wait_for(
-                lambda: len(watch.bmc_when_off) == len(SIDE),
+                watch.done,
                 timeout=SEQUENCE_DEADLINE,
                 interval=0.5,
                 what="side nodes Off",
