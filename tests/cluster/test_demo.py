@@ -319,6 +319,11 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
 
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         assert proc.wait(timeout=120) == 0
+    except BaseException:
+        log.flush()  # the demo's own account of a failed run, in the test report
+        tail = (tmp_path / "demo.log").read_text(errors="replace").splitlines()[-80:]
+        print("--- the demo's log, last 80 lines ---", *tail, sep="\n")
+        raise
     finally:
         if proc.poll() is None:
             proc.kill()

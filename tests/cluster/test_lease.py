@@ -178,9 +178,10 @@ def test_never_two_actors_with_skewed_clocks_or_two_installs_in_one_namespace(
     cluster: ClusterHandle, namespace: str, tmp_path: Path
 ) -> None:
     """Install alpha runs two replicas, one with its wall clock 90 s ahead; install beta
-    runs one, in the same namespace. Side nodes: a-gpu and a-idle are alpha's, b-node is
-    beta's, `shared` is unlabelled (claimed by one of them). On a-gpu run a runner of
-    beta's and one naming no owner.
+    runs one, in the same namespace. Side nodes: a-gpu, a-idle and a-stray are alpha's,
+    b-node is beta's, `shared` is unlabelled (claimed by one of them). On a-stray run a
+    runner of beta's and one naming no owner (each holds the whole node for alpha's ledger:
+    a-gpu, free, takes the work).
 
     - Whichever alpha replica leads, the other never takes over while it renews; once
       the leader is killed (no release) the other acts within Lease duration + margin
@@ -189,20 +190,25 @@ def test_never_two_actors_with_skewed_clocks_or_two_installs_in_one_namespace(
       (each start's fencing token), the BMCs' resets (User-Agent: dispatcher, replica).
     - Each install acts only on its own nodes (BMC User-Agents; only its Lease's token in
       `status.fence`) and kills no runner it does not own; the owner-less runner is
-      reported (RunnersOwned, nodewarden_unowned_runners)."""
+      reported (RunnersOwned, nodewarden_unowned_runners); the node they run on is never
+      switched off."""
     owners = {"a-gpu": "alpha", "a-idle": "alpha", "b-node": "beta"}
+    stray = "a-stray"
     env = PowerEnv.create(
         cluster,
         namespace,
         tmp_path,
-        [side_node_entry(n) for n in ("a-gpu", "a-idle", "b-node", "shared")],
+        [side_node_entry(n) for n in ("a-gpu", "a-idle", stray, "b-node", "shared")],
         node_specs={
             "a-gpu": {"policyRef": {"name": "busy"}},
             "a-idle": NO_GPU,
+            stray: NO_GPU,
             "b-node": NO_GPU,
             "shared": NO_GPU,
         },
-        labels={node: {DISPATCHER_LABEL: owner} for node, owner in owners.items()},
+        labels={
+            node: {DISPATCHER_LABEL: owner} for node, owner in {**owners, stray: "alpha"}.items()
+        },
         objects=[
             {
                 "apiVersion": "nodewarden.io/v1alpha1",
@@ -219,8 +225,8 @@ def test_never_two_actors_with_skewed_clocks_or_two_installs_in_one_namespace(
             env.write_config({"dispatcher_id": install, "leader_election": LEASE})
             configs[install] = tmp_path / f"{install}.yaml"
             shutil.copy(env.config_path, configs[install])
-        env.side.admin.start_run("a-gpu", {"uuid": FOREIGN, "runtime": {}}, dispatcher_id="beta")
-        env.side.admin.start_run("a-gpu", {"uuid": OWNERLESS, "runtime": {}})
+        env.side.admin.start_run(stray, {"uuid": FOREIGN, "runtime": {}}, dispatcher_id="beta")
+        env.side.admin.start_run(stray, {"uuid": OWNERLESS, "runtime": {}})
         replicas = [("alpha-0", "alpha", None), ("alpha-skewed", "alpha", _skewed())]
         with ThreadPoolExecutor(3) as pool:  # all at once: either alpha replica may lead
             started = list(
@@ -274,14 +280,15 @@ def test_never_two_actors_with_skewed_clocks_or_two_installs_in_one_namespace(
         for node in ("a-idle", "b-node", "shared"):
             env.wait_state(node, "Off", timeout=60)
         wait_for(
-            lambda: _condition(env.status("a-gpu"), "RunnersOwned").get("status") == "False",
+            lambda: _condition(env.status(stray), "RunnersOwned").get("status") == "False",
             timeout=60,
-            what="a-gpu: RunnersOwned False",
+            what=f"{stray}: RunnersOwned False",
         )
         unowned = _metric(standby, "nodewarden_unowned_runners")
         runs = env.side.admin.runs("a-gpu")
-        resets = {n: env.resets(n) for n in owners}
-        statuses = {n: env.status(n) for n in owners}
+        stray_runs = env.side.admin.runs(stray)
+        resets = {n: env.resets(n) for n in [*owners, stray]}
+        statuses = {n: env.status(n) for n in [*owners, stray]}
         logs = {op.log_path.stem: op.logs() for op in started}
     finally:
         roles.stop()
@@ -302,11 +309,13 @@ def test_never_two_actors_with_skewed_clocks_or_two_installs_in_one_namespace(
     assert max(before) < min(after), "both alpha replicas started runners: two actors"
     assert min(after) - killed <= LEASE["lease_duration"] + MARGIN + 5.0, "acted late"
     # runners alpha does not own were neither killed nor adopted; one is reported
-    others = {r["uuid"]: r for r in runs if r["dispatcherId"] != "alpha"}
+    others = {r["uuid"]: r for r in stray_runs}
     assert others[FOREIGN]["end"] is None and others[OWNERLESS]["end"] is None, others
     assert not any("killing runner" in text for text in logs.values())
-    assert OWNERLESS in _condition(statuses["a-gpu"], "RunnersOwned")["message"]
+    assert OWNERLESS in _condition(statuses[stray], "RunnersOwned")["message"]
     assert unowned == 1.0
+    assert not resets[stray], "runners we do not own run there: never switched off"
+    assert not [r for r in stray_runs if r["dispatcherId"] == "alpha"], "a full node got work"
     # every node was acted on by its owner only; alpha's replicas one after the other
     assert resets["a-idle"] and resets["b-node"] and resets["shared"]
     assert not resets["a-gpu"], "a-gpu runs work: never switched off"

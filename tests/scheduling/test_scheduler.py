@@ -324,6 +324,9 @@ def test_lock_flap_backoff() -> None:
     assert lock_retry_at(3, 3, T0 - timedelta(seconds=31), T0) is None  # back-off over
     assert lock_retry_at(30, 3, locked, T0) == locked + timedelta(seconds=600)  # capped
     assert lock_retry_at(5, 3, None, T0) is None
+    # a lock stamped by a replica whose clock runs 90 s ahead waits the back-off, no more
+    ahead = T0 + timedelta(seconds=90)
+    assert lock_retry_at(3, 3, ahead, T0) == T0 + timedelta(seconds=30)
 
 
 # -- side nodes: ready ones take work, off ones are woken when they are the fit ----------

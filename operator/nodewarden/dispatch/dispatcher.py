@@ -142,6 +142,11 @@ class Dispatcher:
     locks_checked: set[str] = field(default_factory=set)
     """Locked containers whose node was asked how their runner is (`_check_lock`): only
     these may be started again under the same lock."""
+    running_seen: dict[tuple[str, str, int], datetime] = field(default_factory=dict)
+    """(uuid, node, attempts) of each Running container -> when this replica first saw it
+    Running (its own clock): a runner list sent later was sent after the runner started
+    (the Running write follows the start), so a runner it lacks is gone. Never the
+    container's `startedAt`, which another replica's clock may have stamped."""
     claims: dict[str, Claim] = field(default_factory=dict)
     """Containers chosen for a node whose Locked write or runner start is under way: each
     holds its node in the ledger from the moment it is chosen (see `_start`)."""
@@ -406,9 +411,13 @@ class Dispatcher:
         self.locks_checked.intersection_update(
             c.uuid for c in by_uuid.values() if c.phase == "Locked"
         )
+        seen, self.running_seen = self.running_seen, {}
+        seen_at = self.clock()  # by_uuid is what the queue holds now
         for c in by_uuid.values():
             if c.phase == "Running" and c.status.node:
                 running_on.setdefault(c.status.node, []).append(c)
+                key = (c.uuid, c.status.node, c.status.attempts)
+                self.running_seen[key] = seen.get(key, seen_at)
             elif (
                 c.phase == "Locked"
                 and c.status.node
@@ -458,9 +467,9 @@ class Dispatcher:
             for c in running_on.get(worker.name, ()):
                 if c.uuid in worker.runners or c.uuid in self.inflight or c.cancel_requested:
                     continue
-                started = c.status.started_at
-                if started is not None and worker.runners_at <= started + timedelta(seconds=1):
-                    continue  # the listing predates the start
+                since = self.running_seen[(c.uuid, worker.name, c.status.attempts)]
+                if worker.runners_at <= since:
+                    continue  # the listing may predate the start
                 self._spawn_guarded(c.uuid, self._runner_gone(c, worker))
             for c in locked_on.get(worker.name, ()):
                 if c.uuid in worker.runners or c.uuid in self.inflight or c.cancel_requested:

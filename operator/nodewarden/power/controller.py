@@ -1223,11 +1223,12 @@ class PowerController:
                     {"phase": "Pending", "message": f"waiting behind PowerIntent {active.name}"},
                 )
             )
-        if active.finished and active.action != "Drain":
+        if active.settled and active.action != "Drain":
             return
         phase = manual_phase(active, result, rt.facts.work)
         if phase is None:
             return
+        active.asked_phase = phase
         fields: dict[str, Any] = {"phase": phase, "message": phase_message(phase, result.reasons)}
         if record is not None or rt.record is not None:
             fields.update(record_fields(record or rt.record))  # type: ignore[arg-type]

@@ -72,10 +72,19 @@ class Intent:
     written: dict[str, Any] = field(default_factory=dict)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    asked_phase: str | None = None
+    """The phase last decided for it (its write may still be in flight): `settled`."""
 
     @property
     def finished(self) -> bool:
         return self.phase in TERMINAL_INTENT_PHASES
+
+    @property
+    def settled(self) -> bool:
+        """Finished, or a finishing phase was decided and its write is on its way: no
+        later step may give it another phase (writes land in the order asked, so a
+        later one would replace the finishing phase on the server)."""
+        return self.finished or self.asked_phase in TERMINAL_INTENT_PHASES
 
     @property
     def holds(self) -> bool:
@@ -186,6 +195,7 @@ class IntentBook:
             ),
             started_at=_parse_time(status.get("startedAt")),
             finished_at=_parse_time(status.get("finishedAt")),
+            asked_phase=known.asked_phase if known is not None else None,
         )
         if known is not None and known.phase in TERMINAL_INTENT_PHASES and not intent.phase:
             intent.phase = known.phase  # our own write not seen yet

@@ -638,5 +638,6 @@ def lock_retry_at(
     if lock_flaps < max_lock_flaps or last_locked is None:
         return None
     backoff = min(600.0, 30.0 * 2 ** (lock_flaps - max_lock_flaps))
-    retry = last_locked + timedelta(seconds=backoff)
+    # `lockedAt` may come from another replica's clock: one from the future counts as now
+    retry = min(last_locked, now) + timedelta(seconds=backoff)
     return retry if retry > now else None

@@ -3,6 +3,8 @@ nothing twice, kills runners nobody wants, and does nothing before its first pro
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fakes import ME, Rig, container, uuid_of
 
 
@@ -98,3 +100,26 @@ async def test_a_locked_container_whose_runner_already_ended_is_not_run_again() 
     assert (status["phase"], status["exitCode"], status["attempts"]) == ("Complete", 0, 1)
     assert rig.starts() == ["c2"]  # requeued as a lost run (attempt 1 counted), run again
     assert rig.api.status("c2")["attempts"] == 2
+
+
+async def test_a_start_stamped_by_a_clock_ahead_never_hides_the_runners_end() -> None:
+    """The replica that started the runner had its wall clock 90 s ahead: its `startedAt`
+    lies in this replica's future. The end is still seen at the next listings (old code
+    took every listing for one older than the start until its clock passed `startedAt`)."""
+    rig = Rig()
+    vm = rig.vm("vm-a")
+    vm.ended[uuid_of("c1")] = ("exited", 0)
+    ahead = rig.clock() + timedelta(seconds=90)
+    running = {
+        "phase": "Running",
+        "lockedBy": ME,
+        "node": "vm-a",
+        "attempts": 1,
+        "startedAt": ahead.isoformat().replace("+00:00", "Z"),
+    }
+    rig.api.create(container("c1", status=running))
+    await rig.start()
+    await rig.rounds(3)
+    status = rig.api.status("c1")
+    assert (status["phase"], status["exitCode"]) == ("Complete", 0)
+    assert rig.starts() == []
