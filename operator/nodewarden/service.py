@@ -183,7 +183,10 @@ async def run(config: OperatorConfig) -> int:
                 return 0
             # renewals and the heartbeat start at once: leadership is counted from the
             # acquiring write, and every fenced action asks it from now on
-            keeping = asyncio.create_task(elector.keep(on_lost))
+            # both tasks begun here, before kopf starts (`LeaderElector.keep`)
+            keeping = asyncio.create_task(
+                elector.keep(on_lost, asyncio.create_task(elector.heartbeat()))
+            )
             kube.fence = elector.leadership
         health.role = "leader"
         LEADER.labels(config.dispatcher_id).set(1)
@@ -315,6 +318,12 @@ async def _act(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acting
         await feed.stop()  # its watches too: kopf would wait 5 s for them
+        # and so for every task begun after it started (the requester checks): ours end now
+        current = asyncio.current_task()
+        others = [t for t in tasks if t is not current and not t.done()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
         kopf_stop.set()
 
     async def wind_down(loops: list[asyncio.Task[None]]) -> None:

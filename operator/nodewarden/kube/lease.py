@@ -248,22 +248,30 @@ class LeaderElector:
             await asyncio.sleep(self.retry_interval)
         return False
 
-    async def keep(self, on_lost: Callable[[], None]) -> None:
+    async def keep(
+        self, on_lost: Callable[[], None], beating: asyncio.Task[None] | None = None
+    ) -> None:
         """Renew until cancelled; call `on_lost` once leadership ends.
 
         A renewal attempt may take until our leadership's validity runs out (a busy API
         server answering slowly is not a reason to give up), but not longer: then, or when
         the Lease shows another holder, or when the event loop stalled for longer than
-        the margin (`heartbeat`), leadership ends and `on_lost` is called at once.
+        the margin (`heartbeat`: `beating` when the caller began it, else begun here),
+        leadership ends and `on_lost` is called at once. The caller begins it before kopf
+        starts: a stopping kopf waits 5 s for every task begun after it started.
         """
         ended = asyncio.Event()
         self.leadership.on_lost(lambda _reason: ended.set())
-        beating = asyncio.create_task(self.heartbeat())
+        if beating is None:
+            beating = asyncio.create_task(self.heartbeat())
         pause = self.renew_interval
         try:
             while not ended.is_set():
+                # `asyncio.timeout`, not `wait_for`: no task of its own, so a stopping kopf
+                # (which waits 5 s for every task begun after it started) never waits on it
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ended.wait(), timeout=pause)
+                    async with asyncio.timeout(pause):
+                        await ended.wait()
                 if ended.is_set():
                     break
                 budget = self.leadership.remaining()
@@ -271,7 +279,8 @@ class LeaderElector:
                     self.leadership.step_down(f"lease {self.name} not renewed in time")
                     break
                 try:
-                    ok = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=budget)
+                    async with asyncio.timeout(budget):
+                        ok = await self.try_acquire_or_renew()
                 except TimeoutError:
                     log.warning("lease renewal timed out after %.1fs", budget)
                     ok = False
