@@ -9,11 +9,12 @@ server in tests/power."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
 
-from nodewarden.kube.client import Conflict
+from nodewarden.kube.client import Conflict, KubeError
 from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
 
 
@@ -99,5 +100,54 @@ def test_a_held_node_is_written_at_the_next_flush_in_one_patch() -> None:
         assert api.patches == [{"state": "Off", "powerState": power_state(2)}]
         await writer.flush()
         assert len(api.patches) == 1  # nothing left to write
+
+    asyncio.run(scenario())
+
+
+class RefusingStatusApi(FakeStatusApi):
+    """The server refuses every write while `refuse` is set (a 422 of a CEL rule)."""
+
+    refuse = True
+
+    async def patch_status(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if self.refuse:
+            self.patches.append({"refused": True})
+            raise KubeError("WorkerNode n1 is invalid: status.fence: Invalid value", 422)
+        return await super().patch_status(*args, **kwargs)
+
+
+def test_a_refused_write_backs_off_instead_of_being_sent_at_every_round(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Old code sent the same refused patch at every flush (every ~80 ms on a busy
+    controller); now at 0.5 s, 1 s, 2 s ... up to 60 s, logged once, and the first write
+    that lands ends the back-off."""
+
+    async def scenario() -> None:
+        api = RefusingStatusApi()
+        now = [0.0]
+        writer = NodeStatusWriter(api, "ns", monotonic=lambda: now[0])  # type: ignore[arg-type]
+        writer.observe("n1", api.body())
+        writer.contribute("n1", {"state": "Off"})
+        sent_at: list[float] = []
+        for _ in range(2000):  # 200 s of flushes, one every 0.1 s
+            before = len(api.patches)
+            await writer.flush()
+            if len(api.patches) > before:
+                sent_at.append(now[0])
+            now[0] = round(now[0] + 0.1, 1)
+        gaps = [b - a for a, b in itertools.pairwise(sent_at)]
+        assert len(sent_at) < 12, sent_at
+        assert all(later >= earlier for earlier, later in itertools.pairwise(gaps))
+        assert max(gaps) <= 60.1
+        warnings = [r for r in caplog.records if "status write of WorkerNode" in r.message]
+        assert len(warnings) == 1
+        api.refuse = False
+        now[0] += 60.0
+        await writer.flush()
+        assert api.status == {"state": "Off"}
+        writer.contribute("n1", {"state": "Idle"})
+        await writer.flush()  # no back-off left
+        assert api.status == {"state": "Idle"}
 
     asyncio.run(scenario())

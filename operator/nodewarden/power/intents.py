@@ -298,6 +298,8 @@ class IntentBook:
             return
         except KubeError as exc:
             log.warning("status write of PowerIntent %s failed: %s", intent.name, exc)
+            if intent.asked_phase == changed.get("phase"):
+                intent.asked_phase = intent.phase  # not settled: the next step writes it
             return
         intent.written.update(changed)
         finished_at = _parse_time(changed.get("finishedAt"))

@@ -20,6 +20,11 @@ acting. `persist(node)` writes at once -- the controller persists a transition's
 *before* sending it, so a restarted or new leader that finds the request in status never
 sends it a second time unless the state machine says so.
 
+A write the server refuses for another reason (a 422 from a CEL rule or a schema bound,
+a 403, a 5xx, a timeout) is not sent again at every round: the node's writes back off
+(0.5 s doubling to 60 s, `WRITE_BACKOFF_MAX`), the failure is logged when it starts or
+its message changes, and the first write that lands ends the back-off.
+
 What the server holds comes from the WorkerNode informer: the power controller hands
 every compact body to `observe`, and the writer keeps a reference to its `status` (one
 copy per node in the process, shared with the informer's store; never mutated here).
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +48,9 @@ from nodewarden.metrics import STATUS_WRITES
 
 log = logging.getLogger(__name__)
 
+
+WRITE_BACKOFF_MAX = 60.0
+"""Seconds: the longest wait between two writes of a node whose writes keep failing."""
 
 RIDE_ALONG: frozenset[str] = frozenset({"observedPowerTime"})
 """Status fields never written on their own (see the module docstring)."""
@@ -61,6 +70,11 @@ class _Node:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One write per node at a time: a second write waits and then sends against the
     resourceVersion the first one produced (never a false conflict with itself)."""
+    failures: int = 0
+    """Writes refused in a row (reset by one that lands)."""
+    retry_at: float = 0.0
+    """Monotonic time before which a flush leaves the node alone (its writes failing)."""
+    last_error: str | None = None
 
 
 def _stripped(value: Any) -> Any:
@@ -88,8 +102,15 @@ def _seq(status: Mapping[str, Any]) -> int | None:
 class NodeStatusWriter:
     """See the module docstring. One per operator process."""
 
-    def __init__(self, kube: Kube, namespace: str, concurrency: int = 16) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        concurrency: int = 16,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube = kube
+        self.monotonic = monotonic
         self.namespace = namespace
         self._nodes: dict[str, _Node] = {}
         self._writes = asyncio.Semaphore(concurrency)
@@ -162,11 +183,12 @@ class NodeStatusWriter:
         """Nodes with a pending change worth a write (not only `RIDE_ALONG` fields); looks
         only at nodes that were given fields, not at the whole fleet."""
         out: list[str] = []
+        now = self.monotonic()
         for name in list(self._pending):
             node = self._nodes.get(name)
             if node is None or not node.pending:
                 self._pending.discard(name)
-            elif not node.pending.keys() <= RIDE_ALONG:
+            elif not node.pending.keys() <= RIDE_ALONG and node.retry_at <= now:
                 out.append(name)
         return out
 
@@ -190,7 +212,22 @@ class NodeStatusWriter:
         except PowerStateConflict:
             log.warning("WorkerNode %s: power state changed by another writer; reloading", name)
         except KubeError as exc:
-            log.warning("status write of WorkerNode %s failed: %s", name, exc)
+            node = self._nodes.get(name)
+            if node is None:
+                return
+            node.failures += 1
+            wait = min(WRITE_BACKOFF_MAX, 0.5 * 2 ** (node.failures - 1))
+            node.retry_at = self.monotonic() + wait
+            if str(exc) != node.last_error:
+                node.last_error = str(exc)
+                log.warning(
+                    "status write of WorkerNode %s failed: %s (next try in %.1fs, backing "
+                    "off to %.0fs while it keeps failing)",
+                    name,
+                    exc,
+                    wait,
+                    WRITE_BACKOFF_MAX,
+                )
 
     async def _write(self, name: str) -> None:
         node = self._nodes.get(name)
@@ -235,6 +272,9 @@ class NodeStatusWriter:
                     raise PowerStateConflict(name) from None
                 continue
             self._take(name, body)
+            if node.failures:
+                log.info("status write of WorkerNode %s lands again", name)
+                node.failures, node.retry_at, node.last_error = 0, 0.0, None
             for key, value in patch.items():
                 if key in node.pending and _same(node.pending[key], value):
                     node.pending.pop(key, None)
