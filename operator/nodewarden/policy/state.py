@@ -16,9 +16,9 @@ UNKNOWN state before the first step, `NodePowerState.initial(node)`).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
 
@@ -158,6 +158,42 @@ class NodePowerState(CoreModel):
     @property
     def deadline(self) -> datetime | None:
         return self.transition.deadline if self.transition is not None else None
+
+
+FUTURE_FIELDS: frozenset[str] = frozenset({"deadline", "next_attempt_at", "recheck_at"})
+"""Times a state names ahead of its writing; every other time in it (since, started,
+requested, seen) was in the past of the clock that wrote it."""
+
+
+def _times(value: Any, name: str = "") -> list[tuple[str, datetime]]:
+    if isinstance(value, datetime):
+        return [(name, value)]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in _times(v, k)]
+    return []
+
+
+def _shift(value: Any, by: timedelta) -> Any:
+    if isinstance(value, datetime):
+        return value - by
+    if isinstance(value, dict):
+        return {k: _shift(v, by) for k, v in value.items()}
+    return value
+
+
+def rebased(state: NodePowerState, now: datetime) -> tuple[NodePowerState, timedelta]:
+    """`state` as read back from status, on this replica's clock: a time it holds that
+    should be past (`FUTURE_FIELDS` aside) but lies after `now` was written by a clock
+    ahead of ours by at least that much (another replica, before a takeover), so every
+    time in it -- deadlines and back-offs too -- moves back by the largest such lead.
+    Returns the state and the shift (zero: unchanged). A clock that was behind cannot be
+    told from a long wait; its times are kept."""
+    dumped = state.model_dump()
+    past = [at for name, at in _times(dumped) if name not in FUTURE_FIELDS]
+    lead = max((at - now for at in past), default=timedelta(0))
+    if lead <= timedelta(0):
+        return state, timedelta(0)
+    return NodePowerState.model_validate(_shift(dumped, lead)), lead
 
 
 _API_STATE: dict[PowerState, NodeState] = {

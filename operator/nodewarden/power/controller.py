@@ -93,6 +93,7 @@ from nodewarden.policy.state import (
     NodePowerState,
     PowerState,
     TransitionKind,
+    rebased,
 )
 from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
@@ -315,7 +316,7 @@ class PowerController:
         stored = status.get("powerState")
         if isinstance(stored, Mapping):
             try:
-                state = NodePowerState.model_validate(stored)
+                state = self._restored(name, NodePowerState.model_validate(stored), now)
             except ValidationError as exc:
                 log.warning(
                     "WorkerNode %s: stored power state unreadable (%s); verifying", name, exc
@@ -823,8 +824,22 @@ class PowerController:
         stored = self.status.server_status(rt.name).get("powerState")
         if isinstance(stored, Mapping):
             with contextlib.suppress(ValidationError):
-                rt.state = NodePowerState.model_validate(stored)
+                rt.state = self._restored(
+                    rt.name, NodePowerState.model_validate(stored), self.clock()
+                )
         rt.events.append(Evaluate())
+
+    def _restored(self, name: str, state: NodePowerState, now: datetime) -> NodePowerState:
+        """A stored power state on this replica's clock (`state.rebased`)."""
+        state, lead = rebased(state, now)
+        if lead:
+            log.warning(
+                "WorkerNode %s: the stored power state was written by a clock %.1fs ahead "
+                "of this replica's; its times are moved back by that much",
+                name,
+                lead.total_seconds(),
+            )
+        return state
 
     # -- facts that come from the spec, intents, policy, demand -------------------------
 
