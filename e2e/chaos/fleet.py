@@ -42,6 +42,9 @@ SECOND_ID = "chaos-b"
 SECOND_NODES = ("side-e",)
 LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
 FINAL_PHASES = frozenset({"Complete", "Failed", "Cancelled"})
+KILL_WAITS_FOR_START = 9.0
+"""Seconds a leader-kill waits, once it has slowed a side node, for a runner start in
+flight there (a container Locked on it) before it kills the leader anyway."""
 SLOW_DRAIN_COMMANDS = 5.0
 """Seconds each SSH command of a side node takes while a trigger waits for its drain
 (so DRAINING lasts long enough for the inhibitor / the demand to land in it)."""
@@ -124,6 +127,7 @@ class ChaosFleet:
     """Each drain trigger's stage (waiting, slowed, fired)."""
     slowed: str | None = None
     """The side node whose SSH commands a leader-kill slowed, until restored."""
+    slowed_at: float = 0.0
     takeovers: int = 0
     drained_at: float | None = None
     t0: float = 0.0
@@ -333,7 +337,10 @@ class ChaosFleet:
             if fault.delay:
                 self._slow_ssh(fault, releases)
                 return replace(fault, delay=0.0)  # the SIGKILL, with slow commands in flight
-            return None if self._kill_leader() else fault
+            starting = self._starting(self.slowed)
+            if self.slowed and not starting and self.now() < self.slowed_at + KILL_WAITS_FOR_START:
+                return fault  # a runner start in flight on the slow node is what to hit
+            return None if self._kill_leader(starting) else fault
         if fault.kind == "vm-dies":
             return None if self._kill_vm() else fault
         if fault.kind == "api-outage":
@@ -390,7 +397,7 @@ class ChaosFleet:
         node = min(state, key=lambda n: (rank.get(str(state[n]), 2), n), default="side-a")
         admin = self.power.side.admin
         admin.set_worker_faults(node, command_delay=fault.delay)
-        self.slowed = node
+        self.slowed, self.slowed_at = node, self.now()
         self.note("ssh-slow", f"{node} ({state.get(node)}): {fault.delay:g}s per SSH command")
 
         def restore() -> None:
@@ -399,7 +406,18 @@ class ChaosFleet:
 
         releases.append((self.now() + fault.seconds, f"{node} SSH speed", restore))
 
-    def _kill_leader(self) -> bool:
+    def _starting(self, node: str | None) -> list[str]:
+        """Containers Locked on `node`: chosen for it, their runner start in flight."""
+        if node is None:
+            return []
+        return [
+            c["metadata"]["name"]
+            for c in self.cloud.containers()
+            if (c.get("status") or {}).get("phase") == "Locked"
+            and (c.get("status") or {}).get("node") == node
+        ]
+
+    def _kill_leader(self, starting: list[str] | None = None) -> bool:
         holder = self.holder()
         victim = next((op for op in self.replicas if f"-{op.proc.pid}-" in holder), None)
         if victim is None:
@@ -407,7 +425,11 @@ class ChaosFleet:
         victim.stop(signal.SIGKILL)
         self.replicas.remove(victim)
         self.killed.append(victim)
-        slowed = f", {self.slowed} SSH slowed" if self.slowed else ""
+        slowed = (
+            f", {self.slowed} SSH slowed, {len(starting or [])} start(s) in flight there"
+            if self.slowed
+            else ""
+        )
         self.note("leader-kill", f"SIGKILL {victim.log_path.stem} (pid {victim.proc.pid}){slowed}")
         self.start_replica()
         return True

@@ -31,9 +31,9 @@ SIDE_NODES = ("side-a", "side-b", "side-c", "side-d")
 ready probe fails after a wake; side-d: a shutdown inhibitor is taken while it drains."""
 
 
-SSH_SLOW_SECONDS = 20.0
-"""How long a leader-kill keeps a side node's SSH commands slowed (from 3 s before the
-SIGKILL): the next leader meets the slow node while it takes over."""
+SSH_SLOW_SECONDS = 25.0
+"""How long a leader-kill keeps a side node's SSH commands slowed (from 3-12 s before
+the SIGKILL): the next leader meets the slow node while it takes over."""
 
 KNOWN_BUGS: dict[str, str] = {}
 """Fault kinds that expose an open product bug (see the chaos report); `make test`'s CI
@@ -95,8 +95,9 @@ class TimedFault:
     target: str = ""
     delay: float = 0.0
     """leader-kill: seconds each SSH command of a side node takes from 3 s before the
-    kill (so that runner starts are in flight there when the leader dies) until
-    `seconds` after the slowdown began."""
+    kill -- or longer, until a runner start is in flight there (a container Locked on
+    the node), at most `fleet.KILL_WAITS_FOR_START` -- until `seconds` after the
+    slowdown began."""
 
 
 @dataclass(frozen=True)
