@@ -251,11 +251,13 @@ def _timed(rng: random.Random, span: float, *, long: bool) -> tuple[TimedFault, 
                 round(rng.uniform(lo, max(lo, hi)), 1), "api-outage", round(rng.uniform(10, 30), 1)
             )
         )
-    # the three kills fall in three equal slots of the run, clear of the outages by 10 s
+    # the kills (3 in the long run, 2 in the CI variant's 2-3 minutes) fall in equal
+    # slots of the run, clear of the outages by 10 s
     busy = [(o.at - 10, o.at + o.seconds + 10) for o in outages]
     kills: list[TimedFault] = []
-    slot = (horizon + 30) / 3
-    for i in range(3):
+    count = 3 if long else 2
+    slot = (horizon + 30) / count
+    for i in range(count):
         lo = 8 + i * slot
         free = [
             t for t in range(int(lo), int(lo + slot - 12)) if all(not a <= t <= b for a, b in busy)
