@@ -324,6 +324,9 @@ class ChaosFleet:
                 and not releases
                 and len(phases) == len(self.schedule.containers)
                 and all(p in FINAL_PHASES for p in phases.values())
+                # a drain trigger still armed fires at the next idle spell (bounded by
+                # `deadline`): a short run must not end before it
+                and all(stage == "fired" for stage in armed.values())
             ):
                 self.drained_at = time.monotonic()
                 self.note("drained", f"{Counter(phases.values())}")
