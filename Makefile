@@ -79,8 +79,10 @@ lock: ## regenerate requirements.lock (the image's Python dependencies, hashed) 
 		--strip-extras --build-deps-for=wheel --pip-args='--only-binary=:all:' --no-emit-find-links \
 		--output-file=requirements.lock pyproject.toml
 
-chaos: $(STAMP) controlplane ## the long chaos run: 320 containers under every fault, then the invariants (CHAOS_ARGS='--chaos-seed N')
-	$(PY) e2e/run_pytest.py -q -p no:cacheprovider -s e2e/chaos $(CHAOS_ARGS)
+CHAOS_REPORT ?= chaos-report.json
+chaos: $(STAMP) controlplane ## the long chaos run: 320 containers under every fault, then the invariants (CHAOS_ARGS='--chaos-seed N'; report: CHAOS_REPORT=FILE.json)
+	$(PY) e2e/run_pytest.py -q -p no:cacheprovider -s e2e/chaos --report $(CHAOS_REPORT) $(CHAOS_ARGS)
+	python3 e2e/chaos/recheck.py $(CHAOS_REPORT)
 
 fuzz: $(STAMP) controlplane ## the long fuzz run: 400 hostile objects per kind through the API server, 20x the in-process examples (NODEWARDEN_FUZZ_EXAMPLES), a 60 s flood
 	NODEWARDEN_FUZZ_CORPUS=400 NODEWARDEN_FUZZ_EXAMPLES=20 NODEWARDEN_FLOOD_SECONDS=60 \

@@ -16,6 +16,7 @@ when a WorkerNode reaches their state -- nothing waits on a sleep for synchronis
 
 from __future__ import annotations
 
+import glob
 import json
 import signal
 import time
@@ -29,15 +30,27 @@ import yaml
 from chaos.schedule import SIDE_GPU_MODEL, SIDE_NODES, FaultSchedule, TimedFault, Trigger
 from clusterkit import ClusterHandle, OperatorProcess, start_operator, wait_for
 from dispatchkit import CATALOGUE, DispatchEnv, apply_many
+from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden_doubles.tcpproxy import ProxyThread
 from powerkit import BMC_PASSWORD, FAST_POWER_POLICY, SECURE_ON, PowerEnv, side_node_entry
 
 DISPATCHER_ID = "chaos"
 LEASE = f"nodewarden-{DISPATCHER_ID}"
+SECOND_ID = "chaos-b"
+"""The second install in the namespace (`make chaos`): one replica, side nodes only
+(`SECOND_NODES`), the same queue of containers (each locked by one install)."""
+SECOND_NODES = ("side-e",)
+LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
 FINAL_PHASES = frozenset({"Complete", "Failed", "Cancelled"})
+KILL_WAITS_FOR_START = 9.0
+"""Seconds a leader-kill waits, once it has slowed a side node, for a runner start in
+flight there (a container Locked on it) before it kills the leader anyway."""
 SLOW_DRAIN_COMMANDS = 5.0
 """Seconds each SSH command of a side node takes while a trigger waits for its drain
 (so DRAINING lasts long enough for the inhibitor / the demand to land in it)."""
+
+SIDE_CAPACITY: dict[str, Any] = {"vcpus": 16, "ram": "64Gi", "gpus": 1}
+"""Each side node's WorkerNode capacity (the report's capacity of its host)."""
 
 POLICY: dict[str, Any] = {
     **FAST_POWER_POLICY,
@@ -94,13 +107,27 @@ class ChaosFleet:
     proxy: ProxyThread
     proxied: ProxiedCluster
     config_path: Path
+    skew: str | None = None
+    """libfaketime's FAKETIME for every second replica of the install (`+30s`: its wall
+    clock ahead, its monotonic clock left alone); None: no skew."""
+    second: bool = False
+    """A second install (`SECOND_ID`) runs beside this one in the namespace."""
     replicas: list[OperatorProcess] = field(default_factory=list)
+    others: list[OperatorProcess] = field(default_factory=list)
+    """The second install's replica (restarted when it exits)."""
     killed: list[OperatorProcess] = field(default_factory=list)
     exited: list[OperatorProcess] = field(default_factory=list)
     """Replicas that ended by themselves (a leader that lost its Lease exits with 1)."""
     injected: list[Injected] = field(default_factory=list)
     vm_deaths: dict[str, float] = field(default_factory=dict)
     """Instance id -> monotonic time the schedule powered it off."""
+    node_states: list[tuple[float, str, str]] = field(default_factory=list)
+    """(seconds after t0, WorkerNode, state) at each state change the run loop saw."""
+    armed: dict[Trigger, str] = field(default_factory=dict)
+    """Each drain trigger's stage (waiting, slowed, fired)."""
+    slowed: str | None = None
+    """The side node whose SSH commands a leader-kill slowed, until restored."""
+    slowed_at: float = 0.0
     takeovers: int = 0
     drained_at: float | None = None
     t0: float = 0.0
@@ -109,8 +136,17 @@ class ChaosFleet:
 
     @classmethod
     def create(
-        cls, cluster: ClusterHandle, namespace: str, workdir: Path, schedule: FaultSchedule
+        cls,
+        cluster: ClusterHandle,
+        namespace: str,
+        workdir: Path,
+        schedule: FaultSchedule,
+        *,
+        skew: str | None = None,
+        second_install: bool = False,
     ) -> ChaosFleet:
+        if skew is not None and LIBFAKETIME is None:
+            raise RuntimeError("clock skew needs libfaketime (apt-get install faketime)")
         nodes = [
             side_node_entry("side-a", fakebmc={"never_apply": True}),
             side_node_entry("side-b"),
@@ -118,14 +154,22 @@ class ChaosFleet:
             side_node_entry("side-d"),
         ]
         assert tuple(n["name"] for n in nodes) == SIDE_NODES
-        capacity = {"capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1, "gpuModel": SIDE_GPU_MODEL}}
+        owners = {name: DISPATCHER_ID for name in SIDE_NODES}
+        if second_install:
+            nodes += [side_node_entry(name) for name in SECOND_NODES]
+            owners |= {name: SECOND_ID for name in SECOND_NODES}
+        capacity = {"capacity": {**SIDE_CAPACITY, "gpuModel": SIDE_GPU_MODEL}}
         power = PowerEnv.create(
             cluster,
             namespace,
             workdir / "power",
             nodes,
             policy=POLICY,
-            node_specs={name: capacity for name in SIDE_NODES},
+            node_specs={name: capacity for name in owners},
+            # labelled when two installs share the namespace (else claimed by the one)
+            labels={n: {DISPATCHER_LABEL: o} for n, o in owners.items()}
+            if second_install
+            else None,
         )
         try:
             cloud = DispatchEnv.create(
@@ -145,10 +189,31 @@ class ChaosFleet:
         proxy, proxied = _proxied(cluster, workdir)
         config_path = workdir / "operator.yaml"
         fleet = cls(
-            cluster, namespace, workdir, schedule, power, cloud, proxy, proxied, config_path
+            cluster,
+            namespace,
+            workdir,
+            schedule,
+            power,
+            cloud,
+            proxy,
+            proxied,
+            config_path,
+            skew=skew,
+            second=second_install,
         )
         fleet._write_config()
         return fleet
+
+    @property
+    def side_names(self) -> tuple[str, ...]:
+        """Every side node in the run (the second install's included)."""
+        return SIDE_NODES + (SECOND_NODES if self.second else ())
+
+    def owners(self) -> dict[str, str]:
+        """Host (`side:<name>`, `vm:<id>`) -> the install that owns it."""
+        out = {f"side:{n}": DISPATCHER_ID for n in SIDE_NODES}
+        out |= {f"side:{n}": SECOND_ID for n in SECOND_NODES if self.second}
+        return out
 
     def _write_config(self) -> None:
         config = yaml.safe_load(self.cloud.config_path.read_text())
@@ -157,13 +222,44 @@ class ChaosFleet:
         config["power"] = {**side["power"], "keep_finished_intents": 100000}
         config["dispatch"]["ssh_user"] = side["dispatch"]["ssh_user"]
         self.config_path.write_text(yaml.safe_dump(config))
+        if self.second:  # side nodes only: it creates no VMs
+            other = {**config, "dispatcher_id": SECOND_ID}
+            other.pop("cloud", None)
+            self._second_config.write_text(yaml.safe_dump(other))
+
+    @property
+    def _second_config(self) -> Path:
+        return self.workdir / "operator-b.yaml"
 
     def start_replica(self) -> OperatorProcess:
-        name = f"operator-{len(self.replicas) + len(self.killed) + len(self.exited)}"
+        index = len(self.replicas) + len(self.killed) + len(self.exited)
+        skewed = self.skew is not None and index % 2 == 1
+        env = None
+        if skewed:  # the wall clock only (the monotonic clock is left alone)
+            assert LIBFAKETIME is not None and self.skew is not None
+            env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": self.skew, "DONT_FAKE_MONOTONIC": "1"}
         op = start_operator(
-            self.proxied, self.namespace, self.workdir, f"--config={self.config_path}", name=name
+            self.proxied,
+            self.namespace,
+            self.workdir,
+            f"--config={self.config_path}",
+            name=f"operator-{index}" + ("-skewed" if skewed else ""),
+            env=env,
         )
         self.replicas.append(op)
+        return op
+
+    def start_second(self) -> OperatorProcess:
+        """The second install's replica (`SECOND_ID`), direct to the API server."""
+        index = len(self.others) + sum(1 for op in self.exited if "install-b" in op.log_path.stem)
+        op = start_operator(
+            self.cluster,
+            self.namespace,
+            self.workdir,
+            f"--config={self._second_config}",
+            name=f"install-b-{index}",
+        )
+        self.others.append(op)
         return op
 
     # -- the run ------------------------------------------------------------------------------
@@ -180,11 +276,14 @@ class ChaosFleet:
         or until `deadline` (False: the invariants then name what was lost)."""
         self.start_replica()
         self.start_replica()
+        if self.second:
+            self.start_second()
         wait_for(self.holder, timeout=60, interval=0.5, what=f"a holder of Lease {LEASE}")
         self.t0 = time.monotonic()
         bursts = list(self.schedule.bursts)
         faults = list(self.schedule.faults)
-        armed: dict[Trigger, str] = {t: "waiting" for t in self.schedule.triggers}
+        self.armed = {t: "waiting" for t in self.schedule.triggers}
+        armed = self.armed
         releases: list[tuple[float, str, Any]] = []
         holder = self.holder()
         while True:
@@ -198,8 +297,9 @@ class ChaosFleet:
                 self.note("burst", f"{len(burst.containers)} containers")
             while faults and faults[0].at <= now:
                 fault = faults.pop(0)
-                if not self._fire(fault, releases):  # nothing to hit yet: try again shortly
-                    faults = sorted([*faults, replace(fault, at=now + 3)], key=lambda f: f.at)
+                retry = self._fire(fault, releases)
+                if retry is not None:  # nothing to hit yet, or its second step: in 3 s
+                    faults = sorted([*faults, replace(retry, at=now + 3)], key=lambda f: f.at)
                     break
             for at, what, undo in list(releases):
                 if at <= now:
@@ -208,6 +308,7 @@ class ChaosFleet:
                     self.note("restored", what)
             self._restart_exited()
             nodes = {n["metadata"]["name"]: n for n in self.cloud.nodes()}
+            self._record_states(nodes)
             for trigger, stage in armed.items():
                 armed[trigger] = self._advance(trigger, stage, nodes, releases)
             current = self.holder()
@@ -223,17 +324,28 @@ class ChaosFleet:
                 and not releases
                 and len(phases) == len(self.schedule.containers)
                 and all(p in FINAL_PHASES for p in phases.values())
+                # a drain trigger still armed fires at the next idle spell (bounded by
+                # `deadline`): a short run must not end before it
+                and all(stage == "fired" for stage in armed.values())
             ):
                 self.drained_at = time.monotonic()
                 self.note("drained", f"{Counter(phases.values())}")
                 return True
             time.sleep(1.0)  # the run loop's poll interval (bounded by `deadline`)
 
-    def _fire(self, fault: TimedFault, releases: list[tuple[float, str, Any]]) -> bool:
+    def _fire(self, fault: TimedFault, releases: list[tuple[float, str, Any]]) -> TimedFault | None:
+        """Inject `fault`; None when done, else what to fire in 3 s (the same fault when
+        there is nothing to hit yet)."""
         if fault.kind == "leader-kill":
-            return self._kill_leader()
+            if fault.delay:
+                self._slow_ssh(fault, releases)
+                return replace(fault, delay=0.0)  # the SIGKILL, with slow commands in flight
+            starting = self._starting(self.slowed)
+            if self.slowed and not starting and self.now() < self.slowed_at + KILL_WAITS_FOR_START:
+                return fault  # a runner start in flight on the slow node is what to hit
+            return None if self._kill_leader(starting) else fault
         if fault.kind == "vm-dies":
-            return self._kill_vm()
+            return None if self._kill_vm() else fault
         if fault.kind == "api-outage":
             dropped = self.proxy.drop_all()
             self.proxy.refuse()
@@ -248,19 +360,67 @@ class ChaosFleet:
         elif fault.kind == "bmc-500":
             self.power.side.admin.set_bmc(fault.target, failing_resets=2, unavailable_reads=6)
             self.note("bmc-500", f"{fault.target}: next 2 resets 500, next 6 reads 503")
-        return True
+        return None
 
     def _restart_exited(self) -> None:
         """Start a replacement for a replica that exited, as a Deployment's Pod restarts."""
-        for op in list(self.replicas):
-            code = op.proc.poll()
-            if code is not None:
-                self.replicas.remove(op)
-                self.exited.append(op)
-                self.note("replica-exited", f"{op.log_path.stem} exited {code}; restarted")
-                self.start_replica()
+        for group, start in ((self.replicas, self.start_replica), (self.others, self.start_second)):
+            for op in list(group):
+                code = op.proc.poll()
+                if code is not None:
+                    group.remove(op)
+                    self.exited.append(op)
+                    self.note("replica-exited", f"{op.log_path.stem} exited {code}; restarted")
+                    start()
 
-    def _kill_leader(self) -> bool:
+    def _record_states(self, nodes: dict[str, dict[str, Any]]) -> None:
+        last: dict[str, str] = {}
+        for _, name, state in self.node_states:
+            last[name] = state
+        for name, node in sorted(nodes.items()):
+            state = str((node.get("status") or {}).get("state") or "")
+            if last.get(name) != state:
+                self.node_states.append((round(self.now(), 1), name, state))
+
+    def _slow_ssh(self, fault: TimedFault, releases: list[tuple[float, str, Any]]) -> None:
+        """Slow every SSH command of a side node that takes work (Active first, then
+        Idle; not one a drain trigger still wants) for `fault.seconds` (a slowdown of an
+        earlier kill still going ends first)."""
+        for release in [r for r in releases if r[1].endswith(" SSH speed")]:
+            releases.remove(release)
+            release[2]()
+        nodes = {n["metadata"]["name"]: n for n in self.cloud.nodes()}
+        wanted = {t.node for t, stage in self.armed.items() if stage != "fired"}
+        state = {
+            name: ((nodes.get(name) or {}).get("status") or {}).get("state")
+            for name in SIDE_NODES
+            if name not in wanted
+        }
+        rank = {"Active": 0, "Idle": 1}
+        node = min(state, key=lambda n: (rank.get(str(state[n]), 2), n), default="side-a")
+        admin = self.power.side.admin
+        admin.set_worker_faults(node, command_delay=fault.delay)
+        self.slowed, self.slowed_at = node, self.now()
+        self.note("ssh-slow", f"{node} ({state.get(node)}): {fault.delay:g}s per SSH command")
+
+        def restore() -> None:
+            admin.set_worker_faults(node, command_delay=0.0)
+            self.slowed = None
+
+        releases.append((self.now() + fault.seconds, f"{node} SSH speed", restore))
+
+    def _starting(self, node: str | None) -> list[str]:
+        """Containers Locked on `node`: chosen for it, their runner start in flight."""
+        if node is None:
+            return []
+        return [
+            c["metadata"]["name"]
+            for c in self.cloud.containers()
+            if (c.get("status") or {}).get("phase") == "Locked"
+            and (c.get("status") or {}).get("node") == node
+        ]
+
+    def _kill_leader(self, starting: list[str] | None = None) -> bool:
         holder = self.holder()
         victim = next((op for op in self.replicas if f"-{op.proc.pid}-" in holder), None)
         if victim is None:
@@ -268,7 +428,12 @@ class ChaosFleet:
         victim.stop(signal.SIGKILL)
         self.replicas.remove(victim)
         self.killed.append(victim)
-        self.note("leader-kill", f"SIGKILL {victim.log_path.stem} (pid {victim.proc.pid})")
+        slowed = (
+            f", {self.slowed} SSH slowed, {len(starting or [])} start(s) in flight there"
+            if self.slowed
+            else ""
+        )
+        self.note("leader-kill", f"SIGKILL {victim.log_path.stem} (pid {victim.proc.pid}){slowed}")
         self.start_replica()
         return True
 
@@ -339,12 +504,15 @@ class ChaosFleet:
         return [vm.id for vm in self.cloud.ours() if vm.id not in known]
 
     def stop(self) -> None:
-        for op in self.replicas:
+        for op in [*self.replicas, *self.others]:
             op.stop()
+
+    def processes(self) -> list[OperatorProcess]:
+        return [*self.killed, *self.exited, *self.replicas, *self.others]
 
     def close(self) -> None:
         self.stop()
-        for op in [*self.killed, *self.exited, *self.replicas]:
+        for op in self.processes():
             print(f"--- {op.log_path.name} (last 4000 chars) ---\n{op.logs()[-4000:]}")
         self.proxy.close()
         self.cloud.close()
@@ -369,28 +537,39 @@ class ChaosFleet:
         self.stop()
         side = self.power.side.admin
         get = self.cluster.get_json
+        cloud_runs = self.cloud.stub.admin.runs()
+        names = self.side_names
+        side_runs = {n: side.runs(n) for n in names}
+        read_at = time.monotonic()  # the ledgers' still-running runs count as running until now
         return {
             "containers": get(self.namespace, "cd")["items"],
             "workernodes": get(self.namespace, "wn")["items"],
             "intents": get(self.namespace, "pi")["items"],
             "events": get(self.namespace, "events")["items"],
             "policies": get(self.namespace, "pp")["items"],
-            "cloud_runs": self.cloud.stub.admin.runs(),
+            "cloud_runs": cloud_runs,
+            "read_at": read_at,
+            "capacity": {
+                "side": {n: dict(SIDE_CAPACITY) for n in names},
+                "types": {
+                    t.provider_type: {"vcpus": t.vcpus, "ram": t.ram, "gpus": t.gpus}
+                    for t in [*CATALOGUE, *SPOT]
+                },
+            },
             "cloud_vms": [
                 {"id": v.id, "state": v.state, "size": v.size} for v in self.cloud.ours()
             ],
-            "side_runs": {n: side.runs(n) for n in SIDE_NODES},
-            "side_events": {n: side.events(n) for n in SIDE_NODES},
-            "side_power": {n: side.node(n)["power"] for n in SIDE_NODES},
-            "bmc_logs": {n: side.bmc_log(n) for n in SIDE_NODES},
+            "side_runs": side_runs,
+            "side_events": {n: side.events(n) for n in names},
+            "side_power": {n: side.node(n)["power"] for n in names},
+            "bmc_logs": {n: side.bmc_log(n) for n in names},
             "vm_deaths": dict(self.vm_deaths),
-            "processes": len(self.replicas) + len(self.killed) + len(self.exited),
+            "owners": self.owners(),
+            "cloud_owner": DISPATCHER_ID,
+            "processes": len(self.processes()),
             "killed": len(self.killed),
             "logs": {
-                **{
-                    op.log_path.name: op.logs()
-                    for op in [*self.killed, *self.exited, *self.replicas]
-                },
+                **{op.log_path.name: op.logs() for op in self.processes()},
                 "sidenodes.log": self.power.side.log_text(),
                 "stubcloud.log": self.cloud.stub.log_text(),
             },

@@ -4,20 +4,24 @@
     print(report(results))            # one line per invariant with its count, then offenders
 
 Evidence (see `ChaosFleet.evidence`) is what the run left behind, read after the
-operators stopped: the stub cloud's run ledger (every runner start, destroyed VMs
-included), the side nodes' run and power event logs, the fake BMCs' request and reset
+operators stopped: the stub cloud's run ledger (every run's start and end, destroyed
+VMs included), the side nodes' run and power event logs, the fake BMCs' request and reset
 logs, the Kubernetes objects (ContainerDispatch, WorkerNode, PowerIntent with its
 Safety Records, Events, PowerPolicy) and the logs of every operator process. A
 violation names the offending object and quotes the evidence that convicts it.
+
+The capacity, exactly-once, never-two-runners and one-actor checks are `chaos.recheck`'s,
+run over the run's report (`evidence["report"]`, `chaos.report`): the same report file
+that `recheck.py` reads alone.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from chaos import recheck
 
 Evidence = dict[str, Any]
 Check = Callable[[Evidence], list[str]]
@@ -47,97 +51,18 @@ def _short(value: Any, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# -- containers -----------------------------------------------------------------------------
+# -- containers and capacity: recomputed from the report (`chaos.recheck`) --------------
 
 
-def _runs(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
-    """uuid -> [(start, host)] from the cloud ledger and the side nodes, sorted."""
-    runs: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    for r in ev["cloud_runs"]:
-        runs[r["uuid"]].append((float(r["startedAt"]), f"vm:{r['instanceId']}"))
-    for node, node_runs in ev["side_runs"].items():
-        for r in node_runs:
-            runs[r["uuid"]].append((float(r["monotonic"]), f"side:{node}"))
-    return {u: sorted(rs) for u, rs in runs.items()}
+def _from_report(check: Check) -> Check:
+    """A `chaos.recheck` check over the report built from the evidence (`chaos.report`):
+    the harness and `recheck.py REPORT.json` count with the same functions."""
 
+    def run(ev: Evidence) -> list[str]:
+        return check(ev["report"])
 
-def _deaths(ev: Evidence) -> dict[str, list[float]]:
-    """host -> monotonic times it lost power (VMs the schedule killed, side-node power-offs)."""
-    deaths: dict[str, list[float]] = defaultdict(list)
-    for vm, at in ev["vm_deaths"].items():
-        deaths[f"vm:{vm}"].append(float(at))
-    for node, events in ev["side_events"].items():
-        for e in events:
-            if e["kind"] == "power_off":
-                deaths[f"side:{node}"].append(float(e["monotonic"]))
-    return deaths
-
-
-def _end(start: float, host: str, duration: float, deaths: dict[str, list[float]]) -> float:
-    cut = [d for d in deaths.get(host, []) if start <= d < start + duration]
-    return min(cut) if cut else start + duration
-
-
-OBSERVE_WINDOW = 5.0
-"""Seconds after a run's end within which its host's death can still hide that end from
-the operator (a probe every second, then the runner-status command, on a loaded machine).
-Such a run is run again: the node is the only record of a runner's exit, so a finished run
-nobody saw finish counts as lost (at least once, as in Arvados). A later run after a run
-whose end was observable is a real double run."""
-
-
-def _observable(start: float, host: str, duration: float, deaths: dict[str, list[float]]) -> bool:
-    end = start + duration
-    return not any(start <= d < end + OBSERVE_WINDOW for d in deaths.get(host, []))
-
-
-def containers_exactly_once(ev: Evidence) -> list[str]:
-    """Every container Complete (a run that finished, and none started after a run whose
-    end the operator could observe) or Failed with a reason; none lost."""
-    out = []
-    runs, deaths = _runs(ev), _deaths(ev)
-    for cd in ev["containers"]:
-        st, uuid = cd.get("status") or {}, cd["spec"]["uuid"]
-        phase, mine = st.get("phase"), runs.get(uuid, [])
-        duration = float(cd["spec"]["runtime"].get("durationHintSeconds") or 0)
-        whole = [r for r in mine if _end(r[0], r[1], duration, deaths) >= r[0] + duration]
-        seen_done = [r for r in whole if _observable(r[0], r[1], duration, deaths)]
-        again = [r for r in seen_done if any(start > r[0] for start, _ in mine)]
-        if phase not in FINAL:
-            out.append(f"{_name(cd)}: lost, phase {phase} ({st.get('schedulingStatus')})")
-        elif phase == "Failed" and not st.get("reason"):
-            out.append(f"{_name(cd)}: Failed without a reason: {_short(st)}")
-        elif phase == "Complete" and (not whole or again):
-            out.append(
-                f"{_name(cd)}: Complete with {len(whole)} uninterrupted runs, "
-                f"{len(again)} run again after an observable end: {mine}"
-            )
-    known = {cd["spec"]["uuid"] for cd in ev["containers"]}
-    out += [
-        f"{u}: ran but no ContainerDispatch has it: {rs}"
-        for u, rs in runs.items()
-        if u not in known
-    ]
-    return out
-
-
-def never_two_runners(ev: Evidence) -> list[str]:
-    """No container ran on two hosts (or twice on one) at the same time."""
-    out = []
-    runs, deaths = _runs(ev), _deaths(ev)
-    durations = {
-        cd["spec"]["uuid"]: float(cd["spec"]["runtime"].get("durationHintSeconds") or 0)
-        for cd in ev["containers"]
-    }
-    for uuid, rs in runs.items():
-        for (a, host_a), (b, host_b) in itertools.pairwise(rs):
-            end = _end(a, host_a, durations.get(uuid, 0.0), deaths)
-            if b < end:
-                out.append(
-                    f"{uuid}: second runner on {host_b} started {end - b:.1f}s before the "
-                    f"first on {host_a} (started {a:.1f}) ended"
-                )
-    return out
+    run.__doc__ = check.__doc__
+    return run
 
 
 # -- cloud ----------------------------------------------------------------------------------
@@ -368,8 +293,7 @@ def no_secret_anywhere(ev: Evidence) -> list[str]:
 
 
 CHECKS: dict[str, Check] = {
-    "every container completed exactly once or Failed with a reason": containers_exactly_once,
-    "never two runners of one container at once": never_two_runners,
+    **{name: _from_report(check) for name, check in recheck.CHECKS.items()},
     "zero orphan instances 60 s after the drain": no_orphan_instances,
     "zero leaked BMC sessions": no_leaked_bmc_sessions,
     "side-node shutdowns: every gate passed on fresh evidence or audited override": side_shutdown_gates,

@@ -15,12 +15,13 @@ import random
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.fleet import ChaosFleet
+from chaos.fleet import SECOND_ID, SECOND_NODES, ChaosFleet
 from chaos.invariants import check_all, report
+from chaos.report import build_report, write_report
 from chaos.schedule import FaultSchedule
 from clusterkit import ClusterHandle, wait_for
 
@@ -37,6 +38,13 @@ class ChaosSettings:
     """The command that replays this run."""
     exclude: frozenset[str] = frozenset()
     """Fault kinds not played (each exposes a known bug: `schedule.KNOWN_BUGS`)."""
+    skew: str | None = None
+    """FAKETIME of every second replica (`+30s`: wall clock ahead; `make chaos` only)."""
+    second_install: bool = False
+    """A second install in the namespace, with its own side node (`make chaos` only)."""
+    report: Path | None = None
+    """Where the run's report goes (`--report FILE.json`); default: report.json in the
+    run's work directory. `python3 e2e/chaos/recheck.py FILE.json` recounts it."""
 
 
 def seed_from(value: str | None) -> int:
@@ -52,6 +60,16 @@ def seed_from(value: str | None) -> int:
         ) from None
 
 
+def add_report_option(parser: Any) -> None:
+    """`--report FILE.json` of both chaos runs (`make chaos` and the CI variant)."""
+    parser.getgroup("chaos").addoption(
+        "--report",
+        default=None,
+        type=Path,
+        help="write the chaos run's report here (recount: python3 e2e/chaos/recheck.py FILE)",
+    )
+
+
 def shout(text: str) -> None:
     """Print past pytest's output capture (the seed must be visible while the run goes)."""
     print(text, file=sys.__stderr__, flush=True)
@@ -62,10 +80,25 @@ def run_chaos(
     cluster: ClusterHandle, namespace: str, workdir: Path, settings: ChaosSettings
 ) -> None:
     schedule = FaultSchedule.make(settings.seed, settings.containers, settings.exclude)
-    header = f"{schedule.describe()}\nreplay: {settings.replay}"
+    extra = []
+    if settings.skew:
+        extra.append(f"  every second replica's wall clock skewed {settings.skew} (libfaketime)")
+    if settings.second_install:
+        extra.append(
+            f"  second install {SECOND_ID} in the namespace: {', '.join(SECOND_NODES)}, "
+            "the same queue"
+        )
+    header = "\n".join([schedule.describe(), *extra, f"replay: {settings.replay}"])
     shout(header)
     started = time.monotonic()
-    fleet = ChaosFleet.create(cluster, namespace, workdir, schedule)
+    fleet = ChaosFleet.create(
+        cluster,
+        namespace,
+        workdir,
+        schedule,
+        skew=settings.skew,
+        second_install=settings.second_install,
+    )
     try:
         drained_in_time = fleet.run(settings.deadline)
         drained = time.monotonic() - started
@@ -79,7 +112,19 @@ def run_chaos(
         evidence = fleet.evidence()
         evidence["orphans"] = orphans
         _keep(workdir / "evidence.json", evidence)
+        evidence["report"] = build_report(
+            evidence,
+            seed=settings.seed,
+            replay=settings.replay,
+            t0=fleet.t0,
+            faults=[asdict(i) for i in fleet.injected],
+            node_states=fleet.node_states,
+        )
         results = check_all(evidence)
+        evidence["report"]["harness"] = {name: len(v) for name, v in results.items()}
+        report_path = settings.report or workdir / "report.json"
+        write_report(report_path, evidence["report"])
+        shout(f"chaos report: {report_path} (recount: python3 e2e/chaos/recheck.py {report_path})")
         figures = (
             f"chaos seed {settings.seed}: {len(schedule.containers)} containers "
             f"{Counter((c.get('status') or {}).get('phase') for c in evidence['containers'])}; "
@@ -107,6 +152,7 @@ def _not_fired(schedule: FaultSchedule, fleet: ChaosFleet) -> list[str]:
     """Scheduled fault kinds the run never managed to inject (the run would prove less)."""
     fired = fleet.fired()
     wanted = Counter(f.kind for f in schedule.faults) + Counter(t.kind for t in schedule.triggers)
+    wanted["ssh-slow"] = sum(1 for f in schedule.faults if f.kind == "leader-kill" and f.delay)
     return [f"{kind} ({fired[kind]}/{n})" for kind, n in wanted.items() if fired[kind] < n]
 
 

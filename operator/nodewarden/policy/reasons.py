@@ -375,7 +375,8 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
     _R.TRANSITION_ABORTED: ReasonDoc(
         _C.NONE,
         "The transition in progress was abandoned before its irreversible step because a "
-        "gate stopped passing.",
+        "gate stopped passing, or its replica stopped before recording it on the WorkerNode "
+        "(then no request of it was sent).",
         "Nothing; the other reason codes say which gate.",
     ),
     _R.UNEXPECTED_POWER_CHANGE: ReasonDoc(

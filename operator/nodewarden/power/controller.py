@@ -632,6 +632,9 @@ class PowerController:
                 keep = timedelta(seconds=self.settings.keep_intents_of_gone_nodes)
                 self._spawn(self.intents.expire_gone(set(self.nodes), now, keep))
                 self._spawn(self.intents.expire_manual(now))
+        if self._synced.is_set():
+            for intent in self.intents.abandoned(self._transition_intent):
+                self._spawn(self.intents.abandon(intent, now))
         self._schedule_observations(now)
         fleet: dict[str | None, FleetReading] | None = None  # counted once a node steps
         for rt in list(self.nodes.values()):
@@ -660,6 +663,11 @@ class PowerController:
         await self.status.flush(hold=held)
         self._held = held
         gauges.publish(self.nodes.values(), now)
+
+    def _transition_intent(self, node: str) -> str | bool | None:
+        """The intent of `node`'s current transition (None: none; False: not our node)."""
+        rt = self.nodes.get(node)
+        return False if rt is None else rt.transition_intent
 
     def _sleep_for(self, now: datetime) -> float:
         soonest = 5.0

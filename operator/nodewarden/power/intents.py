@@ -31,7 +31,7 @@ import heapq
 import logging
 import re
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +44,7 @@ from nodewarden.kube.client import Kube, KubeError, NotFound
 from nodewarden.kube.requesters import NOT_CHECKED, RequesterAdmission
 from nodewarden.metrics import STATUS_WRITES
 from nodewarden.policy.facts import ManualIntent, OverrideRequest
+from nodewarden.policy.reasons import ReasonCode
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.units import parse_rfc3339, rfc3339
 
@@ -148,6 +149,10 @@ class IntentBook:
         self._finished_policy: dict[str, deque[str]] = {}
         self._gone_since: dict[str, datetime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._open_policy: set[str] = set()
+        """Names of the policy-made intents not finished (see `abandoned`)."""
+        self._created: set[str] = set()
+        """Names of the policy-made intents this book created (this replica's)."""
         self.writes = 0
 
     # -- the watch ----------------------------------------------------------------------
@@ -203,6 +208,7 @@ class IntentBook:
             intent.finished_at = known.finished_at
         self.intents[name] = intent
         self._index(intent)
+        self._file_policy(intent)
         if intent.source == "Policy" and intent.finished:
             self._remember_finished(intent)
         return intent.node
@@ -238,9 +244,17 @@ class IntentBook:
             if not entry:
                 del self._applied[node]
 
+    def _file_policy(self, intent: Intent) -> None:
+        if intent.source == "Policy" and not intent.finished:
+            self._open_policy.add(intent.name)
+        else:
+            self._open_policy.discard(intent.name)
+
     def _drop(self, name: str) -> Intent | None:
         """Forget an intent (deleted, or gone from the API server)."""
         self._unindex(name)
+        self._open_policy.discard(name)
+        self._created.discard(name)
         self._filed_finished.pop(name, None)
         return self.intents.pop(name, None)
 
@@ -312,6 +326,7 @@ class IntentBook:
                 current.phase = changed["phase"]
                 current.finished_at = intent.finished_at or current.finished_at
                 self._index(current)
+                self._file_policy(current)
         if intent.source == "Policy" and intent.finished:
             self._remember_finished(intent)
             await self._expire(intent.node)
@@ -349,12 +364,58 @@ class IntentBook:
             started_at=at,
         )
         self.intents[name] = intent
+        self._created.add(name)
+        self._open_policy.add(name)
         try:
             await self.kube.create(POWER_INTENT, self.namespace, body)
         except KubeError as exc:
             if getattr(exc, "status", None) != 409:  # exists: a resumed transition
                 log.warning("could not create PowerIntent %s: %s", name, exc)
         return intent
+
+    # -- abandoned transitions --------------------------------------------------------------
+
+    def abandoned(self, transition_intent: Callable[[str], str | bool | None]) -> list[Intent]:
+        """Open policy-made intents that no transition stands for: a replica created the
+        intent and stopped (SIGKILL, lost Lease) before it recorded the transition on the
+        WorkerNode, so the replica that took over never resumes it and no power request
+        of it was ever sent (requests are persisted on the WorkerNode first).
+        `transition_intent(node)`: the intent of the node's current transition, None if
+        it has none, False if the node is not one of this install's (left alone).
+        Intents this book created, and those being written, are never abandoned: their
+        transitions are this replica's own. O(open policy-made intents)."""
+        out = []
+        for name in sorted(self._open_policy - self._created):
+            intent = self.intents.get(name)
+            lock = self._locks.get(name)
+            if intent is None or intent.finished or (lock is not None and lock.locked()):
+                continue
+            current = transition_intent(intent.node)
+            if current is not False and current != name:
+                out.append(intent)
+        return out
+
+    async def abandon(self, intent: Intent, now: datetime) -> None:
+        """Close an abandoned intent (`abandoned`) as Aborted, TRANSITION_ABORTED."""
+        lock = self._locks.setdefault(intent.name, asyncio.Lock())
+        async with lock:
+            current = self.intents.get(intent.name)
+            if current is None or current.finished:
+                return  # finished meanwhile
+            log.info("PowerIntent %s: its transition was never recorded; aborted", intent.name)
+            await self._write(
+                current,
+                {
+                    "phase": "Aborted",
+                    "finishedAt": _iso(now),
+                    "reasons": [ReasonCode.TRANSITION_ABORTED.value],
+                    "message": (
+                        "aborted: the replica that opened this transition stopped before "
+                        f"recording it on WorkerNode {current.node}, so no power request "
+                        "of it was sent; the node's machine decides afresh"
+                    ),
+                },
+            )
 
     async def expire_manual(self, now: datetime) -> int:
         """Delete the finished manual intents whose retention is over, when deleting them

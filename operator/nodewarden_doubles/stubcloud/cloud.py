@@ -588,17 +588,18 @@ class StubCloud:
                 self._vms.pop(instance_id, None)
         with self._lock:
             worker = vm.worker
-            self._run_ledger.extend(_runs_of(instance_id, worker, ending=True))
+            self._run_ledger.extend(_runs_of(vm, worker, ending=True))
             vm.worker = None
         if worker is not None:
             await worker.stop()
 
     def runs(self) -> list[dict[str, object]]:
         """Every run on every VM, destroyed ones included (test evidence of "no container
-        ran twice" and of capacity): instance id, container uuid, pid, start and end time
-        (`endedAt`/`end`, null while running), owner (`FakeContainer.record`)."""
+        ran twice" and of capacity): instance id and type (`size`), container uuid, pid,
+        start and end time (`endedAt`/`end`, null while running), owner
+        (`FakeContainer.record`)."""
         with self._lock:
-            live = [r for vm in self._vms.values() for r in _runs_of(vm.id, vm.worker)]
+            live = [r for vm in self._vms.values() for r in _runs_of(vm, vm.worker)]
             return [*self._run_ledger, *live]
 
     async def _stop_workers(self, vms: list[StubVM]) -> None:
@@ -606,15 +607,16 @@ class StubCloud:
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
 
 
-def _runs_of(instance_id: str, worker: object, ending: bool = False) -> list[dict[str, object]]:
-    """The VM's run ledger (`FakeRunner.ledger`: start, end, owner) with its instance id;
-    `ending`: the VM is destroyed now, so the runs still going end with it (powerLoss)."""
+def _runs_of(vm: StubVM, worker: object, ending: bool = False) -> list[dict[str, object]]:
+    """The VM's run ledger (`FakeRunner.ledger`: start, end, owner) with its instance id
+    and type; `ending`: the VM is destroyed now, so the runs still going end with it
+    (powerLoss)."""
     runner = getattr(worker, "runner", None)
     if runner is None:
         return []
     if ending:
         runner.reboot()
-    return [{"instanceId": instance_id, **record} for record in runner.ledger()]
+    return [{"instanceId": vm.id, "size": vm.size, **record} for record in runner.ledger()]
 
 
 def _http_error(code: int, message: str, headers: dict[str, str] | None = None) -> Exception:
