@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_per_object_catch import controller
 
 from crdfuzz.schema import body, spec_strategy
 from memkube import MemoryKube
@@ -25,18 +26,13 @@ from nodewarden.api.kinds import POWER_INTENT, POWER_POLICY, WORKER_NODE
 from nodewarden.api.powerintent import PowerIntentSpec
 from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.config import CredentialsConfig, OperatorConfig
-from nodewarden.credentials import CredentialResolver
+from nodewarden.config import OperatorConfig
 from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.handlers.validation import resync_once
 from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.policy.view import PolicyView
-from nodewarden.power.board import PowerBoard
-from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
-from nodewarden.power.runtime import ControllerSettings
-from nodewarden.power.status import NodeStatusWriter
 from nodewarden.validation import (
     Verdict,
     parse_spec,
@@ -113,29 +109,6 @@ def good_node(name: str = "good") -> dict[str, Any]:
     return body(WORKER_NODE.kind, name, {"nodeType": "CloudVM", "instanceType": "small"}, NS)
 
 
-def controller(kube: MemoryKube, book: PolicyBook) -> PowerController:
-    credentials = CredentialResolver(
-        kube,  # type: ignore[arg-type]
-        NS,
-        CredentialsConfig(),
-    )
-    return PowerController(
-        kube=kube,  # type: ignore[arg-type]
-        namespace=NS,
-        dispatcher_id="d",
-        default_policy="default",
-        credentials=credentials,
-        policies=book,
-        pool=None,
-        board=PowerBoard(),
-        status=NodeStatusWriter(kube, NS),  # type: ignore[arg-type]
-        control=PowerControl(credentials, None, None, lambda: T0),
-        settings=ControllerSettings(),
-        clock=lambda: T0,
-        acknowledge_admission=True,
-    )
-
-
 async def settle(ctrl: PowerController) -> None:
     for _ in range(20):
         if not ctrl._tasks:
@@ -175,7 +148,7 @@ def test_the_power_round_steps_any_node_and_serves_the_good_one(
         book = PolicyBook(namespace=NS, default_name="default")
         book.observe(body(POWER_POLICY.kind, "default", {}, NS))
         book.observe(body(POWER_POLICY.kind, "hostile", policy, NS))
-        ctrl = controller(kube, book)
+        ctrl = controller(kube, book, ssh_endpoints=(), clock_at=T0)
         ctrl.observe_policy(body(POWER_POLICY.kind, "hostile", policy, NS))
         ctrl.observe_node(kube.put(WORKER_NODE, NS, good_node()))
         for i, spec in enumerate(nodes):

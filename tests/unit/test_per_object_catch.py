@@ -71,14 +71,22 @@ def test_the_policy_book_survives_a_bug_on_one_policy(monkeypatch: pytest.Monkey
     assert book.default_problem is None
 
 
-def controller(kube: MemoryKube) -> PowerController:
+def controller(
+    kube: MemoryKube,
+    book: PolicyBook | None = None,
+    ssh_endpoints: tuple[str, ...] = ("127.0.0.1",),
+    clock_at: datetime = T0,
+) -> PowerController:
+    """A power controller on the in-memory API with a fixed clock (`book`: a default
+    policy only, unless given)."""
     credentials = CredentialResolver(
         kube,  # type: ignore[arg-type]
         NS,
-        CredentialsConfig(ssh_endpoints=["127.0.0.1"]),
+        CredentialsConfig(ssh_endpoints=list(ssh_endpoints)),
     )
-    book = PolicyBook(namespace=NS, default_name="default")
-    book.observe(_policy("default"))
+    if book is None:
+        book = PolicyBook(namespace=NS, default_name="default")
+        book.observe(_policy("default"))
     return PowerController(
         kube=kube,  # type: ignore[arg-type]
         namespace=NS,
@@ -89,9 +97,9 @@ def controller(kube: MemoryKube) -> PowerController:
         pool=None,
         board=PowerBoard(),
         status=NodeStatusWriter(kube, NS),  # type: ignore[arg-type]
-        control=PowerControl(credentials, None, None, lambda: T0),
+        control=PowerControl(credentials, None, None, lambda: clock_at),
         settings=ControllerSettings(),
-        clock=lambda: T0,
+        clock=lambda: clock_at,
         acknowledge_admission=True,
     )
 
