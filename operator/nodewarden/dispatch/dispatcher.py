@@ -282,7 +282,7 @@ class Dispatcher:
             if self.recovered and self.pool.declared:
                 await self.pool.adopt_declared()
             self.pool.ensure_probes()
-            self._reconcile_runners(now)
+            self._reconcile_runners()
         await self._cancellations(now)
         if self.queue.marks_due:  # objects whose uuid another holds (queue docstring)
             self._spawn(self.queue.mark_duplicates())
@@ -401,7 +401,7 @@ class Dispatcher:
 
     # --- 2. runners vs containers ---------------------------------------------------------
 
-    def _reconcile_runners(self, now: datetime) -> None:
+    def _reconcile_runners(self) -> None:
         assert self.pool is not None
         if not self.recovered:
             return
