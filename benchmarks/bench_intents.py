@@ -29,13 +29,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fleet.board import PowerBoard
+from nodewarden.fleet.policies import PolicyBook
+from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.policy.events import Evaluate
-from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
 from nodewarden.power.runtime import ControllerSettings
-from nodewarden.power.status import NodeStatusWriter
 
 NOW = datetime.now(UTC)
 

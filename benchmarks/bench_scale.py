@@ -93,10 +93,10 @@ from clusterkit import ClusterHandle  # noqa: E402
 from dispatchkit import DispatchEnv, container  # noqa: E402
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE  # noqa: E402
 from nodewarden.cloud import build_cloud  # noqa: E402
-from nodewarden.dispatch.identity import instance_secret, master_secret  # noqa: E402
 from nodewarden.kube.client import Kube, api_client_from  # noqa: E402
 from nodewarden.kube.informer import Informer  # noqa: E402
 from nodewarden.kube.store import EventType  # noqa: E402
+from nodewarden.pool.identity import instance_secret, master_secret  # noqa: E402
 from nodewarden_doubles.stubcloud.process import StubCloudProcess  # noqa: E402
 
 DISPATCHER = "bench"

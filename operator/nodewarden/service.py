@@ -28,12 +28,15 @@ from typing import Any
 
 import kopf
 
+from nodewarden.compose import build_controller, build_dispatcher
 from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials.setup import build_resolver
-from nodewarden.dispatch import Dispatcher, build_dispatcher
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.dispatch import Dispatcher
 from nodewarden.drain import drain
 from nodewarden.endpoints import Health, serve
+from nodewarden.fleet.board import PowerBoard
+from nodewarden.fleet.policies import PolicyBook
+from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.handlers import build_registry
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.handlers.feed import Feed
@@ -47,9 +50,6 @@ from nodewarden.kube.requesters import check as check_requesters
 from nodewarden.kube.requesters import keep_checking
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
-from nodewarden.power.board import PowerBoard
-from nodewarden.power.build import build_controller
-from nodewarden.power.status import NodeStatusWriter
 from nodewarden.units import parse_duration
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from clusterkit import ClusterHandle, wait_for_async
 from dispatchkit import DispatchEnv, apply_many, container
 from nodewarden.cloud.facade import build_cloud
 from nodewarden.cloud.initscript import secret_digest
-from nodewarden.dispatch.identity import instance_secret, master_secret
+from nodewarden.pool.identity import instance_secret, master_secret
 
 pytestmark = pytest.mark.cluster
 

@@ -15,9 +15,9 @@ from redfish_peers import StartFakeBmc
 
 from fencekit import Clock, held
 from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.compose import power_user_agent
 from nodewarden.credentials import BmcCredentials
 from nodewarden.policy.events import RequestAccepted, RequestErrored
-from nodewarden.power.build import power_user_agent
 from nodewarden.power.control import NodeRef, PowerControl
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

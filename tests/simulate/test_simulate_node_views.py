@@ -19,10 +19,10 @@ import pytest
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.dispatch.dispatcher import Dispatcher
-from nodewarden.dispatch.workers import Worker
+from nodewarden.fleet.board import PowerBoard
 from nodewarden.policy.facts import CapabilityReading, NodeFacts, ReadyReading
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
-from nodewarden.power.board import PowerBoard
+from nodewarden.pool.workers import Worker
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.scheduling.instancetypes import InstanceType

@@ -12,9 +12,9 @@ from typing import Any
 from nodewarden.cloud.backoff import CreatePermission
 from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import CreateLimits, DispatchSettings
-from nodewarden.dispatch.policies import PolicyBook
-from nodewarden.dispatch.workers import WorkerPool
+from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import Conflict
+from nodewarden.pool.workers import WorkerPool
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import InstanceType
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.dispatcher import Dispatcher
-from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.queue import Container, ContainerQueue
+from nodewarden.fleet.policies import PolicyBook
 
 
 @dataclass

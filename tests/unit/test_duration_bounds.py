@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fleet.policies import PolicyBook
 from nodewarden.units import DURATION_PATTERN, MAX_DURATION, parse_duration
 
 GO_MAX_DURATION = timedelta(microseconds=(2**63 - 1) // 1000)

@@ -27,7 +27,7 @@ from nodewarden.api.powerintent import PowerIntentSpec
 from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.config import OperatorConfig
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fleet.policies import PolicyBook
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.handlers.validation import resync_once
 from nodewarden.ownership import DISPATCHER_LABEL

@@ -12,7 +12,7 @@ import hmac
 
 import pytest
 
-from nodewarden.dispatch.identity import instance_secret, master_secret, new_nonce
+from nodewarden.pool.identity import instance_secret, master_secret, new_nonce
 from nodewarden.ssh.credentials import SshClientKey
 
 

@@ -15,17 +15,17 @@ from memkube import MemoryKube
 from nodewarden.api.kinds import POWER_INTENT, POWER_POLICY, WORKER_NODE
 from nodewarden.config import CredentialsConfig, OperatorConfig
 from nodewarden.credentials import CredentialResolver
-from nodewarden.dispatch import policies as policy_book
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fleet import policies as policy_book
+from nodewarden.fleet.board import PowerBoard
+from nodewarden.fleet.policies import PolicyBook
+from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.handlers import validation as handlers
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.power import controller as power
-from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
 from nodewarden.power.runtime import ControllerSettings
-from nodewarden.power.status import NodeStatusWriter
 
 NS = "ns"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

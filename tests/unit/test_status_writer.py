@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from nodewarden.fleet.status import NodeStatusWriter, PowerStateConflict
 from nodewarden.kube.client import Conflict, KubeError
-from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
 
 
 class FakeStatusApi:

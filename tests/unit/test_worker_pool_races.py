@@ -13,7 +13,7 @@ from pydantic import SecretBytes
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import DispatchSettings
-from nodewarden.dispatch.workers import Worker, WorkerPool
+from nodewarden.pool.workers import Worker, WorkerPool
 from nodewarden.scheduling.instancetypes import InstanceType
 
 SMALL = InstanceType(name="small", provider_type="t3.small", vcpus=2, ram=4 * 2**30, price=0.02)

@@ -38,7 +38,7 @@ from nodewarden.check.result import CheckResult, Report, failed, passed, skipped
 from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials import CredentialResolver, secret_refs
 from nodewarden.credentials.setup import build_resolver
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.kubeconfig import context_namespace, default_kubeconfig
 

@@ -48,11 +48,11 @@ from nodewarden.api.containerdispatch import TERMINAL_PHASES, ContainerResources
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudErrorKind
 from nodewarden.config import DispatchSettings
-from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
 from nodewarden.dispatch.queue import LEGACY_FINALIZER, Container
-from nodewarden.dispatch.workers import Worker, _iso
 from nodewarden.drain import drain
+from nodewarden.fleet.board import NodePowerView, PowerBoard
+from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import KubeError
 from nodewarden.metrics import (
     CONTAINERS,
@@ -63,7 +63,7 @@ from nodewarden.metrics import (
     OVERCOMMITTED_NODES,
 )
 from nodewarden.policy.state import PowerState, api_state
-from nodewarden.power.board import NodePowerView, PowerBoard
+from nodewarden.pool.workers import Worker, _iso
 from nodewarden.scheduling.caps import PolicyLimits, effective_limits
 from nodewarden.scheduling.instancetypes import Catalogue
 from nodewarden.scheduling.ledger import Claim, Placement, account, with_starts

@@ -11,7 +11,7 @@ from __future__ import annotations
 import kopf
 
 from nodewarden.dispatch import Dispatcher
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fleet.policies import PolicyBook
 from nodewarden.handlers import feed, validation
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.power.controller import PowerController

@@ -34,15 +34,16 @@ from pydantic import ValidationError
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY, WORKER_NODE
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.dispatch import Dispatcher, adapters_of
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.compose import adapters_of
+from nodewarden.dispatch import Dispatcher
+from nodewarden.fleet.policies import PolicyBook
+from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.handlers.validation import ContainerValidator
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.compact import compact_containerdispatch, compact_workernode
 from nodewarden.kube.informer import Informer, InformerSettings
 from nodewarden.kube.store import EventType
 from nodewarden.power.controller import PowerController
-from nodewarden.power.status import NodeStatusWriter
 
 Body = dict[str, Any]
 Handler = Callable[[EventType, Body | None, Body | None], None]

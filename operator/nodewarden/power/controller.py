@@ -47,9 +47,10 @@ from nodewarden.api.powerintent import PowerAction
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.credentials import CredentialResolver, Refusal
-from nodewarden.dispatch.policies import Policy, PolicyBook
-from nodewarden.dispatch.workers import Worker, WorkerPool
 from nodewarden.drain import drain
+from nodewarden.fleet.board import PowerBoard
+from nodewarden.fleet.policies import Policy, PolicyBook
+from nodewarden.fleet.status import NodeStatusWriter, PowerStateConflict
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.requesters import RequesterAdmission
 from nodewarden.metrics import BMC_CLAIMED_TWICE, POWER_DECISIONS, POWER_REQUESTS
@@ -96,8 +97,8 @@ from nodewarden.policy.state import (
     rebased,
 )
 from nodewarden.policy.view import PolicyView
+from nodewarden.pool.workers import Worker, WorkerPool
 from nodewarden.power import gauges
-from nodewarden.power.board import PowerBoard
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.power.demand import (
     fleet_readings,
@@ -128,7 +129,6 @@ from nodewarden.power.readings import (
     work_reading,
 )
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
-from nodewarden.power.status import NodeStatusWriter, PowerStateConflict
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.scheduler import ContainerView, Plan

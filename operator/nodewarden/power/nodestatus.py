@@ -11,9 +11,9 @@ from typing import Any
 
 from nodewarden.api.base import Condition, ConditionStatus, set_condition
 from nodewarden.api.workernode import NodeState as ApiNodeState
+from nodewarden.fleet.board import NodePowerView
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import ON_STATES, PowerState, api_admission, api_state
-from nodewarden.power.board import NodePowerView
 from nodewarden.power.runtime import NodeRuntime, iso, persist_worthy
 from nodewarden.scheduling.caps import Admission, Cap
 

@@ -39,12 +39,12 @@ from nodewarden.cloud.errors import CloudErrorKind
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.dispatcher import Dispatcher
-from nodewarden.dispatch.policies import PolicyBook
 from nodewarden.dispatch.queue import LEGACY_FINALIZER, Container, ContainerQueue
-from nodewarden.dispatch.workers import Worker, WorkerState
+from nodewarden.fleet.board import NodePowerView, PowerBoard
+from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import Kube
 from nodewarden.policy.state import PowerState
-from nodewarden.power.board import NodePowerView, PowerBoard
+from nodewarden.pool.workers import Worker, WorkerState
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTarget
 from nodewarden.ssh.errors import CommandTimeout, ConnectionFailed

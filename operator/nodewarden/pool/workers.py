@@ -56,13 +56,13 @@ from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import DispatchSettings
 from nodewarden.credentials import CredentialResolver, Refusal
-from nodewarden.dispatch.identity import instance_secret, new_nonce
-from nodewarden.dispatch.policies import PolicyBook
+from nodewarden.fleet.board import NodePowerView
+from nodewarden.fleet.policies import PolicyBook
+from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
 from nodewarden.metrics import CREATE_REFUSALS, HELD_NODES, PROBE_SECONDS, UNOWNED_RUNNERS
 from nodewarden.ownership import DISPATCHER_LABEL, owner_of
-from nodewarden.power.board import NodePowerView
-from nodewarden.power.status import NodeStatusWriter
+from nodewarden.pool.identity import instance_secret, new_nonce
 from nodewarden.scheduling.caps import Admission, Fleet, PolicyLimits, admit_create
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.scheduling.scheduler import NodeView
@@ -538,7 +538,7 @@ class WorkerPool:
             self.declared.setdefault(name, latest)
 
     def pool_status(self, worker: Worker, containers: list[str]) -> dict[str, Any]:
-        """The WorkerNode status fields the pool owns (docs: power/status.py): what it
+        """The WorkerNode status fields the pool owns (docs: fleet/status.py): what it
         observes of the instance and of the runners. Power, readiness, admission and
         conditions belong to the power controller."""
         inst = worker.instance

@@ -1,0 +1,10 @@
+"""The in-memory fleet state every controller shares (Karpenter's `state/`).
+
+- `board`     the power board: each node's power phase as the power controller last
+              decided it, read by the dispatcher before it places work
+- `policies`  the PowerPolicy book (default policy, built-in fallback)
+- `status`    the WorkerNode status writer, flushed by whoever contributes a field
+
+Neither `dispatch/` nor `power/` owns these: both read and write them, and the
+composition root (`nodewarden.compose`) builds one of each per namespace.
+"""
