@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.api.workernode import WorkerNodeSpec
@@ -58,6 +58,7 @@ from nodewarden.config import DispatchSettings
 from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.fleet.board import NodePowerView
 from nodewarden.fleet.policies import PolicyBook
+from nodewarden.fleet.ports import NoObserver, WorkerObserver, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Conflict, Kube, KubeError, NotFound
 from nodewarden.metrics import CREATE_REFUSALS, HELD_NODES, PROBE_SECONDS, UNOWNED_RUNNERS
@@ -269,43 +270,6 @@ class Worker:
         return self.target_refusal is None if self.side else self.instance is not None
 
 
-class WorkerObserver(Protocol):
-    """Who hears what the pool observes (the power controller; a no-op without one)."""
-
-    def probed(self, worker: Worker, report: ProbeReport | None, error: SshError | None) -> None:
-        """A probe of `worker` ended (with a report, or with the error it raised)."""
-
-    def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
-        """The cloud list was read at `at`: our instances by WorkerNode name."""
-
-    async def gone(self, worker: Worker, at: datetime) -> None:
-        """`worker`'s instance left the cloud list; its WorkerNode is removed next."""
-
-    def should_probe(self, worker: Worker) -> bool:
-        """Whether to probe a side node now (its power may be On)."""
-
-    def held(self, name: str, refusal: Admission | None) -> None:
-        """Declared WorkerNode `name` waits for an instance because of `refusal` (a cap,
-        creates stopped, the cloud's back-off), or no longer waits (None)."""
-
-
-class _NoObserver:
-    def held(self, name: str, refusal: Admission | None) -> None:
-        pass
-
-    def probed(self, worker: Worker, report: ProbeReport | None, error: SshError | None) -> None:
-        return None
-
-    def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
-        return None
-
-    async def gone(self, worker: Worker, at: datetime) -> None:
-        return None
-
-    def should_probe(self, worker: Worker) -> bool:
-        return True
-
-
 class WorkerPool:
     """The nodes of one dispatcher (cloud VMs and side nodes); see the module docstring."""
 
@@ -337,7 +301,7 @@ class WorkerPool:
         self.status = status
         self.fold: Callable[[Mapping[str, Any]], bool] | None = None
         """Where a WorkerNode this pool wrote goes (the WorkerNode informer)."""
-        self.observer: WorkerObserver = _NoObserver()
+        self.observer: WorkerObserver = NoObserver()
         self.prober = prober
         self.namespace = namespace
         self.dispatcher_id = dispatcher_id
@@ -648,7 +612,7 @@ class WorkerPool:
             if worker.instance_known_at is not None and worker.instance_known_at >= now:
                 # its create returned while this list was on its way: not in it, not gone
                 continue
-            await self.observer.gone(worker, listed_at)
+            await self.observer.gone(self.snapshot_of(worker), listed_at)
             await self._forget(worker, "instance is gone from the cloud list")
         self.synced_once = True
         self.on_change()
@@ -1020,6 +984,34 @@ class WorkerPool:
                 worker.destroy_error, operation="destroy", observed_at=self.clock()
             )
 
+    @property
+    def cloud_source(self) -> str:
+        """The cloud driver's name ("cloud" without one): the source of a gone VM's Off."""
+        return self.cloud.config.driver if self.cloud is not None else "cloud"
+
+    def snapshot(self, name: str) -> WorkerSnapshot | None:
+        """WorkerNode `name`'s worker now (the power controller's view), or None."""
+        worker = self.workers.get(name)
+        return self.snapshot_of(worker) if worker is not None else None
+
+    def snapshot_of(self, worker: Worker) -> WorkerSnapshot:
+        """`worker` frozen as the power rules read it (`fleet.ports.WorkerSnapshot`)."""
+        instance = worker.instance
+        return WorkerSnapshot(
+            name=worker.name,
+            side=worker.side,
+            booted_at=worker.booted_at,
+            last_attempt=worker.last_attempt,
+            last_success=worker.last_success,
+            attempts_since_success=worker.attempts_since_success,
+            attempts_total=worker.attempts_total,
+            broken=worker.broken,
+            deletion_requested=worker.deletion_requested,
+            instance_id=instance.id if instance is not None else None,
+            instance_stopped=instance is not None and instance.state is InstanceState.STOPPED,
+            listed_at=self.last_sync,
+        )
+
     def request_sync(self) -> None:
         """List the cloud at the next round (the power controller wants fresh evidence)."""
         self.sync_wanted = True
@@ -1041,7 +1033,7 @@ class WorkerPool:
         # one, so a caller that asks after every result cannot make probes spin.
         min_gap = min(self.settings.boot_probe_interval, 1.0)
         while not self._closing and worker.probing:
-            wanted = not worker.side or self.observer.should_probe(worker)
+            wanted = not worker.side or self.observer.should_probe(worker.name)
             if wanted:
                 await self.probe_once(worker)
             interval = (
@@ -1086,7 +1078,7 @@ class WorkerPool:
             worker.probe_result = exc.probe_result
             worker.probe_message = str(exc)[:300]
             log.debug("probe of %s failed: %s", worker.name, exc)
-            self.observer.probed(worker, None, exc)
+            self.observer.probed(self.snapshot_of(worker), None, exc)
             self.on_change()
             return None
         PROBE_SECONDS.labels("ready" if report.ready.ready else "booting").observe(loop.time() - t0)
@@ -1116,7 +1108,7 @@ class WorkerPool:
             worker.attempts_since_success += 1
             if worker.side:  # a side node that powered off boots again
                 worker.move(WorkerState.BOOTING, "a probe found it not ready")
-        self.observer.probed(worker, report, None)
+        self.observer.probed(self.snapshot_of(worker), report, None)
         self.on_change()
         return report
 

@@ -45,11 +45,12 @@ from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE
 from nodewarden.api.powerintent import PowerAction
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.cloud.model import CloudInstance, InstanceState
+from nodewarden.cloud.model import CloudInstance
 from nodewarden.credentials import CredentialResolver, Refusal
 from nodewarden.drain import drain
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import Policy, PolicyBook
+from nodewarden.fleet.ports import PoolPort, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter, PowerStateConflict
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.requesters import RequesterAdmission
@@ -97,7 +98,6 @@ from nodewarden.policy.state import (
     rebased,
 )
 from nodewarden.policy.view import PolicyView
-from nodewarden.pool.workers import Worker, WorkerPool
 from nodewarden.power import gauges
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.power.demand import (
@@ -162,7 +162,7 @@ class PowerController:
         default_policy: str,
         credentials: CredentialResolver,
         policies: PolicyBook,
-        pool: WorkerPool | None,
+        pool: PoolPort | None,
         board: PowerBoard,
         status: NodeStatusWriter,
         control: PowerControl,
@@ -464,7 +464,9 @@ class PowerController:
 
     # -- the worker pool's observations (WorkerObserver) -------------------------------
 
-    def probed(self, worker: Worker, report: ProbeReport | None, error: SshError | None) -> None:
+    def probed(
+        self, worker: WorkerSnapshot, report: ProbeReport | None, error: SshError | None
+    ) -> None:
         rt = self.nodes.get(worker.name)
         if rt is None:
             return
@@ -521,8 +523,9 @@ class PowerController:
             if uptime is not None:
                 updates["uptime"] = uptime
             rt.facts = rt.facts.model_copy(update=updates)
-            if self.pool is not None and name in self.pool.workers:
-                self._update_vm(rt, self.pool.workers[name])
+            snapshot = self.pool.snapshot(name) if self.pool is not None else None
+            if snapshot is not None:
+                self._update_vm(rt, snapshot)
             waiting = rt.state.state in NON_TERMINAL_STATES
             if previous is None or previous.power != reading.power or waiting:
                 rt.events.append(PowerObserved(reading=reading))
@@ -532,15 +535,16 @@ class PowerController:
                 rt.events.append(Evaluate())  # a stopped VM is destroyed (rule 'down')
         self.wake.set()
 
-    async def gone(self, worker: Worker, at: datetime) -> None:
+    async def gone(self, worker: WorkerSnapshot, at: datetime) -> None:
         """The instance left the cloud list: its Off is observed now, before the WorkerNode
         goes, so the transition's record is closed with the confirmation."""
         rt = self.nodes.get(worker.name)
         if rt is None:
             return
-        source = self.pool.cloud.config.driver if self.pool and self.pool.cloud else "cloud"
-        instance_id = worker.instance.id if worker.instance is not None else None
-        rt.events.append(PowerObserved(reading=cloud_gone(f"cloud:{source}", instance_id, at)))
+        source = self.pool.cloud_source if self.pool is not None else "cloud"
+        rt.events.append(
+            PowerObserved(reading=cloud_gone(f"cloud:{source}", worker.instance_id, at))
+        )
         await self._process(rt, self.clock())
         await self.status.flush()
 
@@ -552,9 +556,9 @@ class PowerController:
             self.status.contribute(name, {"conditions": self._conditions(rt)})
             self.wake.set()
 
-    def should_probe(self, worker: Worker) -> bool:
+    def should_probe(self, name: str) -> bool:
         """Probe a side node unless its trusted power source says it is Off."""
-        rt = self.nodes.get(worker.name)
+        rt = self.nodes.get(name)
         if rt is None:
             return False
         power = rt.facts.power
@@ -890,10 +894,9 @@ class PowerController:
             self._sync_intent(rt)
         self.wake.set()
 
-    def _update_vm(self, rt: NodeRuntime, worker: Worker) -> None:
+    def _update_vm(self, rt: NodeRuntime, worker: WorkerSnapshot) -> None:
         booted = worker.booted_at
-        pool = self.pool
-        listed_at = pool.last_sync if pool is not None and pool.last_sync else self.clock()
+        listed_at = worker.listed_at or self.clock()
         observed = max(listed_at, worker.last_attempt or listed_at)
         if booted > observed:
             booted = observed
@@ -907,7 +910,7 @@ class PowerController:
             probe_attempts=attempts,
             broken=worker.broken,
             deletion_requested=worker.deletion_requested,
-            stopped=worker.instance is not None and worker.instance.state is InstanceState.STOPPED,
+            stopped=worker.instance_stopped,
         )
         if rt.facts.vm != reading:
             capability = rt.facts.capability
