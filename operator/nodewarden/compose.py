@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from pydantic import SecretStr
 
+from nodewarden.clock import utc_now
 from nodewarden.cloud.config import CloudCredentials
 from nodewarden.cloud.facade import CloudFacade, build_cloud
 from nodewarden.cloud.protocol import CloudMetricsHook
@@ -47,10 +48,6 @@ from nodewarden.units import parse_duration
 log = logging.getLogger(__name__)
 
 __all__ = ["Adapters", "adapters_of", "build_controller", "build_dispatcher"]
-
-
-def _now() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 def _no_change_hook() -> None:
@@ -149,7 +146,7 @@ async def build_dispatcher(
         master=master_secret(operator_key) if operator_key is not None else None,
         takeover_after=takeover_after,
         default_policy=None,
-        clock=_now,
+        clock=utc_now,
         on_change=_no_change_hook,
         credentials=credentials,
         status=status,
@@ -229,7 +226,7 @@ def build_controller(
         credentials,
         parts.prober if parts is not None else None,
         pool,
-        _now,
+        utc_now,
         request_timeout=config.power.request_timeout,
         observation_concurrency=config.power.bmc_observation_concurrency,
         fence=fence,
@@ -257,7 +254,7 @@ def build_controller(
         status=status,
         control=control,
         settings=settings,
-        clock=_now,
+        clock=utc_now,
         catalogue=Catalogue(types=tuple(cloud.catalogue)) if cloud is not None else None,
         type_policy=cloud.config.instance_type_policy if cloud is not None else None,
     )

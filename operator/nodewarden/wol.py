@@ -21,9 +21,11 @@ import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pydantic import SecretBytes
+
+from nodewarden.clock import utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -129,14 +131,10 @@ class WakePacketSent:
     source: str
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class WakeOnLanSender:
     """Sends magic packets over UDP/IPv4 from the asyncio event loop."""
 
-    def __init__(self, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(self, *, clock: Callable[[], datetime] = utc_now) -> None:
         self._clock = clock
 
     async def send(

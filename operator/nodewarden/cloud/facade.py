@@ -29,6 +29,7 @@ from libcloud.compute.providers import get_driver
 from pydantic import SecretStr
 
 from nodewarden.api.containerdispatch import ContainerResources
+from nodewarden.clock import utc_now
 from nodewarden.cloud.backoff import CloudBackoff, CreatePermission
 from nodewarden.cloud.config import CloudConfig, CloudCredentials
 from nodewarden.cloud.errors import Redactor
@@ -41,7 +42,7 @@ from nodewarden.cloud.layers import (
     RateLimitLayer,
     TagFilterLayer,
 )
-from nodewarden.cloud.libcloudset import Clock, LibcloudInstanceSet, utc_now
+from nodewarden.cloud.libcloudset import Clock, LibcloudInstanceSet
 from nodewarden.cloud.model import CloudInstance, CreateRequest
 from nodewarden.cloud.plugins import load_plugin
 from nodewarden.cloud.protocol import CloudMetricsHook, InstanceSet

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from nodewarden.clock import utc_now
 from nodewarden.cloud.errors import TransientCloudError
-from nodewarden.cloud.libcloudset import Clock, utc_now
+from nodewarden.cloud.libcloudset import Clock
 from nodewarden.cloud.model import CloudInstance, CreateRequest
 from nodewarden.cloud.protocol import InstanceSet
 from nodewarden.fence import Fence, NotLeader

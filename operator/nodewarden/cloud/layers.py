@@ -34,9 +34,10 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from nodewarden.clock import utc_now
 from nodewarden.cloud.backoff import CallPriority, CloudBackoff, call_priority
 from nodewarden.cloud.errors import CloudError, CreateBlocked, RateLimited
-from nodewarden.cloud.libcloudset import Clock, utc_now
+from nodewarden.cloud.libcloudset import Clock
 from nodewarden.cloud.model import CloudInstance, CreateRequest
 from nodewarden.cloud.protocol import CloudMetricsHook, InstanceSet
 

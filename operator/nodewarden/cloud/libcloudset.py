@@ -23,6 +23,7 @@ from typing import TypeVar
 from libcloud.compute.base import Node, NodeDriver
 from libcloud.compute.types import NodeState
 
+from nodewarden.clock import utc_now
 from nodewarden.cloud.dialects import DriverDialect, dialect_for
 from nodewarden.cloud.errors import InstanceNotFound, Redactor, classify
 from nodewarden.cloud.model import CloudInstance, CreateRequest, InstanceState
@@ -50,10 +51,6 @@ _STATE_MAP: dict[str, InstanceState] = {
     NodeState.TERMINATED.value: InstanceState.TERMINATED,
     NodeState.ERROR.value: InstanceState.ERROR,
 }
-
-
-def utc_now() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 class LibcloudInstanceSet:

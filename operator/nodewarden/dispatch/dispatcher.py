@@ -41,11 +41,12 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodewarden.api.containerdispatch import TERMINAL_PHASES, ContainerResources
 from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.clock import utc_now
 from nodewarden.cloud.errors import CloudErrorKind
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
@@ -88,10 +89,6 @@ log = logging.getLogger(__name__)
 
 MAX_PAUSE = 2.0
 """Longest pause a slow round adds before the next one (see `Dispatcher.run`)."""
-
-
-def utc_now() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 _SIDE_STATE: dict[PowerState, NodeState] = {

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
+from nodewarden.clock import utc_now
 from nodewarden.config import OperatorConfig
 from nodewarden.credentials import CredentialResolver
 from nodewarden.kube.client import Kube
-
-
-def utc_now() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 @dataclass

@@ -38,6 +38,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from nodewarden.clock import utc_now
 from nodewarden.fence import Leadership, LeaseWatch, Monotonic
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,6 @@ def _foreign(annotations: Mapping[str, str] | None) -> dict[str, str]:
 
 TOKEN_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 """`leaseTransitions` of a Lease created here: seconds since this moment (see above)."""
-
-
-def _now() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 def initial_transitions(now: datetime) -> int:
@@ -81,7 +78,7 @@ class LeaderElector:
         *,
         margin: float | None = None,
         monotonic: Monotonic = time.monotonic,
-        wall_clock: Callable[[], datetime] = _now,
+        wall_clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.api = api
         self.leases = client.CoordinationV1Api(api)

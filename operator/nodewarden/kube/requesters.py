@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from nodewarden.api.kinds import POWER_INTENT
+from nodewarden.clock import utc_now
 from nodewarden.kube.client import Kube, KubeError
 
 PROBE_NODE = "nodewarden-admission-probe"
@@ -45,12 +46,8 @@ class RequesterAdmission:
 NOT_CHECKED = RequesterAdmission(False, "the requester admission policy has not been checked yet")
 
 
-def _now() -> datetime:
-    return datetime.now(tz=UTC)
-
-
 async def check(
-    kube: Kube, namespace: str, username: str | None, clock: Callable[[], datetime] = _now
+    kube: Kube, namespace: str, username: str | None, clock: Callable[[], datetime] = utc_now
 ) -> RequesterAdmission:
     """Dry-run a PowerIntent that names another requester; in force if it is refused."""
     forged = f"not-{username}" if username else "nodewarden-admission-probe"

@@ -14,12 +14,13 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
 
+from nodewarden.clock import utc_now
 from nodewarden.redfish.auth import SERVICE_ROOT, AuthMode, RedfishAuth
 from nodewarden.redfish.config import RedfishEndpointConfig
 from nodewarden.redfish.errors import (
@@ -67,10 +68,6 @@ _UNSUPPORTED_MESSAGE_HINTS = (
     "ActionParameterValueNotInList",
     "ActionParameterValueError",
 )
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class RedfishClient:

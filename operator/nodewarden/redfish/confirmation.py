@@ -39,10 +39,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
+from nodewarden.clock import utc_now
 from nodewarden.redfish.errors import (
     ConfirmationDeadlineExceeded,
     Conflict409,
@@ -69,10 +70,6 @@ RESET_TARGETS: dict[str, PowerState] = {
     "ForceOff": PowerState.OFF,
 }
 """Reset types whose end state can be confirmed by PowerState alone."""
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class PowerControl(Protocol):
