@@ -212,7 +212,7 @@ def node_body(i: int, bmc: BmcProcess | None) -> dict[str, Any]:
             "endpoint": bmc.endpoint if bmc is not None else f"https://bmc-{i:05d}.bench.example",
             "usernameSecretRef": {"name": "side-bmc", "key": "username"},
             "passwordSecretRef": {"name": "side-bmc", "key": "password"},
-            "caBundleSecretRef": {"name": "side-bmc-ca", "key": "ca.crt"},
+            "caBundleSecretRef": {"name": "side-bmc-ca", "key": "caBundle"},
         },
     }
     if bmc is not None:
@@ -252,7 +252,7 @@ def write_secrets(cluster: ClusterHandle, namespace: str, bmc: BmcProcess) -> No
     secrets: dict[str, tuple[str | None, dict[str, str]]] = {
         "operator-ssh": (None, {"id": key.export_private().get_secret_value()}),
         "side-bmc": ("bmc", {"username": BMC_USER, "password": BMC_PASSWORD}),
-        "side-bmc-ca": ("bmc", {"ca.crt": bmc.ca}),
+        "side-bmc-ca": ("bmc", {"caBundle": bmc.ca}),
         "side-ssh": ("ssh", {"known_hosts": f"side.bench.example {other.public_key}"}),
     }
     for name, (use, data) in secrets.items():
