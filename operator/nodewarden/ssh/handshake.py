@@ -63,7 +63,7 @@ class Dialer:
         self._clock = clock
         self._on_learned = on_host_key_learned
 
-    def trusted(self, target: SshTarget, link: NodeLink) -> tuple[TrustedKeys, bool]:
+    def _trusted(self, target: SshTarget, link: NodeLink) -> tuple[TrustedKeys, bool]:
         """The keys to trust for this connection, and whether first-use trust is allowed."""
         trust = target.trust
         if isinstance(trust, KnownHostKeys):
@@ -83,7 +83,7 @@ class Dialer:
     async def open(
         self, target: SshTarget, endpoint: Endpoint, link: NodeLink, settings: ProbeSettings
     ) -> asyncssh.SSHClientConnection:
-        trusted, first_use = self.trusted(target, link)
+        trusted, first_use = self._trusted(target, link)
         sock = await self._tcp_connect(target, endpoint, settings)
         gate = _HostKeyGate(provisional=first_use)
         try:
