@@ -19,7 +19,8 @@ from pathlib import Path
 
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType, InstanceTypePolicy
-from nodewarden.scheduling.scheduler import (
+from nodewarden.scheduling.scheduler import plan
+from nodewarden.scheduling.views import (
     Capacity,
     CloudState,
     ContainerView,
@@ -27,7 +28,6 @@ from nodewarden.scheduling.scheduler import (
     NodeState,
     NodeView,
     Phase,
-    plan,
 )
 
 GI = 2**30

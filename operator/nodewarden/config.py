@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
 from nodewarden.cliargs import yaml_mistake
 from nodewarden.cloud.config import CloudConfig
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.listener import ListenerLimits
 from nodewarden.scheduling.caps import Ceilings
 from nodewarden.ssh.settings import ProbeSettings
@@ -218,49 +219,6 @@ class DispatchSettings(_Config):
         default_factory=CreateLimits,
         description="The operator's hard caps on cloud instances (Helm values `limits.*`).",
     )
-
-
-class CredentialsConfig(_Config):
-    """Where credentials named by WorkerNodes may be sent (docs/security.md).
-
-    Each entry: a host name, '*.' + a domain, an IP address or a CIDR network, optionally
-    followed by ':PORT' (IPv6 in brackets). Names are never resolved to match networks.
-    Empty lists admit nothing: no BMC, side-node SSH or Wake-on-LAN target is contacted.
-    """
-
-    bmc_endpoints: list[str] = Field(
-        default_factory=list, description="Endpoints BMC (Redfish) credentials may be sent to."
-    )
-    ssh_endpoints: list[str] = Field(
-        default_factory=list,
-        description=(
-            "Side-node SSH addresses nodewarden may log in to (cloud VMs are admitted by the "
-            "address the cloud reports for nodewarden's own instance)."
-        ),
-    )
-    wake_on_lan_targets: list[str] = Field(
-        default_factory=list,
-        description="Broadcast addresses (and ports) Wake-on-LAN packets may be sent to.",
-    )
-    secret_ttl: Duration = Field(
-        default="30s",
-        description="How long a designated Secret read is reused before it is read again.",
-    )
-
-    @model_validator(mode="after")
-    def _entries_parse(self) -> CredentialsConfig:
-        from nodewarden.credentials.admission import InvalidRule, parse_entries
-
-        for kind, field, entries in (
-            ("bmc", "bmc_endpoints", self.bmc_endpoints),
-            ("ssh", "ssh_endpoints", self.ssh_endpoints),
-            ("wol", "wake_on_lan_targets", self.wake_on_lan_targets),
-        ):
-            try:
-                parse_entries(kind, entries)  # type: ignore[arg-type]
-            except InvalidRule as exc:
-                raise ValueError(f"{field}: {exc}") from None
-        return self
 
 
 class PowerSettings(_Config):

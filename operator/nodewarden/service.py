@@ -30,7 +30,7 @@ import kopf
 
 from nodewarden.compose import build_controller, build_dispatcher
 from nodewarden.config import ConfigError, OperatorConfig
-from nodewarden.credentials.setup import build_resolver
+from nodewarden.credential_setup import build_resolver
 from nodewarden.dispatch import Dispatcher
 from nodewarden.drain import drain
 from nodewarden.endpoints import Health, serve

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from nodewarden.config import CredentialsConfig
 from nodewarden.credentials.admission import (
     AdmissionList,
     Endpoint,
@@ -12,6 +11,7 @@ from nodewarden.credentials.admission import (
     InvalidRule,
     bmc_endpoint,
 )
+from nodewarden.credentials.settings import CredentialsConfig
 
 
 def admits(entries: list[str], host: str, port: int) -> bool:

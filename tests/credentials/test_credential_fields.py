@@ -26,10 +26,10 @@ import trustme
 from pydantic import SecretStr
 
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.config import CredentialsConfig
 from nodewarden.credentials import LABEL, CredentialResolver, Refusal
 from nodewarden.credentials.designation import CREDENTIAL_FIELDS, PUBLIC_ROLES
 from nodewarden.credentials.resolver import BmcCredentials
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.kube.client import SecretRecord
 from nodewarden.logs import MIN_REDACTED, JsonFormatter, redact
 from nodewarden.redfish import RedfishClient, RedfishError

@@ -33,9 +33,9 @@ import yaml
 
 from clusterkit import ClusterHandle, OperatorProcess, start_operator, wait_for_async
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.config import CredentialsConfig
 from nodewarden.credentials import LABEL, CredentialResolver, Refusal
 from nodewarden.credentials.resolver import BmcCredentials, SshCredentials, WolCredentials
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.kube.client import Kube, api_client_from
 from nodewarden.redfish import RedfishClient
 from nodewarden.ssh import LoopbackOnlyResolver, SshClientKey, SshProber

@@ -8,9 +8,9 @@ import pytest
 from pydantic import SecretStr
 
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.config import CredentialsConfig
 from nodewarden.credentials import LABEL, CredentialResolver, Refusal
 from nodewarden.credentials.resolver import BmcCredentials, SshCredentials, WolCredentials
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.kube.client import SecretRecord
 from nodewarden.logs import redact
 from nodewarden.ssh.credentials import SshClientKey

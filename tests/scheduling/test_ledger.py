@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType, InstanceTypePolicy
 from nodewarden.scheduling.ledger import Claim, Ledger, Placement, account, with_starts
-from nodewarden.scheduling.scheduler import (
+from nodewarden.scheduling.scheduler import plan
+from nodewarden.scheduling.views import (
     Capacity,
     CloudState,
     ContainerView,
@@ -18,7 +19,6 @@ from nodewarden.scheduling.scheduler import (
     NodeView,
     Phase,
     Plan,
-    plan,
 )
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

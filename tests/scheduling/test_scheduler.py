@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType, InstanceTypePolicy
-from nodewarden.scheduling.scheduler import (
+from nodewarden.scheduling.scheduler import plan
+from nodewarden.scheduling.views import (
     Capacity,
     CloudState,
     ContainerView,
@@ -18,7 +19,6 @@ from nodewarden.scheduling.scheduler import (
     NodeState,
     NodeView,
     Phase,
-    plan,
 )
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

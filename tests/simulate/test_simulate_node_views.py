@@ -26,7 +26,7 @@ from nodewarden.pool.workers import Worker
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.scheduling.instancetypes import InstanceType
-from nodewarden.scheduling.scheduler import Capacity
+from nodewarden.scheduling.views import Capacity
 from nodewarden.simulate.distributions import Delay
 from nodewarden.simulate.nodes import MachineNode, PowerModel
 

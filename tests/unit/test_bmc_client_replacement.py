@@ -14,8 +14,8 @@ import trustme
 from pydantic import SecretStr
 
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.config import CredentialsConfig
 from nodewarden.credentials import LABEL, CredentialResolver
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.kube.client import SecretRecord
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden_doubles.fakebmc import FakeBmc, FakeBmcOptions

@@ -13,8 +13,9 @@ import pytest
 
 from memkube import MemoryKube
 from nodewarden.api.kinds import POWER_INTENT, POWER_POLICY, WORKER_NODE
-from nodewarden.config import CredentialsConfig, OperatorConfig
+from nodewarden.config import OperatorConfig
 from nodewarden.credentials import CredentialResolver
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.fleet import policies as policy_book
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook

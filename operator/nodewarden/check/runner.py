@@ -36,8 +36,8 @@ from nodewarden.check import (
 from nodewarden.check.operatorconfig import FETCH_CONFIG, check_config
 from nodewarden.check.result import CheckResult, Report, failed, passed, skipped, warned
 from nodewarden.config import ConfigError, OperatorConfig
+from nodewarden.credential_setup import build_resolver
 from nodewarden.credentials import CredentialResolver, secret_refs
-from nodewarden.credentials.setup import build_resolver
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.kubeconfig import context_namespace, default_kubeconfig

@@ -1,6 +1,7 @@
 """Credentials: which Secrets a WorkerNode may name, and where their values may be sent.
 
 - `admission`   -- pure: endpoint allow-lists (host patterns, CIDRs, ports; no DNS).
+- `settings`    -- `CredentialsConfig`: the operator configuration's `credentials` section.
 - `designation` -- pure: the Secret label that designates a Secret for a use; the
   operator's own (reserved) Secrets; refusal messages that are no oracle.
 - `resolver`    -- `CredentialResolver`: WorkerNode + use -> credentials + admitted

@@ -40,7 +40,6 @@ from typing import Any, Literal, Protocol
 from pydantic import SecretBytes, SecretStr
 
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.config import CredentialsConfig
 from nodewarden.credentials.admission import AdmissionList, Endpoint, bmc_endpoint, parse_entries
 from nodewarden.credentials.bmcidentity import BmcRegistry
 from nodewarden.credentials.designation import (
@@ -54,6 +53,7 @@ from nodewarden.credentials.designation import (
     secret_refs,
     why_not,
 )
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.kube.client import KubeError, SecretRecord
 from nodewarden.logs import register_secret
 from nodewarden.redfish.config import RedfishEndpointConfig

@@ -68,7 +68,8 @@ from nodewarden.pool.workers import Worker, _iso
 from nodewarden.scheduling.caps import PolicyLimits, effective_limits
 from nodewarden.scheduling.instancetypes import Catalogue
 from nodewarden.scheduling.ledger import Claim, Placement, account, with_starts
-from nodewarden.scheduling.scheduler import (
+from nodewarden.scheduling.scheduler import lock_retry_at, plan
+from nodewarden.scheduling.views import (
     Capacity,
     CloudState,
     ContainerView,
@@ -76,8 +77,6 @@ from nodewarden.scheduling.scheduler import (
     NodeView,
     Phase,
     Plan,
-    lock_retry_at,
-    plan,
 )
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import SshError

@@ -66,7 +66,7 @@ from nodewarden.ownership import DISPATCHER_LABEL, owner_of
 from nodewarden.pool.identity import instance_secret, new_nonce
 from nodewarden.scheduling.caps import Admission, Fleet, PolicyLimits, admit_create
 from nodewarden.scheduling.instancetypes import InstanceType
-from nodewarden.scheduling.scheduler import NodeView
+from nodewarden.scheduling.views import NodeView
 from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshClientKey, SshTarget
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import LearnedHostKey, ProbeReport, RunnerProcess

@@ -131,7 +131,7 @@ from nodewarden.power.readings import (
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
-from nodewarden.scheduling.scheduler import ContainerView, Plan
+from nodewarden.scheduling.views import ContainerView, Plan
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import ProbeReport
 from nodewarden.validation import Verdict, failure_verdict, validate_workernode

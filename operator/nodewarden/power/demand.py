@@ -19,15 +19,8 @@ from nodewarden.policy.facts import DemandReading, FleetReading
 from nodewarden.policy.state import PowerState, TransitionKind, api_admission
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
-from nodewarden.scheduling.scheduler import (
-    Capacity,
-    ContainerView,
-    NodeState,
-    NodeView,
-    Phase,
-    Plan,
-    qualified_demand,
-)
+from nodewarden.scheduling.scheduler import qualified_demand
+from nodewarden.scheduling.views import Capacity, ContainerView, NodeState, NodeView, Phase, Plan
 from nodewarden.units import parse_quantity
 
 MAX_LISTED = 64

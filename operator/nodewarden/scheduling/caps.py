@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from nodewarden.scheduling.scheduler import Limits
+from nodewarden.scheduling.views import Limits
 
 _EPSILON = 1e-9
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from nodewarden.api.containerdispatch import ContainerResources
-from nodewarden.scheduling.scheduler import ContainerView, Phase
+from nodewarden.scheduling.views import ContainerView, Phase
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -3,6 +3,8 @@
 `plan(containers, nodes, catalogue, limits, cloud, now)` takes a snapshot and returns a
 `Plan`; it performs no I/O and keeps no state between calls. The dispatcher executes the
 plan (lock + start runners, create instances) and calls it again on the next tick.
+The input views and the `Plan` are values of `scheduling.views`; a node's free capacity
+during one call is a `scheduling.slots.Slot`.
 
 Rules (after the Arvados cloud dispatcher):
 
@@ -44,10 +46,8 @@ Rules (after the Arvados cloud dispatcher):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.scheduling.instancetypes import (
@@ -60,201 +60,26 @@ from nodewarden.scheduling.instancetypes import (
     choose_instance_type,
     effective_requirements,
 )
-
-
-class Phase(StrEnum):
-    QUEUED = "Queued"
-    LOCKED = "Locked"
-    RUNNING = "Running"
-
-
-class NodeState(StrEnum):
-    """What the scheduler needs to know about a node's lifecycle."""
-
-    PENDING = "Pending"  # creation requested, instance not yet listed
-    BOOTING = "Booting"
-    IDLE = "Idle"
-    ACTIVE = "Active"
-    DRAINING = "Draining"
-    SHUTTING_DOWN = "ShuttingDown"
-    OFF = "Off"
-    WAKING = "Waking"
-    UNKNOWN = "Unknown"
-
-
-USABLE_NOW = frozenset({NodeState.IDLE, NodeState.ACTIVE})
-COMING_UP = frozenset({NodeState.PENDING, NodeState.BOOTING})
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerView:
-    """One container as the scheduler sees it."""
-
-    uuid: str
-    phase: Phase
-    priority: int
-    first_seen: datetime
-    resources: ContainerResources
-    node: str | None = None  # assigned node for Locked / Running
-    runner_absent: bool = False
-    """Locked: its node said its runner never ran; it may be started again there (if it
-    fits). Otherwise a Locked container holds its node unconditionally."""
-    whole_node: bool = False
-    """Running: a runner the node lists of no container known here; holds the whole node."""
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    vcpus: int
-    ram: int
-    scratch: int
-    gpus: int
-    gpu_model: str | None = None
-    preemptible: bool = False
-
-    @classmethod
-    def of(cls, t: InstanceType) -> Capacity:
-        return cls(t.vcpus, t.ram, t.scratch, t.gpus, t.gpu_model, t.preemptible)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """One node as the scheduler sees it."""
-
-    name: str
-    state: NodeState
-    capacity: Capacity
-    instance_type: str | None = None  # catalogue name; None for side nodes
-    price: float = 0.0
-    admission_open: bool = True  # False while draining, held (idle behaviour hold/drain), ...
-    ready: bool = False  # passed the ready probe
-    wakeable: bool = False  # side node, Off or Waking: the power controller may wake it
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_nodes: int | None = None
-    per_type_max: Mapping[str, int] = field(default_factory=dict)
-    max_hourly_spend: float | None = None
-    min_warm_nodes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class CloudState:
-    """What the cloud adapter's back-off says about creating instances now."""
-
-    creates_blocked: str | None = None  # reason all creates are blocked (quota, rate limit)
-    blocked_types: Mapping[str, str] = field(default_factory=dict)  # type -> reason
-    max_new_nodes: int | None = None  # creates the executor may still start this round
-
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    uuid: str
-    node: str
-    relock: bool = False  # already Locked on that node (restart after a crash/lock)
-
-
-@dataclass(frozen=True, slots=True)
-class Create:
-    instance_type: str
-    for_containers: tuple[str, ...]
-
-
-@dataclass
-class Plan:
-    starts: list[Start] = field(default_factory=list)
-    creates: list[Create] = field(default_factory=list)
-    waits: dict[str, str] = field(default_factory=dict)  # uuid -> scheduling status
-    wait_nodes: dict[str, str] = field(default_factory=dict)  # uuid -> node it waits for
-    unlocks: dict[str, str] = field(default_factory=dict)  # uuid -> reason
-    overflow: set[str] = field(default_factory=set)
-    """Unlocks of Locked containers without a runner that no longer fit their node."""
-    unsatisfiable: dict[str, str] = field(default_factory=dict)  # uuid -> reason
-    over_capacity: dict[str, str] = field(default_factory=dict)
-    """node -> what it runs beyond its capacity (from Running containers and listed runners)."""
-    surplus_idle: list[str] = field(default_factory=list)
-    kept_warm: list[str] = field(default_factory=list)
-    chosen_types: dict[str, str] = field(default_factory=dict)  # uuid -> instance type
-    wakes: dict[str, list[str]] = field(default_factory=dict)  # side node -> uuids waiting for it
-
-
-class _Slot:
-    """Mutable free capacity of one node during planning."""
-
-    __slots__ = (
-        "blocked",
-        "containers",
-        "free_gpus",
-        "free_ram",
-        "free_scratch",
-        "free_vcpus",
-        "view",
-    )
-
-    def __init__(self, view: NodeView) -> None:
-        self.view = view
-        self.free_vcpus = view.capacity.vcpus
-        self.free_ram = view.capacity.ram
-        self.free_scratch = view.capacity.scratch
-        self.free_gpus = view.capacity.gpus
-        self.containers = 0
-        self.blocked = False  # holds a runner of unknown size: nothing more fits
-
-    def fits(self, need: Requirements) -> bool:
-        cap = self.view.capacity
-        return (
-            not self.blocked
-            and need.vcpus <= self.free_vcpus
-            and need.ram <= self.free_ram
-            and need.scratch <= self.free_scratch
-            and need.gpus <= self.free_gpus
-            and cap.preemptible == need.preemptible
-            and (need.gpus == 0 or not need.gpu_model or cap.gpu_model == need.gpu_model)
-        )
-
-    def take(self, need: Requirements) -> None:
-        self.free_vcpus -= need.vcpus
-        self.free_ram -= need.ram
-        self.free_scratch -= need.scratch
-        self.free_gpus -= need.gpus
-        self.containers += 1
-
-    def block(self) -> None:
-        self.blocked = True
-        self.containers += 1
-
-    @property
-    def full(self) -> bool:
-        return self.blocked or self.free_vcpus <= 0 or self.free_ram <= 0
-
-    def over(self) -> str | None:
-        """What the node holds beyond its capacity, or None when it fits."""
-        if min(self.free_vcpus, self.free_ram, self.free_scratch, self.free_gpus) >= 0:
-            return None
-        cap = self.view.capacity
-        used = (
-            f"{cap.vcpus - self.free_vcpus} vCPUs, {_gib(cap.ram - self.free_ram)} RAM, "
-            f"{_gib(cap.scratch - self.free_scratch)} scratch, {cap.gpus - self.free_gpus} GPUs"
-        )
-        holds = (
-            f"{cap.vcpus} vCPUs, {_gib(cap.ram)} RAM, {_gib(cap.scratch)} scratch, {cap.gpus} GPUs"
-        )
-        return f"runs {self.containers} containers using {used}; it holds {holds}"
-
-
-def _gib(value: int) -> str:
-    return f"{value / 2**30:.3g}Gi"
+from nodewarden.scheduling.slots import Slot, over_capacity, side_node_fits
+from nodewarden.scheduling.views import (
+    COMING_UP,
+    USABLE_NOW,
+    Capacity,
+    CloudState,
+    ContainerView,
+    Create,
+    Limits,
+    NodeState,
+    NodeView,
+    Phase,
+    Plan,
+    Start,
+)
 
 
 def _order_key(c: ContainerView) -> tuple[int, int, datetime, str]:
     rank = {Phase.RUNNING: 0, Phase.LOCKED: 1, Phase.QUEUED: 2}[c.phase]
     return (rank, -c.priority, c.first_seen, c.uuid)
-
-
-def _side_node_fits(slot: _Slot, need: Requirements) -> bool:
-    # Keep GPU servers for GPU work.
-    return slot.fits(need) and (need.gpus > 0 or slot.view.capacity.gpus == 0)
 
 
 def plan(
@@ -270,17 +95,17 @@ def plan(
     del now  # part of the signature so reasons can mention times later; unused today
     result = Plan()
     ordered = sorted(containers, key=_order_key)
-    slots: dict[str, _Slot] = {}
-    by_type_ready: dict[str | None, list[_Slot]] = {}
-    by_type_coming: dict[str | None, list[_Slot]] = {}
-    side_ready: list[_Slot] = []
-    side_waking: list[_Slot] = []
-    side_off: list[_Slot] = []
+    slots: dict[str, Slot] = {}
+    by_type_ready: dict[str | None, list[Slot]] = {}
+    by_type_coming: dict[str | None, list[Slot]] = {}
+    side_ready: list[Slot] = []
+    side_waking: list[Slot] = []
+    side_off: list[Slot] = []
     node_count = 0
     spend = 0.0
     per_type: dict[str, int] = {}
     for view in sorted(nodes, key=lambda n: (n.price, n.name)):
-        slot = _Slot(view)
+        slot = Slot(view)
         slots[view.name] = slot
         if view.state not in (NodeState.OFF,) and view.instance_type is not None:
             node_count += 1
@@ -326,7 +151,7 @@ def plan(
             choice_cache[key] = hit
         return hit[0], hit[1], key
 
-    def first_fit(pool: Sequence[_Slot], need: Requirements, shape: str) -> _Slot | None:
+    def first_fit(pool: Sequence[Slot], need: Requirements, shape: str) -> Slot | None:
         memo = (id(pool), shape)
         start = scan_from.get(memo, 0)
         for index in range(start, len(pool)):
@@ -336,13 +161,13 @@ def plan(
         scan_from[memo] = len(pool)
         return None
 
-    def first_idle(pool: list[_Slot], need: Requirements) -> _Slot | None:
+    def first_idle(pool: list[Slot], need: Requirements) -> Slot | None:
         # idle slots of one type are identical: only the first unused one needs checking
         while pool and pool[0].containers:
             pool.pop(0)
         return pool[0] if pool and pool[0].fits(need) else None
 
-    idle_by_type: dict[str | None, list[_Slot]] = {
+    idle_by_type: dict[str | None, list[Slot]] = {
         t: [s for s in pool if s.view.state is NodeState.IDLE] for t, pool in by_type_ready.items()
     }
 
@@ -350,7 +175,7 @@ def plan(
     for c in ordered:
         if not judged and c.phase is not Phase.RUNNING:
             judged = True  # every Running container is counted: which nodes run too much
-            result.over_capacity = _over_capacity(slots)
+            result.over_capacity = over_capacity(slots)
         choice, need, shape = choose(c.resources)
         if c.phase is Phase.RUNNING:
             own = slots.get(c.node or "")
@@ -370,13 +195,13 @@ def plan(
         candidates = [t.name for t in choice.candidates]
         # side nodes are checked even when no catalogue type fits
         # a. idle ready node of a fitting type, cheapest type first
-        placed: _Slot | None = None
+        placed: Slot | None = None
         for type_name in candidates:
             placed = first_idle(idle_by_type.get(type_name, []), need)
             if placed:
                 break
         if placed is None:
-            placed = next((s for s in side_ready if _side_node_fits(s, need)), None)
+            placed = next((s for s in side_ready if side_node_fits(s, need)), None)
         # b. packing onto a ready node with room
         if placed is None:
             for type_name in candidates:
@@ -400,7 +225,7 @@ def plan(
                 (
                     s
                     for s in slots.values()
-                    if s.view.instance_type is None and _side_node_fits(_Slot(s.view), need)
+                    if s.view.instance_type is None and side_node_fits(Slot(s.view), need)
                 ),
                 None,
             )
@@ -457,7 +282,7 @@ def plan(
             result.chosen_types[c.uuid] = chosen.name
             continue
         # plan the create and give the virtual node the container (others may pack into it)
-        virtual = _Slot(
+        virtual = Slot(
             NodeView(
                 name=f"(new {chosen.name} #{len(result.creates) + 1})",
                 state=NodeState.PENDING,
@@ -496,7 +321,7 @@ def plan(
             ]
 
     if not judged:
-        result.over_capacity = _over_capacity(slots)
+        result.over_capacity = over_capacity(slots)
     idle = [
         s
         for s in slots.values()
@@ -509,16 +334,7 @@ def plan(
     return result
 
 
-def _over_capacity(slots: Mapping[str, _Slot]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, slot in slots.items():
-        over = slot.over()
-        if over is not None:
-            out[name] = over
-    return out
-
-
-def _locked(c: ContainerView, need: Requirements, own: _Slot | None, result: Plan) -> None:
+def _locked(c: ContainerView, need: Requirements, own: Slot | None, result: Plan) -> None:
     """A Locked container on its own node (rule 2)."""
     if own is None:
         result.unlocks[c.uuid] = f"node {c.node} is gone"
@@ -559,15 +375,15 @@ def _not_taking_work(view: NodeView) -> str:
 def _wait_for_side_node(
     uuid: str,
     need: Requirements,
-    waking: list[_Slot],
-    off: list[_Slot],
+    waking: list[Slot],
+    off: list[Slot],
     cheapest: InstanceType | None,
     result: Plan,
 ) -> bool:
     """Place `uuid` on a waking side node with room, or ask to wake an off one that fits
     and is not dearer than the cheapest fitting instance type. Returns whether it did."""
     for slot in waking:
-        if _side_node_fits(slot, need):
+        if side_node_fits(slot, need):
             slot.take(need)
             if slot.view.name in result.wakes:  # woken by this plan: count it as its demand
                 result.wakes[slot.view.name].append(uuid)
@@ -575,7 +391,7 @@ def _wait_for_side_node(
             result.wait_nodes[uuid] = slot.view.name
             return True
     for slot in off:
-        if not _side_node_fits(slot, need):
+        if not side_node_fits(slot, need):
             continue
         if cheapest is not None and slot.view.price > cheapest.price:
             continue
@@ -608,9 +424,9 @@ def qualified_demand(
         if c.phase is not Phase.QUEUED or c.priority <= 0:
             continue
         need = effective_requirements(c.resources, type_policy)
-        slot = _Slot(node)
+        slot = Slot(node)
         if node.instance_type is None:
-            if not _side_node_fits(slot, need):
+            if not side_node_fits(slot, need):
                 continue
             choice = choose_instance_type(c.resources, catalogue.types, type_policy)
             cheapest = choice.instance_type

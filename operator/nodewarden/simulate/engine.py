@@ -100,7 +100,8 @@ from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import ON_STATES, NodePowerState, PowerState
 from nodewarden.scheduling import ledger as capacity
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
-from nodewarden.scheduling.scheduler import (
+from nodewarden.scheduling.scheduler import plan, qualified_demand
+from nodewarden.scheduling.views import (
     Capacity,
     CloudState,
     ContainerView,
@@ -109,8 +110,6 @@ from nodewarden.scheduling.scheduler import (
     NodeView,
     Phase,
     Plan,
-    plan,
-    qualified_demand,
 )
 from nodewarden.simulate.accounting import Ledger, billed_us
 from nodewarden.simulate.decide import MachineQuery, decide_node

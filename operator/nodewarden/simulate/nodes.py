@@ -27,7 +27,7 @@ from nodewarden.api.powerpolicy import ResetAction
 from nodewarden.api.workernode import ControlMethod, NodeType
 from nodewarden.policy.facts import NodeFacts
 from nodewarden.policy.state import ON_STATES, AdmissionState, NodePowerState, PowerState
-from nodewarden.scheduling.scheduler import Capacity, NodeState, NodeView
+from nodewarden.scheduling.views import Capacity, NodeState, NodeView
 from nodewarden.simulate.distributions import Delay
 
 _SIDE_STATE: dict[PowerState, NodeState] = {

@@ -65,7 +65,8 @@ from nodewarden.ssh.facts import (
     UptimeFact,
     WakeOnLanFact,
 )
-from nodewarden.ssh.prober import HostKeyRecorder, ProberStats, SshProber
+from nodewarden.ssh.link import HostKeyRecorder, ProberStats
+from nodewarden.ssh.prober import SshProber
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.ssh.throttle import DEFAULT_MAX_PROBES_PER_SECOND, ProbeThrottle
 

@@ -21,12 +21,14 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import nodewarden.ssh.errors as errors
 from nodewarden.fence import Fence, NotLeader
 from nodewarden.metrics import FENCED
-from nodewarden.ssh import errors
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.facts import RunnerOutcome, RunnerStarted
-from nodewarden.ssh.prober import Guard, RunnerOwner, SshProber
+from nodewarden.ssh.link import Guard
+from nodewarden.ssh.prober import SshProber
+from nodewarden.ssh.runners import RunnerOwner
 
 
 class FencedRunners:

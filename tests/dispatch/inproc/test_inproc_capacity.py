@@ -20,7 +20,7 @@ from nodewarden.policy.facts import NodeFacts
 from nodewarden.power.demand import placed_counts
 from nodewarden.power.nodestatus import conditions
 from nodewarden.power.runtime import NodeRuntime
-from nodewarden.scheduling.scheduler import ContainerView, Plan
+from nodewarden.scheduling.views import ContainerView, Plan
 from nodewarden.ssh.credentials import SshTarget
 from policy.policy_builders import NOW, on_state
 

@@ -31,7 +31,7 @@ from fakes import SMALL, FakeVM, Rig, container, name_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodewarden.scheduling.scheduler import ContainerView, Phase, Plan
+from nodewarden.scheduling.views import ContainerView, Phase, Plan
 
 VMS = ("vm-a", "vm-b")
 CAPACITY = SMALL.vcpus

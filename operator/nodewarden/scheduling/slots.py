@@ -1,0 +1,95 @@
+"""A node's free capacity while the scheduler plans (pure, mutable during one `plan` call).
+
+`Slot` starts at the node's capacity and is taken from by each container placed on it;
+it reports a node holding more than its capacity (`over_capacity`). `side_node_fits` is
+the side-node fit rule (GPU servers kept for GPU work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nodewarden.scheduling.instancetypes import Requirements
+from nodewarden.scheduling.views import NodeView
+
+
+class Slot:
+    """Mutable free capacity of one node during planning."""
+
+    __slots__ = (
+        "blocked",
+        "containers",
+        "free_gpus",
+        "free_ram",
+        "free_scratch",
+        "free_vcpus",
+        "view",
+    )
+
+    def __init__(self, view: NodeView) -> None:
+        self.view = view
+        self.free_vcpus = view.capacity.vcpus
+        self.free_ram = view.capacity.ram
+        self.free_scratch = view.capacity.scratch
+        self.free_gpus = view.capacity.gpus
+        self.containers = 0
+        self.blocked = False  # holds a runner of unknown size: nothing more fits
+
+    def fits(self, need: Requirements) -> bool:
+        cap = self.view.capacity
+        return (
+            not self.blocked
+            and need.vcpus <= self.free_vcpus
+            and need.ram <= self.free_ram
+            and need.scratch <= self.free_scratch
+            and need.gpus <= self.free_gpus
+            and cap.preemptible == need.preemptible
+            and (need.gpus == 0 or not need.gpu_model or cap.gpu_model == need.gpu_model)
+        )
+
+    def take(self, need: Requirements) -> None:
+        self.free_vcpus -= need.vcpus
+        self.free_ram -= need.ram
+        self.free_scratch -= need.scratch
+        self.free_gpus -= need.gpus
+        self.containers += 1
+
+    def block(self) -> None:
+        self.blocked = True
+        self.containers += 1
+
+    @property
+    def full(self) -> bool:
+        return self.blocked or self.free_vcpus <= 0 or self.free_ram <= 0
+
+    def over(self) -> str | None:
+        """What the node holds beyond its capacity, or None when it fits."""
+        if min(self.free_vcpus, self.free_ram, self.free_scratch, self.free_gpus) >= 0:
+            return None
+        cap = self.view.capacity
+        used = (
+            f"{cap.vcpus - self.free_vcpus} vCPUs, {gib(cap.ram - self.free_ram)} RAM, "
+            f"{gib(cap.scratch - self.free_scratch)} scratch, {cap.gpus - self.free_gpus} GPUs"
+        )
+        holds = (
+            f"{cap.vcpus} vCPUs, {gib(cap.ram)} RAM, {gib(cap.scratch)} scratch, {cap.gpus} GPUs"
+        )
+        return f"runs {self.containers} containers using {used}; it holds {holds}"
+
+
+def gib(value: int) -> str:
+    return f"{value / 2**30:.3g}Gi"
+
+
+def side_node_fits(slot: Slot, need: Requirements) -> bool:
+    # Keep GPU servers for GPU work.
+    return slot.fits(need) and (need.gpus > 0 or slot.view.capacity.gpus == 0)
+
+
+def over_capacity(slots: Mapping[str, Slot]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, slot in slots.items():
+        over = slot.over()
+        if over is not None:
+            out[name] = over
+    return out
