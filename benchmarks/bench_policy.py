@@ -56,7 +56,8 @@ from nodewarden.policy.facts import (
 )
 from nodewarden.policy.gates import evaluate_shutdown, evaluate_wake
 from nodewarden.policy.machine import step
-from nodewarden.policy.record import SafetyRecord, record_for_evaluation
+from nodewarden.policy.record import SafetyRecord
+from nodewarden.policy.record_build import record_for_evaluation
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
 from nodewarden.policy.view import PolicyView
 

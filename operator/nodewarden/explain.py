@@ -28,7 +28,7 @@ import yaml
 
 from nodewarden.cliargs import Parser, yaml_mistake
 from nodewarden.policy.actions import describe
-from nodewarden.policy.gates import Evaluation
+from nodewarden.policy.evaluation import Evaluation
 from nodewarden.policy.scenario import ScenarioError, ScenarioResult, load_scenario, run_scenario
 
 LIVE_KINDS = ("workernode", "workernodes", "wn")

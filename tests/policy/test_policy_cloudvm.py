@@ -41,8 +41,8 @@ from nodewarden.policy import (
     step,
 )
 from nodewarden.policy.cloudvm import RULES, fire
+from nodewarden.policy.evaluation import Verdict
 from nodewarden.policy.facts import VmReading, WorkReading
-from nodewarden.policy.gates import Verdict
 from nodewarden.policy.state import AdmissionState
 
 R = ReasonCode

@@ -27,15 +27,10 @@ from policy_builders import (
     work,
 )
 
+from nodewarden.policy.evaluation import Evaluation, GateName, Verdict
 from nodewarden.policy.facts import NodeFacts, OverrideRequest
-from nodewarden.policy.gates import (
-    Evaluation,
-    GateName,
-    Verdict,
-    evaluate_shutdown,
-    evaluate_wake,
-    force_off_permitted,
-)
+from nodewarden.policy.gates import evaluate_shutdown, evaluate_wake
+from nodewarden.policy.overrides import force_off_permitted
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,

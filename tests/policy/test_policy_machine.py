@@ -56,7 +56,7 @@ from nodewarden.policy.events import (
     RequestRejected,
 )
 from nodewarden.policy.facts import NodeFacts
-from nodewarden.policy.machine import Step, step, transition_id
+from nodewarden.policy.machine import Step, step
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
@@ -65,6 +65,7 @@ from nodewarden.policy.state import (
     RequestStatus,
     TransitionKind,
 )
+from nodewarden.policy.states.context import transition_id
 from nodewarden.policy.view import PolicyView
 
 R = ReasonCode

@@ -73,7 +73,8 @@ from nodewarden.policy.facts import (
     UptimeReading,
     WorkReading,
 )
-from nodewarden.policy.gates import SHUTDOWN_REQUEST_ACTIONS, evaluate_shutdown
+from nodewarden.policy.gateblocks import SHUTDOWN_REQUEST_ACTIONS
+from nodewarden.policy.gates import evaluate_shutdown
 from nodewarden.policy.machine import step
 from nodewarden.policy.reasons import Decision
 from nodewarden.policy.state import (

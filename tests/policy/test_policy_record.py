@@ -21,7 +21,8 @@ from policy_builders import (
 from nodewarden.policy.gates import evaluate_shutdown
 from nodewarden.policy.machine import step
 from nodewarden.policy.reasons import Decision, ReasonCode
-from nodewarden.policy.record import SafetyRecord, event_summary, record_for_evaluation
+from nodewarden.policy.record import SafetyRecord, event_summary
+from nodewarden.policy.record_build import record_for_evaluation
 
 DEFAULT = policy()
 

@@ -38,6 +38,8 @@ from pydantic import BaseModel, ValidationError
 
 from nodewarden.policy.actions import describe
 from nodewarden.policy.base import require_aware, trusted
+from nodewarden.policy.evaluation import Evaluation, Evidence, GateName, GateResult, Verdict
+from nodewarden.policy.evaluation import new_evaluation as _evaluation
 from nodewarden.policy.events import (
     AdmissionClosed,
     DeadlineReached,
@@ -63,19 +65,8 @@ from nodewarden.policy.facts import (
     UptimeReading,
     WorkReading,
 )
-from nodewarden.policy.gates import (
-    _DEFAULT_DESIRED_PASS,
-    _FLEET_NOT_SUPPLIED,
-    Evaluation,
-    Evidence,
-    GateName,
-    GateResult,
-    Verdict,
-    _evaluation,
-    evaluate_shutdown,
-    evaluate_wake,
-    timing_measures,
-)
+from nodewarden.policy.gateblocks import _DEFAULT_DESIRED_PASS, _FLEET_NOT_SUPPLIED
+from nodewarden.policy.gates import evaluate_shutdown, evaluate_wake
 from nodewarden.policy.machine import Step, step
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.record import (
@@ -87,10 +78,10 @@ from nodewarden.policy.record import (
     SafetyRecord,
     StateConfirmation,
     TelemetryFreshness,
-    build_record,
-    record_for_evaluation,
 )
+from nodewarden.policy.record_build import build_record, record_for_evaluation
 from nodewarden.policy.state import AdmissionState, NodePowerState, Transition, TransitionKind
+from nodewarden.policy.timing import timing_measures
 from nodewarden.policy.view import PolicyView
 
 POLICIES = [

@@ -37,7 +37,8 @@ from nodewarden.policy.facts import DemandReading, InhibitorReading, NodeFacts
 from nodewarden.policy.gates import evaluate_shutdown, evaluate_wake
 from nodewarden.policy.machine import step
 from nodewarden.policy.reasons import Decision
-from nodewarden.policy.record import SafetyRecord, record_for_evaluation
+from nodewarden.policy.record import SafetyRecord
+from nodewarden.policy.record_build import record_for_evaluation
 from nodewarden.policy.state import NodePowerState
 from nodewarden.policy.view import PolicyView
 

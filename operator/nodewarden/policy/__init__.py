@@ -50,6 +50,7 @@ from nodewarden.policy.actions import (
     RunReadyProbe,
     ScheduleRecheck,
 )
+from nodewarden.policy.evaluation import Evaluation, Evidence, GateName, GateResult, Verdict
 from nodewarden.policy.events import (
     AdmissionClosed,
     DeadlineReached,
@@ -81,24 +82,12 @@ from nodewarden.policy.facts import (
     UptimeReading,
     WorkReading,
 )
-from nodewarden.policy.gates import (
-    Evaluation,
-    Evidence,
-    GateName,
-    GateResult,
-    Verdict,
-    evaluate_shutdown,
-    evaluate_wake,
-)
+from nodewarden.policy.gates import evaluate_shutdown, evaluate_wake
 from nodewarden.policy.machine import Step, replay, step
 from nodewarden.policy.nodemanager import NodeManagerAction, decide, decide_for
 from nodewarden.policy.reasons import REASON_DOCS, Decision, ReasonCode
-from nodewarden.policy.record import (
-    EventSummary,
-    SafetyRecord,
-    event_summary,
-    record_for_evaluation,
-)
+from nodewarden.policy.record import EventSummary, SafetyRecord, event_summary
+from nodewarden.policy.record_build import record_for_evaluation
 from nodewarden.policy.state import (
     AdmissionState,
     NodePowerState,

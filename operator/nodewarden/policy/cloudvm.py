@@ -42,29 +42,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from nodewarden.policy.facts import FactName, NodeFacts, Reading, VmReading
-from nodewarden.policy.gates import (
-    FORCED_SHUTDOWN_RANK,
-    RANK,
-    SHUTDOWN_ACTIONS,
+from nodewarden.policy.evaluation import (
     Evaluation,
     Evidence,
     GateName,
     GateResult,
     TimingMeasure,
     Verdict,
+    evidence_of,
+    gate_result,
+    new_evaluation,
+)
+from nodewarden.policy.facts import FactName, NodeFacts, Reading, VmReading
+from nodewarden.policy.gateblocks import (
+    SHUTDOWN_ACTIONS,
     capability_gate,
-    decide,
     demand_gate_for,
     desired_gate,
     drain_context,
-    evaluation,
     fleet_gate,
-    gate_result,
-    latest_recheck,
     policy_gate,
     power_gate,
-    telemetry_gate,
     work_gate_for,
 )
 from nodewarden.policy.nodemanager import (
@@ -80,8 +78,10 @@ from nodewarden.policy.nodemanager import (
 from nodewarden.policy.nodemanager import (
     decide as matrix_decide,
 )
+from nodewarden.policy.precedence import FORCED_SHUTDOWN_RANK, RANK, decide, latest_recheck
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import NodePowerState
+from nodewarden.policy.timing import telemetry_gate
 from nodewarden.policy.view import PolicyView
 
 R = ReasonCode
@@ -245,12 +245,6 @@ def _why_not(c: _Ctx) -> Fired:
     return Fired(None, None, None, inputs, (R.ACTIVE_WORK,))
 
 
-def _ev(name: str, value: str | int | float | bool | None, reading: Reading | None) -> Evidence:
-    if reading is None:
-        return Evidence(name, value, "-", None)
-    return Evidence(name, value, reading.source, reading.observed_at)
-
-
 def _rule_gate(facts: NodeFacts, fired: Fired, now: datetime) -> GateResult:
     vm = facts.vm
     assert vm is not None
@@ -258,7 +252,7 @@ def _rule_gate(facts: NodeFacts, fired: Fired, now: datetime) -> GateResult:
     if fired.inputs is not None:
         i = fired.inputs
         evidence.append(
-            _ev(
+            evidence_of(
                 "matrix",
                 f"{i.worker_state.value}, billing {i.billing_window.value}, "
                 f"{i.boot_grace.value}, {i.idle_grace.value}",
@@ -266,18 +260,20 @@ def _rule_gate(facts: NodeFacts, fired: Fired, now: datetime) -> GateResult:
             )
         )
     evidence += [
-        _ev("rule", fired.rule or "none fired", vm),
-        _ev("bootedAt", vm.booted_at.isoformat(), vm),
-        _ev("paired", vm.paired, vm),
-        _ev("lastHeartbeat", vm.last_heartbeat.isoformat() if vm.last_heartbeat else "never", vm),
-        _ev("probeAttemptsSinceSuccess", vm.probe_attempts, vm),
+        evidence_of("rule", fired.rule or "none fired", vm),
+        evidence_of("bootedAt", vm.booted_at.isoformat(), vm),
+        evidence_of("paired", vm.paired, vm),
+        evidence_of(
+            "lastHeartbeat", vm.last_heartbeat.isoformat() if vm.last_heartbeat else "never", vm
+        ),
+        evidence_of("probeAttemptsSinceSuccess", vm.probe_attempts, vm),
     ]
     if vm.stopped:
-        evidence.append(_ev("stopped", True, vm))
+        evidence.append(evidence_of("stopped", True, vm))
     if vm.broken:
-        evidence.append(_ev("broken", True, vm))
+        evidence.append(evidence_of("broken", True, vm))
     if vm.deletion_requested:
-        evidence.append(_ev("deletionRequested", True, vm))
+        evidence.append(evidence_of("deletionRequested", True, vm))
     if fired.rule is not None:
         assert fired.code is not None
         return GateResult(GateName.NODE_MANAGER, Verdict.PASS, (fired.code,), tuple(evidence))
@@ -386,7 +382,7 @@ def evaluate_vm_shutdown(
     decision, reasons = decide(gates, Decision.SHUTDOWN, rank, ())
     if fired.code is not None and fired.code not in reasons:
         reasons = (*reasons, fired.code)
-    return evaluation(
+    return new_evaluation(
         kind="shutdown",
         decision=decision,
         reasons=reasons,

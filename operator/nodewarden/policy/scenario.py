@@ -24,6 +24,7 @@ from pydantic import AwareDatetime, Field, ValidationError, model_validator
 from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.policy.actions import Action
 from nodewarden.policy.base import CoreModel
+from nodewarden.policy.evaluation import Evaluation
 from nodewarden.policy.events import Event, RequestAccepted, RequestErrored, RequestRejected
 from nodewarden.policy.facts import (
     CapabilityReading,
@@ -40,10 +41,11 @@ from nodewarden.policy.facts import (
     VmReading,
     WorkReading,
 )
-from nodewarden.policy.gates import Evaluation, evaluate_shutdown, evaluate_wake
+from nodewarden.policy.gates import evaluate_shutdown, evaluate_wake
 from nodewarden.policy.machine import Step, step
 from nodewarden.policy.reasons import Decision, ReasonCode
-from nodewarden.policy.record import SafetyRecord, record_for_evaluation
+from nodewarden.policy.record import SafetyRecord
+from nodewarden.policy.record_build import record_for_evaluation
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
 from nodewarden.policy.view import PolicyView
 from nodewarden.units import parse_duration

@@ -1,0 +1,366 @@
+"""Gate building blocks shared by the side-node gates (`gates`) and the cloud-VM rules
+(`cloudvm`): policy, desired, demand, work, power, capability and fleet, and the
+control-method action tables.
+
+Each block takes the readings it judges rather than the whole NodeFacts, and reads each
+reading's fields once into locals: attribute reads on pydantic models cost ~4x those on
+plain objects, and a fleet evaluation makes ~100 per node. Gate results that depend on
+nothing but the policy, or on no input at all (the policy gate, the desired gate when
+neither spec.power nor an intent is supplied, the fleet gate without a fleet reading),
+are built once and shared by every evaluation; gate results are read-only (see
+`evaluation.Evidence`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from nodewarden.api.powerpolicy import ResetAction
+from nodewarden.policy.evaluation import (
+    Evidence,
+    GateName,
+    GateResult,
+    Verdict,
+    evidence_of,
+    gate_result,
+)
+from nodewarden.policy.facts import (
+    CapabilityReading,
+    DemandReading,
+    DesiredReading,
+    FactName,
+    FleetReading,
+    ManualIntent,
+    PowerReading,
+    WorkReading,
+)
+from nodewarden.policy.reasons import ReasonCode
+from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
+from nodewarden.policy.view import PolicyView
+
+R = ReasonCode
+
+
+SHUTDOWN_ACTIONS: dict[str, tuple[ResetAction, ...]] = {
+    "Redfish": ("GracefulShutdown",),
+    "WakeOnLan": ("SshPoweroff",),
+    "Cloud": ("GracefulShutdown",),
+    "None": (),
+}
+WAKE_ACTIONS: dict[str, tuple[ResetAction, ...]] = {
+    "Redfish": ("On",),
+    "WakeOnLan": ("WakeOnLan",),
+    "Cloud": ("On",),
+    "None": (),
+}
+SHUTDOWN_REQUEST_ACTIONS: frozenset[str] = frozenset(
+    {"GracefulShutdown", "SshPoweroff", "ForceOff"}
+)
+
+# -- hot-path names ---------------------------------------------------------------------
+# Enum members bound to module names. On Python 3.11 reading a member off its class
+# (`Verdict.PASS`) goes through EnumType.__getattr__ and costs ~80 ns, and a fleet
+# evaluation reads dozens per node; these are the same objects (`_PASS is Verdict.PASS`).
+_PASS, _FAIL, _WAIVED, _SKIPPED = Verdict.PASS, Verdict.FAIL, Verdict.WAIVED, Verdict.SKIPPED
+_G_POLICY, _G_DESIRED, _G_DEMAND, _G_WORK = (
+    GateName.POLICY,
+    GateName.DESIRED,
+    GateName.DEMAND,
+    GateName.WORK,
+)
+_G_POWER, _G_CAPABILITY, _G_FLEET = GateName.POWER, GateName.CAPABILITY, GateName.FLEET
+_CLOSED = AdmissionState.CLOSED
+_SHUTDOWN_KIND = TransitionKind.SHUTDOWN
+_ADMISSION_TEXT: dict[AdmissionState, str] = {a: a.value for a in AdmissionState}
+
+
+def policy_gate(policy: PolicyView) -> GateResult:
+    cached: GateResult | None = policy.memo.get("policy_gate")
+    if cached is None:
+        cached = policy.memo["policy_gate"] = _compute_policy_gate(policy)
+    return cached
+
+
+def _compute_policy_gate(policy: PolicyView) -> GateResult:
+    version = policy.version
+    evidence: tuple[Evidence, ...] = (
+        Evidence("policy", version.label(), "PowerPolicy/" + version.name, None),
+    )
+    reasons: list[ReasonCode] = []
+    if policy.problems:
+        reasons.append(R.POLICY_INVALID)
+        evidence = evidence + tuple(
+            Evidence("problem", p, "PowerPolicy/" + version.name, None) for p in policy.problems
+        )
+    if policy.paused:
+        reasons.append(R.POLICY_PAUSED)
+    return gate_result(_G_POLICY, reasons, evidence)
+
+
+_DEFAULT_DESIRED_EVIDENCE = (
+    Evidence("spec.power/idleBehavior", "Auto/run", "default (not supplied)"),
+)
+_DEFAULT_DESIRED_PASS = GateResult(_G_DESIRED, _PASS, (), _DEFAULT_DESIRED_EVIDENCE)
+
+
+def desired_gate(
+    desired: DesiredReading | None, intent: ManualIntent | None, shutdown: bool
+) -> tuple[GateResult, bool]:
+    """Is the transition wanted, and is it forced (manual, or pinned by spec.power)?
+
+    A pinned spec.power wins over everything (a node pinned On is never switched off,
+    one pinned Off never woken, manual intents included); then a manual intent; then
+    spec.power / idleBehavior; then the policy."""
+    if desired is None and intent is None:
+        # Auto/run and no intent: wanted if the other gates agree, never forced.
+        return _DEFAULT_DESIRED_PASS, False
+    power = desired.power if desired is not None else "Auto"
+    behavior = desired.idle_behavior if desired is not None else "run"
+    evidence: tuple[Evidence, ...] = (
+        (
+            Evidence(
+                "spec.power/idleBehavior",
+                f"{power}/{behavior}",
+                desired.source,
+                desired.observed_at,
+            ),
+        )
+        if desired is not None
+        else _DEFAULT_DESIRED_EVIDENCE
+    )
+    if shutdown and power == "On":
+        return gate_result(_G_DESIRED, [R.DESIRED_ON], evidence), False
+    if not shutdown and power == "Off":
+        return gate_result(_G_DESIRED, [R.DESIRED_OFF], evidence), False
+    if intent is not None:
+        evidence = (*evidence, evidence_of("intent", f"{intent.action} ({intent.name})", intent))
+        action = intent.action
+        if action == "Restart":
+            return gate_result(_G_DESIRED, [R.INTENT_NOT_SUPPORTED], evidence), False
+        if action == "Drain":
+            return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
+        if (action == "Shutdown") == shutdown:
+            return GateResult(_G_DESIRED, _PASS, (), evidence), True
+        code = R.DESIRED_ON if shutdown else R.DESIRED_OFF
+        return gate_result(_G_DESIRED, [code], evidence), False
+    if shutdown:
+        if power == "Off":
+            return GateResult(_G_DESIRED, _PASS, (), evidence), True
+        if behavior == "hold":
+            return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
+        return GateResult(_G_DESIRED, _PASS, (), evidence), behavior == "drain"
+    if power == "On":
+        return GateResult(_G_DESIRED, _PASS, (), evidence), True
+    if behavior != "run":
+        return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
+    return GateResult(_G_DESIRED, _PASS, (), evidence), False
+
+
+def power_gate(
+    power: PowerReading | None, wanted: Literal["On", "Off"], already: ReasonCode
+) -> GateResult:
+    """Observed power is `wanted` (from a trusted source); `already` if it is the other one."""
+    if power is None:
+        return gate_result(
+            _G_POWER, [R.TELEMETRY_MISSING], (Evidence("power", "missing", "-", None),)
+        )
+    value = power.power
+    evidence = (Evidence("power", value, power.source, power.observed_at),)
+    if value == wanted:
+        return GateResult(_G_POWER, _PASS, (), evidence)
+    if value == "On" or value == "Off":
+        return GateResult(_G_POWER, _FAIL, (already,), evidence)
+    return GateResult(_G_POWER, _FAIL, (R.POWER_STATE_UNKNOWN,), evidence)
+
+
+def capability_gate(
+    cap: CapabilityReading | None, policy: PolicyView, table: dict[str, tuple[ResetAction, ...]]
+) -> tuple[GateResult, ResetAction | None]:
+    evidence: tuple[Evidence, ...]
+    if cap is None:
+        evidence = (Evidence("controlMethod", "unknown", "-", None),)
+        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+    method = cap.control_method
+    allowable = cap.allowable
+    source, seen = cap.source, cap.observed_at
+    evidence = (
+        Evidence("controlMethod", method, source, seen),
+        Evidence(
+            "allowable",
+            "unknown" if allowable is None else ",".join(allowable) or "none",
+            source,
+            seen,
+        ),
+    )
+    if cap.refusal is not None:
+        evidence = (*evidence, Evidence("credentials", cap.refusal, source, seen))
+        return (
+            gate_result(
+                _G_CAPABILITY, [R.CREDENTIALS_REFUSED, R.POWER_CONTROL_UNAVAILABLE], evidence
+            ),
+            None,
+        )
+    candidates = table.get(method, ())
+    if not candidates or allowable is None:
+        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+    # The first candidate (in table order) the node allows and the policy permits.
+    supported = False
+    for candidate in candidates:
+        if candidate in allowable:
+            supported = True
+            if candidate in policy.allowed_actions:
+                return GateResult(_G_CAPABILITY, _PASS, (), evidence), candidate
+    if not supported:
+        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+    evidence = (
+        *evidence,
+        Evidence(
+            "policy.allowedActions",
+            ",".join(sorted(policy.allowed_actions)),
+            "PowerPolicy/" + policy.version.name,
+            None,
+        ),
+    )
+    return gate_result(_G_CAPABILITY, [R.ACTION_NOT_ALLOWED], evidence), None
+
+
+_FLEET_NOT_SUPPLIED = GateResult(
+    _G_FLEET, _SKIPPED, (), (Evidence("fleet", "not supplied", "-", None),)
+)
+
+
+def fleet_gate(
+    fleet: FleetReading | None,
+    policy: PolicyView,
+    own_transition: bool,
+    check_warm: bool,
+    check_budget: bool = True,
+    state: NodePowerState | None = None,
+) -> GateResult:
+    """Disruption budget (a transition of this kind already in progress on the node is
+    counted in it; unless `check_budget` is off) and, if `check_warm`, the minimum of warm
+    idle nodes: the warm idle nodes left once this one goes (it is one of them while it
+    is idle with admission open)."""
+    if fleet is None:
+        return _FLEET_NOT_SUPPLIED
+    reasons: list[ReasonCode] = []
+    counted = (
+        state is not None
+        and state.state is PowerState.ON_IDLE
+        and state.admission is AdmissionState.OPEN
+    )
+    left = max(0, fleet.warm_idle_nodes - (1 if counted else 0))
+    evidence = (
+        evidence_of("transitionsInProgress", fleet.transitions_in_progress, fleet),
+        evidence_of("maxConcurrentTransitions", policy.max_concurrent_transitions, None),
+        evidence_of("warmIdleNodes", fleet.warm_idle_nodes, fleet),
+        evidence_of("warmIdleNodesLeft", left, fleet),
+    )
+    if (
+        check_budget
+        and not own_transition
+        and fleet.transitions_in_progress >= policy.max_concurrent_transitions
+    ):
+        reasons.append(R.DISRUPTION_BUDGET_EXHAUSTED)
+    if check_warm and left < policy.min_warm_nodes:
+        reasons.append(R.MIN_WARM_NODES)
+    return gate_result(_G_FLEET, reasons, evidence)
+
+
+def drain_context(
+    state: NodePowerState | None,
+) -> tuple[AdmissionState, datetime | None, bool, datetime | None]:
+    """Admission, since when, whether a shutdown transition is in progress, and the floor:
+    demand and work must have been read after admission closed (and after the shutdown
+    transition began, if one is in progress)."""
+    if state is not None:
+        admission, admission_since, transition = (
+            state.admission,
+            state.admission_since,
+            state.transition,
+        )
+    else:
+        admission, admission_since, transition = _CLOSED, None, None
+    draining = transition is not None and transition.kind is _SHUTDOWN_KIND
+    floor: datetime | None = None
+    if admission is _CLOSED:
+        floor = admission_since
+        if floor is not None and draining:
+            assert transition is not None
+            floor = max(floor, transition.started_at)
+    return admission, admission_since, draining, floor
+
+
+def demand_gate_for(
+    demand: DemandReading | None,
+    admission: AdmissionState,
+    floor: datetime | None,
+    refresh: list[FactName],
+) -> GateResult:
+    """No qualified queued demand; once admission is closed, re-read after closing."""
+    if demand is None:
+        return GateResult(
+            _G_DEMAND, _FAIL, (R.TELEMETRY_MISSING,), (Evidence("queued", "missing", "-", None),)
+        )
+    queued = demand.queued
+    demand_seen = demand.observed_at
+    d_reasons: tuple[ReasonCode, ...] = (R.DEMAND_PRESENT,) if queued > 0 else ()
+    if admission is _CLOSED and (floor is None or demand_seen < floor):
+        d_reasons = (*d_reasons, R.DEMAND_NOT_REREAD)
+        refresh.append("demand")
+    return GateResult(
+        _G_DEMAND,
+        _FAIL if d_reasons else _PASS,
+        d_reasons,
+        (Evidence("queued", queued, demand.source, demand_seen),),
+    )
+
+
+def work_gate_for(
+    work: WorkReading | None,
+    admission: AdmissionState,
+    admission_since: datetime | None,
+    floor: datetime | None,
+    forced: bool,
+    refresh: list[FactName],
+) -> GateResult:
+    """No active jobs, admission confirmed closed, drain complete (a job count read after
+    admission closed shows 0). `forced`: running work means drain, not "busy"."""
+    admission_ev = Evidence("admission", _ADMISSION_TEXT[admission], "nodewarden", admission_since)
+    if work is None:
+        w_evidence: tuple[Evidence, ...] = (
+            Evidence("activeJobs", "missing", "-", None),
+            admission_ev,
+        )
+        return GateResult(_G_WORK, _FAIL, (R.TELEMETRY_MISSING,), w_evidence)
+    active = work.active_jobs
+    work_seen = work.observed_at
+    w_evidence = (Evidence("activeJobs", active, work.source, work_seen), admission_ev)
+    if admission is not _CLOSED:
+        code = R.ACTIVE_WORK if active > 0 and not forced else R.ADMISSION_OPEN
+        return GateResult(_G_WORK, _FAIL, (code,), w_evidence)
+    if active > 0 or floor is None or work_seen < floor:
+        refresh.append("work")
+        return GateResult(_G_WORK, _FAIL, (R.DRAIN_INCOMPLETE,), w_evidence)
+    return GateResult(_G_WORK, _PASS, (), w_evidence)
+
+
+def wake_demand_gate(demand: DemandReading | None, forced: bool) -> GateResult:
+    """Qualified demand present (waived for a Wake intent or spec.power On)."""
+    if forced:
+        return GateResult(
+            _G_DEMAND,
+            _WAIVED,
+            (),
+            (evidence_of("queued", demand.queued if demand else "not needed", demand),),
+        )
+    if demand is None:
+        return gate_result(
+            _G_DEMAND, [R.TELEMETRY_MISSING], (Evidence("queued", "missing", "-", None),)
+        )
+    queued = demand.queued
+    d_evidence = (Evidence("queued", queued, demand.source, demand.observed_at),)
+    if queued == 0:
+        return GateResult(_G_DEMAND, _FAIL, (R.NO_DEMAND,), d_evidence)
+    return GateResult(_G_DEMAND, _PASS, (), d_evidence)

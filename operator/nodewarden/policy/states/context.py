@@ -1,0 +1,174 @@
+"""The scratch space of one state-machine step (`StepContext`) and the readings it
+checks (fresh, observed Off, verified On + ready), the transition ids and the refresh
+actions. Used by every state handler (`nodewarden.policy.states`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from nodewarden.policy.actions import (
+    Action,
+    PollObservedPower,
+    RefreshFacts,
+    RereadDemand,
+    RunReadyProbe,
+)
+from nodewarden.policy.base import trusted
+from nodewarden.policy.evaluation import Evaluation
+from nodewarden.policy.events import (
+    Event,
+    PowerObserved,
+)
+from nodewarden.policy.facts import FactName, NodeFacts
+from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.state import (
+    NodePowerState,
+    PowerState,
+    Transition,
+    TransitionKind,
+)
+from nodewarden.policy.view import PolicyView
+
+R = ReasonCode
+
+
+@dataclass(slots=True)
+class StepContext:
+    """Scratch space of one step (local to `step`, never escapes)."""
+
+    state: NodePowerState
+    facts: NodeFacts
+    event: Event
+    now: datetime
+    policy: PolicyView
+    upd: dict[str, Any] = field(default_factory=dict)
+    actions: list[Action] = field(default_factory=list)
+    decision: Decision = Decision.NONE
+    reasons: list[ReasonCode] = field(default_factory=list)
+    evaluation: Evaluation | None = None
+    overrides: tuple[str, ...] = ()
+
+    def get(self, name: str) -> Any:
+        return self.upd[name] if name in self.upd else getattr(self.state, name)
+
+    @property
+    def transition(self) -> Transition | None:
+        t: Transition | None = self.get("transition")
+        return t
+
+    def current(self) -> NodePowerState:
+        """The state as updated so far (unvalidated view for gate evaluation; the state
+        the step returns is validated in `_finish`)."""
+        if not self.upd:
+            return self.state
+        return trusted(NodePowerState, {**self.state.__dict__, **self.upd})
+
+    def set(self, **values: Any) -> None:
+        self.upd.update(values)
+
+    def decide(self, decision: Decision, *reasons: ReasonCode) -> None:
+        self.decision = decision
+        self.reasons = dedupe(reasons)
+
+    def act(self, *actions: Action) -> None:
+        self.actions.extend(actions)
+
+
+def dedupe(codes: Any) -> list[ReasonCode]:
+    out: list[ReasonCode] = []
+    for c in codes:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def transition_id(node: str, kind: TransitionKind, now: datetime, seq: int) -> str:
+    """Deterministic, DNS-label-safe transition id: kind-date-time-hash."""
+    digest = hashlib.sha256(f"{node}|{kind.value}|{now.isoformat()}|{seq}".encode()).hexdigest()
+    return f"{kind.value.lower()}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{digest[:8]}"
+
+
+def fresh(c: StepContext, at: datetime) -> bool:
+    return c.now - at <= c.policy.telemetry_max_age
+
+
+def accepts_work(facts: NodeFacts) -> bool:
+    """Whether the node should take new work once verified (desired, not observed)."""
+    intent = facts.intent
+    if intent is not None and intent.action in ("Shutdown", "Drain"):
+        return False
+    desired = facts.desired
+    if desired is None:
+        return True
+    return desired.power != "Off" and desired.idle_behavior == "run"
+
+
+def observed_off(c: StepContext, since: datetime | None) -> bool:
+    """The event is a PowerObserved Off reading, now the node's latest power reading."""
+    ev = c.event
+    if not isinstance(ev, PowerObserved) or ev.reading.power != "Off":
+        return False
+    if c.facts.power is not ev.reading:
+        return False
+    return since is None or ev.reading.observed_at >= since
+
+
+def verified_on_ready(c: StepContext, since: datetime | None) -> bool:
+    """Observed On and a passing ready probe, both fresh and observed at/after `since`."""
+    p, r = c.facts.power, c.facts.ready
+    if p is None or r is None or p.power != "On" or not r.passed:
+        return False
+    if not (fresh(c, p.observed_at) and fresh(c, r.observed_at)):
+        return False
+    return since is None or (p.observed_at >= since and r.observed_at >= since)
+
+
+def poll_missing(c: StepContext, since: datetime | None, probe_due: bool) -> ReasonCode:
+    """Ask for whichever of power / readiness is not yet fresh evidence after `since`;
+    returns the reason code of what is still pending."""
+    p, r = c.facts.power, c.facts.ready
+    power_ok = (
+        p is not None
+        and p.power == "On"
+        and fresh(c, p.observed_at)
+        and (since is None or p.observed_at >= since)
+    )
+    ready_ok = (
+        r is not None
+        and r.passed
+        and fresh(c, r.observed_at)
+        and (since is None or r.observed_at >= since)
+    )
+    if not power_ok:
+        c.act(PollObservedPower())
+    if not ready_ok and probe_due:
+        c.act(RunReadyProbe())
+    if not power_ok:
+        return R.POWER_STATE_UNKNOWN if p is None or p.power != "On" else R.TELEMETRY_STALE
+    if r is not None and not r.passed and (since is None or r.observed_at >= since):
+        return R.READY_PROBE_FAILED
+    return R.READY_PROBE_PENDING if not ready_ok else R.CONFIRMATION_PENDING
+
+
+def on_state(c: StepContext) -> PowerState:
+    work = c.facts.work
+    return PowerState.ACTIVE if work is not None and work.active_jobs > 0 else PowerState.ON_IDLE
+
+
+def refresh_actions(c: StepContext, names: tuple[FactName, ...], tid: str | None) -> None:
+    rest: list[FactName] = []
+    for name in names:
+        if name == "demand":
+            c.act(RereadDemand(transition_id=tid))
+        elif name == "power":
+            c.act(PollObservedPower())
+        elif name == "ready":
+            c.act(RunReadyProbe())
+        elif name not in rest:
+            rest.append(name)
+    if rest:
+        c.act(RefreshFacts(facts=tuple(rest)))

@@ -1,0 +1,45 @@
+"""State OFF: evaluate the wake gates and begin a wake when they pass."""
+
+from __future__ import annotations
+
+from nodewarden.policy.events import (
+    AdmissionClosed,
+    PowerObserved,
+)
+from nodewarden.policy.gates import evaluate_wake
+from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.state import (
+    AdmissionState,
+)
+from nodewarden.policy.states.context import StepContext, refresh_actions
+from nodewarden.policy.states.moves import begin_wake, enter_verify, vm_forced_shutdown
+
+R = ReasonCode
+
+
+def handle_off(c: StepContext) -> None:
+    ev = c.event
+    power = c.facts.power
+    off_since = c.state.off_since
+    if (
+        isinstance(ev, PowerObserved)
+        and power is ev.reading
+        and power.power in ("On", "PoweringOn")
+        and (off_since is None or power.observed_at >= off_since)
+    ):
+        enter_verify(c, Decision.DEFER, R.UNEXPECTED_POWER_CHANGE)
+        return
+    # a cloud VM the cloud still lists, stopped by itself: destroyed by the 'down' rule
+    # (not on the Off reading itself, which may be the one saying it left the list)
+    if not isinstance(ev, PowerObserved) and vm_forced_shutdown(c):
+        return
+    if isinstance(ev, AdmissionClosed):
+        c.set(admission=AdmissionState.CLOSED, admission_since=min(ev.at, c.now))
+    evaluation = evaluate_wake(c.facts, c.now, c.policy, c.current())
+    c.evaluation = evaluation
+    if evaluation.decision is Decision.START and evaluation.action is not None:
+        begin_wake(c, evaluation.action, evaluation)
+        return
+    refresh_actions(c, evaluation.refresh, None)
+    c.decide(evaluation.decision, *evaluation.reasons)
+    c.set(recheck_at=evaluation.recheck_at)

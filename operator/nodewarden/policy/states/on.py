@@ -1,0 +1,68 @@
+"""States ON_IDLE and ACTIVE: keep admission in step with the desired state, evaluate
+the shutdown gates and begin a drain when they pass.
+"""
+
+from __future__ import annotations
+
+from nodewarden.policy.actions import (
+    PollObservedPower,
+    RunReadyProbe,
+)
+from nodewarden.policy.events import (
+    AdmissionClosed,
+)
+from nodewarden.policy.gates import evaluate_shutdown
+from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.state import (
+    AdmissionState,
+)
+from nodewarden.policy.states.context import (
+    StepContext,
+    accepts_work,
+    observed_off,
+    on_state,
+    refresh_actions,
+    verified_on_ready,
+)
+from nodewarden.policy.states.moves import (
+    admit_if_wanted,
+    begin_shutdown,
+    close_admission,
+    enter_off,
+    enter_verify,
+)
+
+R = ReasonCode
+
+
+def handle_on(c: StepContext) -> None:
+    ev = c.event
+    if observed_off(c, None):
+        close_admission(c, None)
+        enter_off(c, R.UNEXPECTED_POWER_CHANGE)
+        return
+    p, r = c.facts.power, c.facts.ready
+    if p is None or p.power != "On":
+        enter_verify(c, Decision.DEFER, R.UNEXPECTED_POWER_CHANGE)
+        return
+    if r is None or not r.passed:
+        enter_verify(c, Decision.DEFER, R.READY_PROBE_FAILED)
+        return
+    if isinstance(ev, AdmissionClosed) and c.get("admission") is AdmissionState.CLOSING:
+        c.set(admission=AdmissionState.CLOSED, admission_since=min(ev.at, c.now))
+    c.set(state=on_state(c))
+    evaluation = evaluate_shutdown(c.facts, c.now, c.policy, c.current())
+    c.evaluation = evaluation
+    if evaluation.decision in (Decision.SHUTDOWN, Decision.DRAIN):
+        begin_shutdown(c, evaluation)
+        return
+    if not accepts_work(c.facts):
+        close_admission(c, None)
+    elif c.get("admission") is not AdmissionState.OPEN:
+        if verified_on_ready(c, None):
+            admit_if_wanted(c, None)
+        else:
+            c.act(PollObservedPower(), RunReadyProbe())
+    refresh_actions(c, evaluation.refresh, None)
+    c.decide(evaluation.decision, *evaluation.reasons)
+    c.set(recheck_at=evaluation.recheck_at)
