@@ -79,4 +79,4 @@ async def test_an_intent_of_a_transition_never_recorded_is_aborted_by_the_next_l
     assert kube.status(POWER_INTENT, NS, "alice-off").get("phase") != "Aborted"
     assert not kube.status(POWER_INTENT, NS, policy_intent_name("theirs", "shutdown-x"))
     # once closed, it is never taken up again
-    assert ctrl.intents.abandoned(ctrl._transition_intent) == []
+    assert ctrl.intents.abandoned(ctrl._round._transition_intent) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from nodewarden.policy.facts import CapabilityReading
-from nodewarden.power.controller import _same_capability, rediscovery_delay
+from nodewarden.power.sensing import _same_capability, rediscovery_delay
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 

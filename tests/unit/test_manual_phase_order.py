@@ -18,7 +18,8 @@ from test_per_object_catch import NS, T0, controller, settle, side_node
 from memkube import MemoryKube
 from nodewarden.api.kinds import POWER_INTENT, WORKER_NODE
 from nodewarden.policy.machine import Step
-from nodewarden.power import controller as power
+from nodewarden.power import recording as power_recording
+from nodewarden.power import round as power
 
 
 class SlowIntentWrites(MemoryKube):
@@ -34,7 +35,7 @@ async def test_a_finishing_phase_decided_is_never_replaced_by_a_later_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     decided = iter(["Blocked", "Pending", "Pending"])
-    monkeypatch.setattr(power, "manual_phase", lambda *_: next(decided))
+    monkeypatch.setattr(power_recording, "manual_phase", lambda *_: next(decided))
     steps: list[Step] = []
     original = power.step
 
@@ -60,6 +61,6 @@ async def test_a_finishing_phase_decided_is_never_replaced_by_a_later_step(
     await ctrl.round()  # the first step decided with the intent: Blocked, write in flight
     rt = ctrl.nodes["n1"]
     assert rt.facts.intent is not None and rt.facts.intent.name == "off"
-    ctrl._reflect_manual(rt, steps[-1], None, T0)  # a later step: Pending
+    ctrl._round.recorder.reflect_manual(rt, steps[-1], None, T0)  # a later step: Pending
     await settle(ctrl)
     assert kube.status(POWER_INTENT, NS, "off")["phase"] == "Blocked"

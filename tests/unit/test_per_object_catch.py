@@ -23,7 +23,8 @@ from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.handlers import validation as handlers
 from nodewarden.handlers.context import HandlerContext
 from nodewarden.ownership import DISPATCHER_LABEL
-from nodewarden.power import controller as power
+from nodewarden.power import round as power
+from nodewarden.power import validation as power_validation
 from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
 from nodewarden.power.runtime import ControllerSettings
@@ -140,7 +141,9 @@ async def test_workernode_validation_that_raises_marks_that_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        power, "validate_workernode", _bomb(power.validate_workernode, "'127.0.0.9'")
+        power_validation,
+        "validate_workernode",
+        _bomb(power_validation.validate_workernode, "'127.0.0.9'"),
     )
     kube = MemoryKube()
     ctrl = controller(kube)

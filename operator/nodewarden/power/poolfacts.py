@@ -1,0 +1,289 @@
+"""Facts in, from the work side: the worker pool's observations (probe reports, the cloud
+list, an instance gone, its holds; `fleet.ports.WorkerObserver`) and the dispatcher's plan
+(the work its ledger places on each node, queued demand, overcommit; the live re-read of
+the queue a step may ask for), turned into each node's runtime facts and events.
+
+`PoolFacts` calls `Observations` (a new host identity) and the `Recorder` (conditions);
+the round asks it for the re-reads its steps wanted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from nodewarden.api.kinds import CONTAINER_DISPATCH
+from nodewarden.cloud.model import CloudInstance
+from nodewarden.fleet.ports import WorkerSnapshot
+from nodewarden.kube.client import KubeError
+from nodewarden.policy.events import DemandReread, Evaluate, PowerObserved, ReadyProbeResult
+from nodewarden.policy.facts import CapabilityReading, VmReading
+from nodewarden.policy.state import NON_TERMINAL_STATES, PowerState
+from nodewarden.power.context import PowerContext
+from nodewarden.power.demand import (
+    placed_counts,
+    planned_demand,
+    queued_from_bodies,
+    reread_demand,
+)
+from nodewarden.power.observations import Observations
+from nodewarden.power.readings import (
+    cloud_capability,
+    cloud_gone,
+    cloud_power,
+    cloud_uptime,
+    inhibitor_reading,
+    ready_reading,
+    ssh_power,
+    uptime_reading,
+    work_reading,
+)
+from nodewarden.power.recording import Recorder
+from nodewarden.power.runtime import NodeRuntime
+from nodewarden.scheduling.caps import Admission
+from nodewarden.scheduling.scheduler import ContainerView, Plan
+from nodewarden.ssh.errors import SshError
+from nodewarden.ssh.facts import ProbeReport
+
+log = logging.getLogger(__name__)
+
+
+class PoolFacts:
+    """See the module docstring."""
+
+    def __init__(self, ctx: PowerContext, observations: Observations, recorder: Recorder) -> None:
+        self.ctx = ctx
+        self.observations = observations
+        self.recorder = recorder
+        self._plan: tuple[list[ContainerView], Plan, datetime] | None = None
+        self._placed: dict[str, int] = {}
+        """Per node: containers holding it in the dispatcher's last ledger."""
+        self._overcommitted: set[str] = set()
+        """Nodes the dispatcher's last plan found running more than they hold."""
+        self._reread_wanted: set[str] = set()
+
+    # -- the worker pool's observations (WorkerObserver) -------------------------------
+
+    def probed(
+        self, worker: WorkerSnapshot, report: ProbeReport | None, error: SshError | None
+    ) -> None:
+        ctx = self.ctx
+        rt = ctx.nodes.get(worker.name)
+        if rt is None:
+            return
+        if rt.node_type == "CloudVM":
+            self._update_vm(rt, worker)
+        if report is None:
+            if rt.node_type == "CloudVM":
+                rt.events.append(Evaluate())
+                ctx.wake.set()
+            return
+        facts = rt.facts
+        updates: dict[str, Any] = {}
+        runners = report.runners
+        if runners is not None:
+            active = max(len(runners.runners), self._placed.get(worker.name, 0))
+            reading = work_reading(
+                active, runners.source, runners.observed_at, rt.idle_since if active == 0 else None
+            )
+            rt.idle_since = reading.idle_since
+            updates["work"] = reading
+            unowned = tuple(sorted(r.uuid for r in runners.unowned))
+            if unowned != rt.unowned_runners:
+                rt.unowned_runners = unowned
+                self.recorder.contribute_conditions(rt)
+        if report.inhibitors is not None:
+            updates["inhibitors"] = inhibitor_reading(report.inhibitors)
+        if report.uptime is not None:
+            updates["uptime"] = uptime_reading(report.uptime)
+        news = report.host_uuid is not None and rt.identity.observe_host(report.host_uuid)
+        if report.host_uuid is not None:
+            updates["identity"] = rt.identity.reading()
+        if rt.spec is not None and rt.spec.bmc is None and rt.node_type == "SideNode":
+            updates["power"] = ssh_power(report.ready)  # the login itself is the evidence
+        if facts.ready is None and _ssh_may_add_actions(rt):
+            # the first SSH login: what the node allows may now include SshPoweroff (and
+            # ethtool's Wake-on), which the discovery made before the login could not know
+            rt.next_discovery = ctx.clock()
+        if updates:
+            rt.facts = facts.model_copy(update=updates)
+        if news:
+            self.observations.identity_observed(rt)  # the host's UUID: enrolment, BMC claim
+        rt.events.append(ReadyProbeResult(reading=ready_reading(report.ready)))
+        ctx.wake.set()
+
+    def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
+        ctx = self.ctx
+        for name, inst in instances.items():
+            rt = ctx.nodes.get(name)
+            if rt is None or rt.node_type != "CloudVM":
+                continue
+            reading = cloud_power(inst)
+            previous = rt.facts.power
+            updates: dict[str, Any] = {"power": reading}
+            uptime = cloud_uptime(inst)
+            if uptime is not None:
+                updates["uptime"] = uptime
+            rt.facts = rt.facts.model_copy(update=updates)
+            snapshot = ctx.pool.snapshot(name) if ctx.pool is not None else None
+            if snapshot is not None:
+                self._update_vm(rt, snapshot)
+            waiting = rt.state.state in NON_TERMINAL_STATES
+            if previous is None or previous.power != reading.power or waiting:
+                rt.events.append(PowerObserved(reading=reading))
+            elif (
+                rt.state.state is PowerState.OFF and rt.facts.vm is not None and rt.facts.vm.stopped
+            ):
+                rt.events.append(Evaluate())  # a stopped VM is destroyed (rule 'down')
+        ctx.wake.set()
+
+    def gone(self, worker: WorkerSnapshot, at: datetime) -> NodeRuntime | None:
+        """The instance left the cloud list: its Off is observed (the node to step now)."""
+        ctx = self.ctx
+        rt = ctx.nodes.get(worker.name)
+        if rt is None:
+            return None
+        source = ctx.pool.cloud_source if ctx.pool is not None else "cloud"
+        rt.events.append(
+            PowerObserved(reading=cloud_gone(f"cloud:{source}", worker.instance_id, at))
+        )
+        return rt
+
+    def held(self, name: str, refusal: Admission | None) -> None:
+        """The pool holds (or no longer holds) declared WorkerNode `name` for a cap: its
+        `Launched` condition says so (`Recorder.conditions` reads the pool's holds)."""
+        rt = self.ctx.nodes.get(name)
+        if rt is not None:
+            self.recorder.contribute_conditions(rt)
+            self.ctx.wake.set()
+
+    def should_probe(self, name: str) -> bool:
+        """Probe a side node unless its trusted power source says it is Off."""
+        rt = self.ctx.nodes.get(name)
+        if rt is None:
+            return False
+        power = rt.facts.power
+        if rt.spec is not None and rt.spec.bmc is None:
+            return True  # SSH is the only evidence a BMC-less node gives
+        return power is None or power.power != "Off" or rt.state.state is PowerState.WAKING
+
+    def _update_vm(self, rt: NodeRuntime, worker: WorkerSnapshot) -> None:
+        booted = worker.booted_at
+        listed_at = worker.listed_at or self.ctx.clock()
+        observed = max(listed_at, worker.last_attempt or listed_at)
+        if booted > observed:
+            booted = observed
+        attempts = worker.attempts_since_success if worker.last_success else worker.attempts_total
+        reading = VmReading(
+            source="cloud list + ssh probes",
+            observed_at=observed,
+            booted_at=booted,
+            paired=worker.last_success is not None,
+            last_heartbeat=worker.last_success,
+            probe_attempts=attempts,
+            broken=worker.broken,
+            deletion_requested=worker.deletion_requested,
+            stopped=worker.instance_stopped,
+        )
+        if rt.facts.vm != reading:
+            capability = rt.facts.capability
+            updates: dict[str, Any] = {"vm": reading}
+            if capability is None or capability.control_method != "Cloud":
+                updates["capability"] = control_capability_cloud(observed)
+            rt.facts = rt.facts.model_copy(update=updates)
+
+    # -- the dispatcher's plan ---------------------------------------------------------
+
+    def planned(self, containers: list[ContainerView], plan: Plan, now: datetime) -> None:
+        """The dispatcher's round: its capacity ledger (each node's work) and queued
+        demand for every node, by the plan's fit rules."""
+        self._plan = (containers, plan, now)
+        self._update_demand(now)
+        self._placed = placed_counts(containers)
+        self._update_placed(now)
+        self._update_overcommit(plan.over_capacity)
+        self.ctx.wake.set()
+
+    def _update_overcommit(self, over: Mapping[str, str]) -> None:
+        """The condition Overcommitted of a node the dispatcher found running more than it
+        holds (set while it does, cleared once it fits; never set on other nodes)."""
+        for name in over.keys() | self._overcommitted:
+            rt = self.ctx.nodes.get(name)
+            if rt is None or rt.overcommit == over.get(name):
+                continue
+            rt.overcommit = over.get(name)
+            self.recorder.contribute_conditions(rt)
+        self._overcommitted = set(over)
+
+    def _update_placed(self, at: datetime) -> None:
+        """Work in the dispatcher's ledger is work on the node from the moment a container
+        is chosen for it until its runner is seen gone: a node is never taken for idle
+        while a start is in flight, a lock is held or a cancelled runner still runs."""
+        for name, count in self._placed.items():
+            rt = self.ctx.nodes.get(name)
+            if rt is None:
+                continue
+            work = rt.facts.work
+            if work is not None and (work.active_jobs >= count or work.observed_at > at):
+                continue
+            reading = work_reading(count, "dispatcher (containers holding the node)", at, None)
+            rt.facts = rt.facts.model_copy(update={"work": reading})
+            rt.idle_since = None
+            rt.events.append(Evaluate())
+
+    def _update_demand(self, now: datetime) -> None:
+        assert self._plan is not None
+        ctx = self.ctx
+        containers, plan, at = self._plan
+        readings = planned_demand(
+            ctx.nodes.values(), containers, plan, at, ctx.catalogue, ctx.type_policy
+        )
+        for name, reading in readings.items():
+            rt = ctx.nodes[name]
+            previous = rt.facts.demand
+            rt.facts = rt.facts.model_copy(update={"demand": reading})
+            if previous is None or previous.queued != reading.queued:
+                rt.events.append(Evaluate())
+
+    def want_reread(self, name: str) -> None:
+        """A step asked for a live re-read of the queue (`RereadDemand`)."""
+        self._reread_wanted.add(name)
+
+    def reread_wanted(self) -> None:
+        """Start the one live re-read for every node that asked since the last round."""
+        if self._reread_wanted:
+            self.ctx.spawn(self._reread_demand(set(self._reread_wanted)))
+            self._reread_wanted.clear()
+
+    async def _reread_demand(self, nodes: set[str]) -> None:
+        """RereadDemand: a live LIST of the queue (not the cache), one for all nodes asking."""
+        ctx = self.ctx
+        try:
+            bodies = await ctx.kube.list(CONTAINER_DISPATCH, ctx.namespace)
+        except KubeError as exc:
+            log.warning("live re-read of the queue failed (%s); retrying next round", exc)
+            self._reread_wanted |= nodes
+            return
+        read_at = ctx.clock()
+        queued = queued_from_bodies(bodies, read_at)
+        for name in nodes:
+            rt = ctx.nodes.get(name)
+            if rt is None:
+                continue
+            reading = reread_demand(rt, queued, read_at, ctx.catalogue, ctx.type_policy)
+            rt.events.append(DemandReread(reading=reading))
+        ctx.wake.set()
+
+
+def control_capability_cloud(at: datetime) -> CapabilityReading:
+    return cloud_capability("cloud", at)
+
+
+def _ssh_may_add_actions(rt: NodeRuntime) -> bool:
+    """A side node whose known capability was discovered without a working SSH login."""
+    capability = rt.facts.capability
+    if rt.node_type != "SideNode" or capability is None or capability.refusal is not None:
+        return False
+    return "SshPoweroff" not in (capability.allowable or ())

@@ -1,0 +1,343 @@
+"""The power round: each node with events (or whose recheck time has come) is stepped
+through `policy.machine.step`, and what the step returns is carried out -- the power state
+persisted before a request is sent, the records written, the actions executed (requests,
+reads, probes, admission, rechecks) -- then the status writes of the round are flushed.
+
+`Round` is the top collaborator of `PowerController`: it calls `Validation` (periodic
+re-validation), `Sensing` (the reads due, a read a step asks for), `PoolFacts` (re-reads of
+the queue), `Observations` (a refused state write reloads the stored state) and `Recorder`.
+Shadow mode (`PowerPolicy.spec.mode: Shadow`) records a step that would act and does not
+carry it out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from nodewarden.fleet.status import PowerStateConflict
+from nodewarden.kube.client import KubeError
+from nodewarden.metrics import POWER_REQUESTS
+from nodewarden.policy.actions import (
+    Action,
+    CloseAdmission,
+    CloseTransition,
+    OpenTransition,
+    PollObservedPower,
+    RefreshFacts,
+    RequestPower,
+    RereadDemand,
+    RunReadyProbe,
+    ScheduleRecheck,
+)
+from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate, Event
+from nodewarden.policy.facts import DesiredReading, FleetReading
+from nodewarden.policy.machine import Step, step
+from nodewarden.policy.reasons import Decision
+from nodewarden.policy.record import SafetyRecord
+from nodewarden.policy.state import NodePowerState, TransitionKind
+from nodewarden.policy.view import PolicyView
+from nodewarden.power import gauges
+from nodewarden.power.context import PowerContext
+from nodewarden.power.control import NodeRef
+from nodewarden.power.demand import fleet_readings
+from nodewarden.power.nodestatus import board_view
+from nodewarden.power.observations import Observations
+from nodewarden.power.poolfacts import PoolFacts
+from nodewarden.power.recording import Recorder
+from nodewarden.power.runtime import NodeRuntime
+from nodewarden.power.sensing import Sensing
+from nodewarden.power.validation import Validation
+
+log = logging.getLogger(__name__)
+
+_SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
+_MIN_RECHECK = timedelta(seconds=0.25)
+
+
+class Round:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        ctx: PowerContext,
+        *,
+        recorder: Recorder,
+        validation: Validation,
+        observations: Observations,
+        poolfacts: PoolFacts,
+        sensing: Sensing,
+    ) -> None:
+        self.ctx = ctx
+        self.recorder = recorder
+        self.validation = validation
+        self.observations = observations
+        self.poolfacts = poolfacts
+        self.sensing = sensing
+        self.steps = 0
+        self._next_resync: datetime | None = None
+        self._hold_writes: set[str] = set()
+        """Nodes whose status write waits for the next round (`PowerController`, step 4)."""
+        self._held: set[str] = set()
+        """Nodes whose write waited in the last round (they are not held again)."""
+
+    async def round(self) -> None:
+        ctx = self.ctx
+        now = ctx.clock()
+        for name, at in ctx.board.take_acknowledgements().items():
+            rt = ctx.nodes.get(name)
+            if rt is not None:
+                rt.events.append(AdmissionClosed(at=at, source="dispatcher"))
+        if self._next_resync is None or now >= self._next_resync:
+            self._next_resync = now + timedelta(seconds=ctx.settings.resync_interval)
+            self.validation.resync()
+            if ctx.synced.is_set():
+                keep = timedelta(seconds=ctx.settings.keep_intents_of_gone_nodes)
+                ctx.spawn(ctx.intents.expire_gone(set(ctx.nodes), now, keep))
+                ctx.spawn(ctx.intents.expire_manual(now))
+        if ctx.synced.is_set():
+            for intent in ctx.intents.abandoned(self._transition_intent):
+                ctx.spawn(ctx.intents.abandon(intent, now))
+        self.sensing.schedule(now)
+        fleet: dict[str | None, FleetReading] | None = None  # counted once a node steps
+        for rt in list(ctx.nodes.values()):
+            due = rt.due_at is not None and now >= rt.due_at
+            if not rt.events and not due:
+                continue
+            if due:
+                rt.due_at = None
+            if fleet is None:
+                fleet = fleet_readings(ctx.nodes.values(), now)
+            rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
+            try:
+                await self.process(rt, now, due=due)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one node's bug: mark it, the round goes on
+                self._failed(rt, exc)
+            else:
+                if rt.failure is not None:
+                    rt.failure = None
+                    self.recorder.contribute_conditions(rt)
+        self.poolfacts.reread_wanted()
+        held, self._hold_writes = self._hold_writes, set()
+        await ctx.status.flush(hold=held)
+        self._held = held
+        gauges.publish(ctx.nodes.values(), now)
+
+    def _transition_intent(self, node: str) -> str | bool | None:
+        """The intent of `node`'s current transition (None: none; False: not our node)."""
+        rt = self.ctx.nodes.get(node)
+        return False if rt is None else rt.transition_intent
+
+    # ------------------------------------------------------------------ one node
+
+    def _failed(self, rt: NodeRuntime, exc: Exception) -> None:
+        """A step of `rt` raised: log it, mark the node (`Reconciled=False`), go on; the
+        node is stepped again at its next event or at the next evaluation."""
+        log.error("power step of WorkerNode %s failed", rt.name, exc_info=exc)
+        rt.failure = f"{type(exc).__name__}: {exc}"[:1000]
+        rt.events.clear()
+        rt.due_at = self.ctx.clock() + timedelta(seconds=self.ctx.settings.evaluate_interval)
+        self.recorder.contribute_conditions(rt)
+
+    async def process(self, rt: NodeRuntime, now: datetime, due: bool = False) -> None:
+        """Step `rt` through every event it holds (a recheck or deadline when none)."""
+        if rt.spec is None:
+            rt.events.clear()
+            return
+        policy = self.ctx.policy(rt)
+        view = policy.view
+        self._static_facts(rt, now)
+        events: list[Event] = list(rt.events)
+        rt.events.clear()
+        if not events:
+            t = rt.state.transition
+            events = [DeadlineReached(transition_id=t.id) if t is not None else Evaluate()]
+        for event in events:
+            # the last record written is the previous one: a step that reaches the same
+            # decision gets it back re-evaluated (no full record is built)
+            result = step(rt.state, rt.facts, event, now, view, previous=rt.record)
+            self.steps += 1
+            if view.shadow and _acts(result):
+                rt.facts = result.facts  # observations count; the decision is not carried out
+                await self._shadow(rt, result, event, view, now)
+                continue
+            headline = (result.decision, result.reasons, result.next.state, result.next.admission)
+            opens_or_closes = any(
+                isinstance(a, (OpenTransition, CloseTransition, RequestPower))
+                for a in result.actions
+            )
+            record: SafetyRecord | None = None
+            if headline != rt.headline or opens_or_closes:
+                record = result.record
+            before = rt.state
+            rt.state, rt.facts = result.next, result.facts
+            if not await self._apply(rt, before, result, record, headline, now):
+                return
+
+    async def _shadow(
+        self, rt: NodeRuntime, result: Step, event: Event, view: PolicyView, now: datetime
+    ) -> None:
+        """Record what would have happened (PowerIntent phase Shadow), do nothing."""
+        key = (result.decision, result.reasons)
+        rt.due_at = now + timedelta(seconds=self.ctx.settings.evaluate_interval)
+        if key == rt.shadow_key:
+            return
+        rt.shadow_key = key
+        record = step(rt.state, rt.facts, event, now, view).record
+        assert record is not None
+        await self.recorder.shadow(rt, result, record, now)
+
+    async def _apply(
+        self,
+        rt: NodeRuntime,
+        before: NodePowerState,
+        result: Step,
+        record: SafetyRecord | None,
+        headline: tuple[Any, ...],
+        now: datetime,
+    ) -> bool:
+        """Carry out one step. Returns False when the node must reload its state."""
+        ctx = self.ctx
+        recorder = self.recorder
+        state = rt.state
+        gauges.observe_step(before, state)
+        ctx.board.set(rt.name, board_view(rt, ctx.policy(rt).view.valid))
+        ctx.status.contribute(rt.name, recorder.power_status(rt, record))
+        requests = [a for a in result.actions if isinstance(a, RequestPower)]
+        if requests:
+            ctx.status.contribute(
+                rt.name, {"powerState": state.model_dump(mode="json", by_alias=True)}
+            )
+            rt.persisted = state
+            try:
+                await ctx.status.persist(rt.name)
+            except (PowerStateConflict, KubeError) as exc:
+                log.warning(
+                    "WorkerNode %s: power state not persisted (%s); no request sent, reloading",
+                    rt.name,
+                    exc,
+                )
+                self.observations.reload(rt)
+                return False
+        for action in result.actions:
+            if isinstance(action, OpenTransition):
+                await recorder.open(rt, action, now)
+            elif isinstance(action, CloseTransition):
+                await recorder.close(rt, action, record, now)
+        if record is not None:
+            closed = any(isinstance(a, CloseTransition) for a in result.actions)
+            await recorder.record(rt, record, headline, now, closed, requested=bool(requests))
+        recorder.reflect_manual(rt, result, record, now)
+        for action in result.actions:
+            self._execute(rt, action, now)
+        if result.decision is Decision.DEFER and not any(
+            isinstance(a, ScheduleRecheck) for a in result.actions
+        ):
+            rt.due_at = now + timedelta(seconds=ctx.settings.evaluate_interval)
+        if state.state is not before.state:
+            log.info(
+                "WorkerNode %s: %s -> %s (%s %s)",
+                rt.name,
+                before.state.value,
+                state.state.value,
+                result.decision.value,
+                ",".join(r.value for r in result.reasons),
+            )
+        return True
+
+    def _static_facts(self, rt: NodeRuntime, now: datetime) -> None:
+        """The facts that come from the spec (and the active intent)."""
+        spec = rt.spec
+        assert spec is not None
+        desired = DesiredReading(
+            source=f"WorkerNode/{rt.name} spec (generation {rt.generation})",
+            observed_at=rt.spec_seen_at,
+            power=spec.power,
+            idle_behavior=spec.idle_behavior,
+        )
+        updates: dict[str, Any] = {}
+        if rt.facts.desired != desired:
+            updates["desired"] = desired
+        if rt.facts.node_type != spec.node_type:
+            updates["node_type"] = spec.node_type
+        if updates:
+            rt.facts = rt.facts.model_copy(update=updates)
+        self.observations.sync_intent(rt)
+
+    # -- actions --------------------------------------------------------------------------
+
+    def _execute(self, rt: NodeRuntime, action: Action, now: datetime) -> None:
+        ctx = self.ctx
+        ref = rt.ref()
+        if isinstance(action, CloseAdmission):
+            ctx.board.close(rt.name, now)
+            if ctx.acknowledge_admission or ctx.pool is None:
+                ctx.board.acknowledge(rt.name, now)
+            ctx.wake.set()
+        elif isinstance(action, RereadDemand):
+            self.poolfacts.want_reread(rt.name)
+        elif isinstance(action, RequestPower) and ref is not None:
+            ctx.spawn(self._request(rt, ref, action))
+        elif isinstance(action, PollObservedPower) and ref is not None:
+            if rt.has_bmc_side:
+                self.sensing.poll(rt, ref)
+            else:
+                ctx.spawn(ctx.control.read_power(ref))
+        elif isinstance(action, RunReadyProbe):
+            if ctx.pool is not None:
+                ctx.pool.request_probe(rt.name)
+        elif isinstance(action, RefreshFacts) and ref is not None:
+            names = set(action.facts)
+            probed = {"work", "inhibitors", "uptime", "ready", "identity"}
+            if names & probed and ctx.pool is not None:
+                ctx.pool.request_probe(rt.name)
+            if "capability" in names:
+                rt.next_discovery = now
+            if "vm" in names and ctx.pool is not None:
+                ctx.pool.request_sync()
+            if "demand" in names:
+                self.poolfacts.want_reread(rt.name)
+        elif isinstance(action, ScheduleRecheck):
+            # never sooner than a moment from now: a recheck due "now" while the evidence
+            # it waits for is still on its way would otherwise step the node in a loop
+            at = max(action.at, now + _MIN_RECHECK)
+            rt.due_at = at if rt.due_at is None else min(rt.due_at, at)
+            if action.at <= now and rt.name not in self._held:
+                self._hold_writes.add(rt.name)  # the next step's write carries this one's
+
+    async def _request(self, rt: NodeRuntime, ref: NodeRef, action: RequestPower) -> None:
+        outcome = await self.ctx.control.request(
+            ref, action.transition_id, action.attempt, action.action
+        )
+        result = {
+            "RequestAccepted": "accepted",
+            "RequestRejected": "rejected",
+            "RequestErrored": "errored",
+        }[outcome.type]
+        POWER_REQUESTS.labels(action.action, result, str(action.attempt > 1).lower()).inc()
+        log.info(
+            "WorkerNode %s: %s #%d %s: %s",
+            rt.name,
+            action.action,
+            action.attempt,
+            result,
+            outcome.detail,
+        )
+        rt.events.append(outcome)
+        if rt.has_bmc_side:
+            rt.next_poll = self.ctx.clock()  # look at the BMC soon
+        self.ctx.wake.set()
+
+
+def _acts(result: Step) -> bool:
+    """Would this step act on the node (begin a power transition)?"""
+    for a in result.actions:
+        if isinstance(a, OpenTransition) and a.kind is not TransitionKind.VERIFY:
+            return True
+        if isinstance(a, _SKIP_IN_SHADOW):
+            return True
+    return False
