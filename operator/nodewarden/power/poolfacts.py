@@ -43,7 +43,7 @@ from nodewarden.power.readings import (
 from nodewarden.power.recording import Recorder
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.scheduling.caps import Admission
-from nodewarden.scheduling.scheduler import ContainerView, Plan
+from nodewarden.scheduling.views import ContainerView, Plan
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import ProbeReport
 
