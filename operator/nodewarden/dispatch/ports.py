@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.backoff import CreatePermission
 from nodewarden.dispatch.queue import Container
-from nodewarden.pool.workers import Worker
+from nodewarden.pool.worker import Worker
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.facts import ProbeReport, RunnerOutcome, RunnerStarted
