@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import random
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -92,7 +91,7 @@ def _node(name: str, state: NodePowerState, facts: NodeFacts, **kind: Any) -> Ma
 def _operator_view(worker: Worker, rt: NodeRuntime) -> object:
     board = PowerBoard()
     board.set(worker.name, board_view(rt, policy_valid=True))
-    return NodeViews.node_view(SimpleNamespace(board=board), worker)  # type: ignore[arg-type]
+    return NodeViews(board).node_view(worker)
 
 
 CASES = list(itertools.product(PowerState, AdmissionState, READINESS))

@@ -116,11 +116,7 @@ class Planner:
         ledger = account(placed, queued, listings, resources_of)
         self.ctx.held_resources = ledger.held
         containers = self.ctx.plan_inputs = ledger.views
-        nodes = (
-            [self.views.node_view(w) for w in self.ctx.pool.workers.values()]
-            if self.ctx.pool
-            else []
-        )
+        nodes = self.views.nodes(self.ctx.pool.workers.values()) if self.ctx.pool else []
         # the hard caps (scheduling.caps): the operator's ceilings and the default policy's
         # limits; no creates at all while the default policy is missing or invalid
         policy, stopped = self.ctx.policies.create_limits()

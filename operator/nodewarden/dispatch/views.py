@@ -4,6 +4,9 @@ spec (side nodes); state, readiness and admission from the power controller's bo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
+from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.fleet.board import NodePowerView, PowerBoard
 from nodewarden.policy.state import PowerState
 from nodewarden.pool.worker import Worker
@@ -28,19 +31,34 @@ class NodeViews:
 
     def __init__(self, board: PowerBoard) -> None:
         self.board = board
+        self._side: dict[str, tuple[WorkerNodeSpec | None, NodePowerView | None, NodeView]] = {}
+        """Each side node's last view, with the spec and power view it was made from."""
+
+    def nodes(self, workers: Iterable[Worker]) -> list[NodeView]:
+        """The view of every node of the pool (side nodes no longer in it are forgotten)."""
+        last, self._side = self._side, {}
+        return [self._view(w, last) for w in workers]
 
     def node_view(self, w: Worker) -> NodeView:
         """The scheduler's view of a node: capacity from the catalogue (VMs) or the spec
         (side nodes); state, readiness and admission from the power controller."""
+        return self._view(w, self._side)
+
+    def _view(
+        self,
+        w: Worker,
+        last: Mapping[str, tuple[WorkerNodeSpec | None, NodePowerView | None, NodeView]],
+    ) -> NodeView:
         power = self.board.view(w.name)
         if w.side:
             # the same node view until its spec or its power view changes (10,000 side
             # nodes are viewed at every round)
-            cached = w.side_view
+            cached = last.get(w.name)
             if cached is not None and cached[0] is w.spec and cached[1] == power:
+                self._side[w.name] = cached
                 return cached[2]
             view = NodeViews._side_view(w, power)
-            w.side_view = (w.spec, power, view)
+            self._side[w.name] = (w.spec, power, view)
             return view
         return NodeViews._cloud_view(w, power)
 

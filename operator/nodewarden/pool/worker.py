@@ -39,10 +39,8 @@ from typing import Any
 
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance, InstanceState
-from nodewarden.fleet.board import NodePowerView
 from nodewarden.fleet.ports import WorkerSnapshot
 from nodewarden.scheduling.instancetypes import InstanceType
-from nodewarden.scheduling.scheduler import NodeView
 from nodewarden.ssh.facts import RunnerProcess, RunnersFact
 
 log = logging.getLogger(__name__)
@@ -129,9 +127,6 @@ class Worker:
     target_refusal: str | None = None
     """Why the credential resolver refused this side node's SSH login (None: it did not)."""
     _spec: WorkerNodeSpec | None = None
-    side_view: tuple[WorkerNodeSpec | None, NodePowerView | None, NodeView] | None = None
-    """The dispatcher's last node view of a side node, with the spec and power view it
-    was made from (it is reused until either changes)."""
 
     def __post_init__(self) -> None:
         if self.body is not None and self._spec is None:  # made with a body: parse its spec
