@@ -130,12 +130,12 @@ class Loop:
     async def step(self) -> None:
         now = self.ctx.clock()
         self._acknowledge_closed(now)
-        if self.ctx.pool is not None and (
-            self.ctx.next_sync is None or now >= self.ctx.next_sync or self.ctx.pool.sync_wanted
+        pool = self.ctx.pool
+        if pool is not None and (
+            pool.sync_requested() or self.ctx.next_sync is None or now >= self.ctx.next_sync
         ):
-            self.ctx.pool.sync_wanted = False
             self.ctx.next_sync = now + timedelta(seconds=self.ctx.settings.sync_interval)
-            await self.ctx.pool.sync_cloud()
+            await pool.sync_cloud()
         if self.ctx.pool is not None:
             if self.ctx.recovered and self.ctx.pool.declared:
                 await self.ctx.pool.adopt_declared()

@@ -82,8 +82,8 @@ class WorkerPoolPort(Protocol):
     def declared(self) -> Mapping[str, Mapping[str, Any]]:
         """CloudVM WorkerNodes a person declared that still wait for an instance."""
 
-    sync_wanted: bool
-    """Someone asked for a cloud list at the next round (the dispatcher clears it)."""
+    def sync_requested(self) -> bool:
+        """Someone asked for a cloud list since the last call (this answer clears it)."""
 
     def observe_node(
         self, body: Mapping[str, Any], deleted: bool = False, spec: WorkerNodeSpec | None = None

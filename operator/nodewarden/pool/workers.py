@@ -87,8 +87,7 @@ class WorkerPool:
         self.nodes = NodeStore(self.ctx, self.probes, self.admissions)
         self.lifecycle = Lifecycle(self.ctx, self.nodes, self.probes, self.admissions)
         self.sync = CloudSync(self.ctx, self.nodes, self.probes, self.lifecycle)
-        self.sync_wanted = False
-        """Someone asked for a cloud list at the next round (the dispatcher clears it)."""
+        self._sync_wanted = False
 
     # --- wiring (the composition root and the feed set these) ---------------------------
 
@@ -134,6 +133,11 @@ class WorkerPool:
     ) -> None:
         """Fold a watched WorkerNode into the pool (`spec`: as the feed parsed it)."""
         self.nodes.observe_node(body, deleted, spec)
+
+    def sync_requested(self) -> bool:
+        """Someone asked for a cloud list since the last call (this answer clears it)."""
+        wanted, self._sync_wanted = self._sync_wanted, False
+        return wanted
 
     async def sync_cloud(self) -> None:
         await self.sync.sync()
@@ -191,7 +195,7 @@ class WorkerPool:
 
     def request_sync(self) -> None:
         """List the cloud at the next round (the power controller wants fresh evidence)."""
-        self.sync_wanted = True
+        self._sync_wanted = True
         self.ctx.on_change()
 
     async def ssh_target(self, node: str) -> SshTarget | None:

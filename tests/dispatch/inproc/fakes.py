@@ -524,6 +524,10 @@ class FakePool:
     ) -> None:
         return None
 
+    def sync_requested(self) -> bool:
+        wanted, self.sync_wanted = self.sync_wanted, False
+        return wanted
+
     async def sync_cloud(self) -> None:
         for name, vm in self.cloud.vms.items():
             if name not in self.workers:
