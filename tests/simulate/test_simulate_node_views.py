@@ -11,18 +11,17 @@ from __future__ import annotations
 import itertools
 import random
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance, InstanceState
-from nodewarden.dispatch.dispatcher import Dispatcher
+from nodewarden.dispatch.views import NodeViews
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.policy.facts import CapabilityReading, NodeFacts, ReadyReading
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
-from nodewarden.pool.workers import Worker
+from nodewarden.pool.worker import Worker
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.scheduling.instancetypes import InstanceType
@@ -92,7 +91,7 @@ def _node(name: str, state: NodePowerState, facts: NodeFacts, **kind: Any) -> Ma
 def _operator_view(worker: Worker, rt: NodeRuntime) -> object:
     board = PowerBoard()
     board.set(worker.name, board_view(rt, policy_valid=True))
-    return Dispatcher._node_view(SimpleNamespace(board=board), worker)  # type: ignore[arg-type]
+    return NodeViews(board).node_view(worker)
 
 
 CASES = list(itertools.product(PowerState, AdmissionState, READINESS))

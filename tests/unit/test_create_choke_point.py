@@ -95,7 +95,7 @@ def make_pool(limits: CreateLimits, book: PolicyBook) -> tuple[WorkerPool, list[
     async def create_instance(worker: Any, itype: InstanceType) -> None:
         created.append(worker.name)
 
-    pool._create_instance = create_instance  # type: ignore[method-assign]
+    pool.lifecycle._create_instance = create_instance  # type: ignore[method-assign]
     observer = Observer()
     pool.observer = observer  # type: ignore[assignment]
     for i in range(50):
@@ -105,8 +105,8 @@ def make_pool(limits: CreateLimits, book: PolicyBook) -> tuple[WorkerPool, list[
 
 async def settle(pool: WorkerPool) -> None:
     await pool.adopt_declared()
-    while pool._tasks:
-        await asyncio.gather(*pool._tasks)
+    while pool.ctx.tasks:
+        await asyncio.gather(*pool.ctx.tasks)
 
 
 async def test_fifty_declared_vms_beyond_a_ceiling_get_exactly_that_many() -> None:
@@ -123,7 +123,7 @@ async def test_fifty_declared_vms_beyond_a_ceiling_get_exactly_that_many() -> No
     await settle(pool)
     assert len(created) == 7
     # the administrator raises the ceiling: creation resumes, up to the policy's 40
-    pool.settings = DispatchSettings(limits=CreateLimits(max_nodes=100))
+    pool.ctx.settings = DispatchSettings(limits=CreateLimits(max_nodes=100))
     await settle(pool)
     assert len(created) == 40
     assert all(observer.holds[name] is None for name in created[7:])
@@ -138,7 +138,7 @@ async def test_spend_ceiling_holds_the_dearest_gpus() -> None:
     pool, created, observer = make_pool(CreateLimits(max_hourly_spend=10.0), book)
     await settle(pool)
     assert len(created) == 3  # 3 x 3.26 = 9.78/h; a fourth would be 13.04/h
-    assert pool.fleet().hourly_spend < 10.0
+    assert pool.admissions.fleet().hourly_spend < 10.0
     assert sum(1 for r in observer.holds.values() if r is not None) == 47
 
 
@@ -164,7 +164,7 @@ async def test_the_clouds_back_off_holds_declared_vms_too() -> None:
     book = PolicyBook(namespace=NS, default_name="default")
     book.observe(policy_body())
     pool, created, observer = make_pool(CreateLimits(), book)
-    cloud: Any = pool.cloud
+    cloud: Any = pool.ctx.cloud
     cloud.blocked = "quota exceeded; retry after 60s"
     await settle(pool)
     assert created == []
@@ -179,7 +179,7 @@ async def test_a_declared_vm_whose_label_patch_conflicts_is_tried_again() -> Non
     book = PolicyBook(namespace=NS, default_name="default")
     book.observe(policy_body())
     pool, created, _ = make_pool(CreateLimits(max_nodes=2), book)
-    kube: Any = pool.kube
+    kube: Any = pool.ctx.kube
     kube.conflicts = {"gpu-00"}
     await settle(pool)
     assert created == ["gpu-01", "gpu-02"]

@@ -21,6 +21,9 @@ class _Worker:
     name: str = "n1"
     probe_now: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def runner_signalled(self) -> None:
+        self.probe_now.set()
+
 
 class _Pool:
     async def target(self, worker: Any) -> object:
@@ -80,7 +83,7 @@ def test_a_changed_scheduling_status_waits_for_the_interval() -> None:
     dispatcher = _dispatcher(now)
     # a new container: its first write (acknowledgement) goes at once
     fresh = _container(dispatcher.queue, 1, {})
-    assert dispatcher._wait_changes(fresh, "waiting for a new small to boot")
+    assert dispatcher.outcomes.wait_changes(fresh, "waiting for a new small to boot")
     written = _container(
         dispatcher.queue,
         1,
@@ -91,11 +94,11 @@ def test_a_changed_scheduling_status_waits_for_the_interval() -> None:
         },
     )
     written.status_written_at = T0
-    assert not dispatcher._wait_changes(written, "waiting for a new small to boot")
+    assert not dispatcher.outcomes.wait_changes(written, "waiting for a new small to boot")
     now[0] = T0 + timedelta(seconds=29)
-    assert not dispatcher._wait_changes(written, "waiting: every node is busy")
+    assert not dispatcher.outcomes.wait_changes(written, "waiting: every node is busy")
     now[0] = T0 + timedelta(seconds=30)
-    assert dispatcher._wait_changes(written, "waiting: every node is busy")
+    assert dispatcher.outcomes.wait_changes(written, "waiting: every node is busy")
     # a spec change is acknowledged at once
     now[0] = T0 + timedelta(seconds=1)
     edited = _container(
@@ -108,7 +111,7 @@ def test_a_changed_scheduling_status_waits_for_the_interval() -> None:
         },
     )
     assert edited.status_written_at == T0  # carried over from the previous version
-    assert dispatcher._wait_changes(edited, "waiting for a new small to boot")
+    assert dispatcher.outcomes.wait_changes(edited, "waiting for a new small to boot")
 
 
 def test_an_unwanted_runner_gets_term_every_interval_then_kill() -> None:
@@ -119,7 +122,7 @@ def test_an_unwanted_runner_gets_term_every_interval_then_kill() -> None:
 
     async def round_at(seconds: float) -> None:
         now[0] = T0 + timedelta(seconds=seconds)
-        await dispatcher._kill_unwanted(worker, "u1")  # type: ignore[arg-type]
+        await dispatcher.runners.kill_unwanted(worker, "u1")  # type: ignore[arg-type]
 
     async def scenario() -> None:
         for t in (0, 1, 5, 10, 11, 20, 59, 60, 61, 70):

@@ -37,7 +37,20 @@ def _instance(iid: str) -> CloudInstance:
 
 def _pool(clock: list[datetime], list_call: Any) -> tuple[WorkerPool, list[str]]:
     """A WorkerPool with only what `sync_cloud` touches: the rest of it needs a cluster."""
-    pool = WorkerPool.__new__(WorkerPool)
+    pool = WorkerPool(
+        kube=None,  # type: ignore[arg-type]
+        cloud=None,
+        prober=None,  # type: ignore[arg-type]
+        namespace="ns",
+        dispatcher_id="d",
+        settings=DispatchSettings(),
+        client_key=None,
+        master=None,
+        takeover_after=lambda: timedelta(hours=1),
+        default_policy=None,
+        clock=lambda: clock[0],
+        on_change=lambda: None,
+    )
     forgotten: list[str] = []
 
     async def forget(worker: Worker, why: str) -> None:
@@ -49,14 +62,10 @@ def _pool(clock: list[datetime], list_call: Any) -> tuple[WorkerPool, list[str]]
     class Cloud:
         list_managed_instances = staticmethod(list_call)
 
-    pool.cloud = Cloud()  # type: ignore[assignment]
-    pool.clock = lambda: clock[0]  # type: ignore[method-assign]
-    pool.tags = TagKeys()
-    pool.dispatcher_id = "d"
-    pool.workers = {}
+    pool.ctx.cloud = Cloud()  # type: ignore[assignment]
+    pool.ctx.tags = TagKeys()
     pool.observer = type("O", (), {"listed": lambda *a: None, "gone": staticmethod(gone)})()  # type: ignore[assignment]
-    pool.on_change = lambda: None  # type: ignore[method-assign]
-    pool._forget = forget  # type: ignore[method-assign]
+    pool.lifecycle.forget = forget  # type: ignore[method-assign]
     return pool, forgotten
 
 
@@ -74,11 +83,11 @@ def test_an_instance_created_while_the_list_was_on_its_way_is_not_gone() -> None
     async def list_call() -> list[CloudInstance]:
         # the create of "late" returns while the list is in flight
         clock[0] = T0 + timedelta(seconds=2)
-        pool.workers["late"] = _worker("late", clock[0])
+        pool.ctx.workers["late"] = _worker("late", clock[0])
         return []
 
     pool, forgotten = _pool(clock, list_call)
-    pool.workers["early"] = _worker("early", T0 - timedelta(seconds=30))
+    pool.ctx.workers["early"] = _worker("early", T0 - timedelta(seconds=30))
     asyncio.run(pool.sync_cloud())
     assert forgotten == ["early"]  # known before the list was asked for, and not in it
     assert "late" not in forgotten
@@ -106,18 +115,17 @@ def test_a_destroy_asked_for_while_the_create_was_in_flight_is_carried_out() -> 
         destroyed.append(instance.id)
 
     pool, _ = _pool(clock, None)
-    cloud: Any = pool.cloud
+    cloud: Any = pool.ctx.cloud
     cloud.create_request = lambda **kw: (kw, None)
     cloud.create = create
     cloud.destroy = destroy
-    pool.master = SecretBytes(b"m" * 32)
-    pool.client_key = Key()  # type: ignore[assignment]
-    pool.settings = DispatchSettings()
-    pool.prober = Prober()  # type: ignore[assignment]
-    pool._ensure_probe = lambda w: probed.append(w.name)  # type: ignore[method-assign]
+    pool.ctx.master = SecretBytes(b"m" * 32)
+    pool.ctx.client_key = Key()  # type: ignore[assignment]
+    pool.ctx.prober = Prober()  # type: ignore[assignment]
+    pool.probes.ensure = lambda w: probed.append(w.name)  # type: ignore[method-assign]
     worker = Worker(name="n1", instance_type=None, created_at=T0, creating=True)
-    pool.workers["n1"] = worker
+    pool.ctx.workers["n1"] = worker
 
-    asyncio.run(pool._create_instance(worker, SMALL))
+    asyncio.run(pool.lifecycle._create_instance(worker, SMALL))
     assert destroyed == ["i-new"]
     assert probed == []  # nothing is started on a node that is going

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.backoff import CreatePermission
 from nodewarden.dispatch.queue import Container
-from nodewarden.pool.workers import Worker
+from nodewarden.pool.worker import Worker
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.facts import ProbeReport, RunnerOutcome, RunnerStarted
@@ -82,8 +82,8 @@ class WorkerPoolPort(Protocol):
     def declared(self) -> Mapping[str, Mapping[str, Any]]:
         """CloudVM WorkerNodes a person declared that still wait for an instance."""
 
-    sync_wanted: bool
-    """Someone asked for a cloud list at the next round (the dispatcher clears it)."""
+    def sync_requested(self) -> bool:
+        """Someone asked for a cloud list since the last call (this answer clears it)."""
 
     def observe_node(
         self, body: Mapping[str, Any], deleted: bool = False, spec: WorkerNodeSpec | None = None

@@ -44,7 +44,7 @@ from nodewarden.fleet.board import NodePowerView, PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import Kube
 from nodewarden.policy.state import PowerState
-from nodewarden.pool.workers import Worker, WorkerState
+from nodewarden.pool.worker import Worker, WorkerState
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTarget
 from nodewarden.ssh.errors import CommandTimeout, ConnectionFailed
@@ -524,6 +524,10 @@ class FakePool:
     ) -> None:
         return None
 
+    def sync_requested(self) -> bool:
+        wanted, self.sync_wanted = self.sync_wanted, False
+        return wanted
+
     async def sync_cloud(self) -> None:
         for name, vm in self.cloud.vms.items():
             if name not in self.workers:
@@ -683,7 +687,7 @@ class Rig:
     async def settle(self) -> None:
         """Wait until every task the dispatcher spawned is done or parked at a slow start."""
         while True:
-            busy = {t for t in self.dispatcher._tasks if not t.done()}
+            busy = {t for t in self.dispatcher.ctx.tasks if not t.done()}
             busy -= self.prober.parked_tasks()
             if not busy:
                 return

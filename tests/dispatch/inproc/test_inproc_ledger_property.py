@@ -184,7 +184,7 @@ class World:
             spec = api.objects[name]["spec"]
             if api.phase(name) not in (None, "Queued") or spec.get("cancel"):
                 continue
-            if spec["uuid"] in d.held_back or spec["uuid"] in d.inflight:
+            if spec["uuid"] in d.ctx.held_back or spec["uuid"] in d.ctx.inflight:
                 continue
             out.append((-int(spec["priority"]), index, name))
         return [name for *_, name in sorted(out)]
@@ -304,12 +304,12 @@ async def test_the_ledger_never_overcommits_and_never_starves(ops: list[Op]) -> 
 async def test_a_dispatcher_that_starts_nothing_fails_the_property(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from nodewarden.dispatch.dispatcher import Dispatcher
+    from nodewarden.dispatch.planner import Planner
 
-    async def execute_nothing(self: Dispatcher, result: Plan, now: Any) -> None:
+    async def execute_nothing(self: Planner, result: Plan, now: Any) -> None:
         return None
 
-    monkeypatch.setattr(Dispatcher, "_execute", execute_nothing)
+    monkeypatch.setattr(Planner, "execute", execute_nothing)
     with pytest.raises(Starved):
         await play([("arrive", 1, 1), ("round",), ("round",), ("round",)])
 

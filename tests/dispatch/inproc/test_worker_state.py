@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodewarden.pool.workers import TRANSITIONS, Worker, WorkerState
+from nodewarden.pool.worker import TRANSITIONS, Worker, WorkerState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

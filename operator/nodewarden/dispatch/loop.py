@@ -1,0 +1,180 @@
+"""The dispatcher's loop: recovery at start-up, then one round after another.
+
+Start-up (`start`): containers, WorkerNodes and policies are already here (the feed
+hands every object over before `start` is called); list the cloud and adopt every
+instance tagged with our dispatcher id (creating missing WorkerNodes); probe every node
+once. Until that first probe round is done nothing is started, requeued or shut down,
+so a restarted dispatcher adopts running containers instead of running them twice.
+
+Each round (`step`, every `tick_interval` or sooner when an event arrives):
+
+1. sync with the cloud list when due (`sync_interval`);
+2. reconcile runners with containers, node by node, from the latest probe (`Runners`);
+3. cancel what was cancelled, and drop the finalizer of earlier releases from terminal
+   containers (`Outcomes`);
+4. plan from the capacity ledger and 5. execute the plan (`Planner`);
+6. hand the pool's WorkerNode status fields to the status writer, announce overcommitted
+   nodes, update the metrics, and give the power controller the ledger and the plan
+   (`planned`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+
+from nodewarden.api.containerdispatch import TERMINAL_PHASES
+from nodewarden.dispatch.context import DispatchContext
+from nodewarden.dispatch.outcomes import Outcomes
+from nodewarden.dispatch.planner import Planner
+from nodewarden.dispatch.runners import Runners
+from nodewarden.drain import drain
+from nodewarden.metrics import CONTAINERS, HOURLY_SPEND, OVERCOMMITTED_NODES
+from nodewarden.scheduling.ledger import with_starts
+
+log = logging.getLogger(__name__)
+
+MAX_PAUSE = 2.0
+"""Longest pause a slow round adds before the next one (see `Dispatcher.run`)."""
+
+
+class Loop:
+    """Recovers, then runs rounds until stopped (module docstring)."""
+
+    def __init__(
+        self, ctx: DispatchContext, outcomes: Outcomes, runners: Runners, planner: Planner
+    ) -> None:
+        self.ctx = ctx
+        self.outcomes = outcomes
+        self.runners = runners
+        self.planner = planner
+
+    async def start(self) -> None:
+        """Rebuild state from the feed (containers, WorkerNodes and policies are already
+        here) and the cloud, then probe every node once."""
+        self.ctx.starts = asyncio.Semaphore(self.ctx.settings.max_concurrent_starts)
+        if self.ctx.pool is not None:
+            await self.ctx.pool.sync_cloud()
+            await self._first_probe_round()
+        self.ctx.recovered = True
+        log.info(
+            "dispatcher recovered",
+            extra={
+                "containers": len(self.ctx.queue.by_name),
+                "nodes": len(self.ctx.pool.workers) if self.ctx.pool else 0,
+            },
+        )
+
+    async def _first_probe_round(self, limit: float = 60.0) -> None:
+        assert self.ctx.pool is not None
+        workers = [w for w in self.ctx.pool.workers.values() if w.instance is not None]
+        if not workers:
+            return
+        jobs = [asyncio.ensure_future(self.ctx.pool.probe_once(w)) for w in workers]
+        _, pending = await asyncio.wait(jobs, timeout=limit)
+        for job in pending:
+            job.cancel()
+        self.ctx.pool.ensure_probes()
+
+    async def run(self) -> None:
+        """Run rounds until `stop()`. A round costs time in proportion to the fleet and
+        the queue; after a round that took T seconds the next waits at least T (at most
+        `MAX_PAUSE`), so the rounds do not hold the event loop the feed, the power
+        controller and the lease share."""
+        loop = asyncio.get_running_loop()
+        while not self.ctx.stop.is_set():
+            self.ctx.wake.clear()
+            started = loop.time()
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dispatcher round failed; retrying next tick")
+            took = min(loop.time() - started, MAX_PAUSE)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.ctx.wake.wait(), timeout=max(self.ctx.settings.tick_interval, took)
+                )
+            # coalesce bursts of watch events into one round
+            await asyncio.sleep(max(min(0.2, self.ctx.settings.tick_interval), took))
+
+    def halt(self) -> None:
+        """Start no more rounds (the one under way ends normally; see `stop`)."""
+        self.ctx.stop.set()
+        self.ctx.wake.set()
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Halt, let the writes and runner starts under way finish for up to `grace`
+        seconds (`nodewarden.drain`), cancel the rest, close the adapters."""
+        self.halt()
+        if self.ctx.closed:
+            return
+        self.ctx.closed = True
+        drained = await drain(self.ctx.tasks, grace)
+        if drained.finished or drained.cancelled:
+            log.info(
+                "dispatcher stopped: %d tasks under way finished, %d cancelled",
+                drained.finished,
+                drained.cancelled,
+            )
+        if self.ctx.pool is not None:
+            await self.ctx.pool.close()
+        if self.ctx.prober is not None:
+            await self.ctx.prober.aclose()
+        if self.ctx.cloud is not None:
+            await self.ctx.cloud.close()
+
+    async def step(self) -> None:
+        now = self.ctx.clock()
+        self._acknowledge_closed(now)
+        pool = self.ctx.pool
+        if pool is not None and (
+            pool.sync_requested() or self.ctx.next_sync is None or now >= self.ctx.next_sync
+        ):
+            self.ctx.next_sync = now + timedelta(seconds=self.ctx.settings.sync_interval)
+            await pool.sync_cloud()
+        if self.ctx.pool is not None:
+            if self.ctx.recovered and self.ctx.pool.declared:
+                await self.ctx.pool.adopt_declared()
+            self.ctx.pool.ensure_probes()
+            self.runners.reconcile()
+        await self.outcomes.cancellations(now)
+        if self.ctx.queue.marks_due:  # objects whose uuid another holds (queue docstring)
+            self.ctx.spawn(self.ctx.queue.mark_duplicates())
+        result = self.planner.plan(now)
+        self.ctx.last_plan = result
+        await self.planner.execute(result, now)
+        if self.ctx.pool is not None:
+            self.ctx.pool.contribute_statuses(self.ctx.containers_by_node())
+        self.planner.overcommit(result)
+        self.metrics()
+        chosen = {uuid: claim.node for uuid, claim in self.ctx.claims.items()}
+        self.ctx.planned(with_starts(self.ctx.plan_inputs, chosen), result, now)
+
+    def _acknowledge_closed(self, now: datetime) -> None:
+        """Admission the power controller closed is confirmed once no container is chosen
+        for the node with its lock or start under way: from this round on the plan places
+        nothing there."""
+        closing = self.ctx.board.closing
+        if not closing:
+            return
+        claimed = {claim.node for claim in self.ctx.claims.values()}
+        for node in list(closing):
+            if node not in claimed:
+                self.ctx.board.acknowledge(node, now)
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def metrics(self) -> None:
+        phases: dict[str, int] = {p: 0 for p in ("Queued", "Locked", "Running", *TERMINAL_PHASES)}
+        for c in self.ctx.queue:
+            phases[c.phase or "Queued"] = phases.get(c.phase or "Queued", 0) + 1
+        for phase, count in phases.items():
+            CONTAINERS.labels(phase).set(count)
+        OVERCOMMITTED_NODES.set(len(self.ctx.overcommitted))
+        if self.ctx.pool is not None:
+            spend = sum(w.price for w in self.ctx.pool.workers.values() if not w.side)
+            HOURLY_SPEND.set(spend)

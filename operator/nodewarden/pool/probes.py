@@ -1,0 +1,246 @@
+"""The pool's probes: where each node answers SSH, the probe loop of each worker, and
+what a probe's result changes in the worker (readiness, runners, host key, tags).
+
+Every instance is probed with a kept-alive SSH connection (booting nodes more often);
+a cloud VM is tagged with the probe time at most every `probe_tag_interval` (the tag a
+dispatcher elsewhere reads before it takes the VM over). The power controller hears
+each result through `observer.probed` (a `WorkerSnapshot`, never the worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+
+from nodewarden.cloud.errors import CloudError
+from nodewarden.credentials import Refusal
+from nodewarden.metrics import PROBE_SECONDS, UNOWNED_RUNNERS
+from nodewarden.pool.context import PoolContext
+from nodewarden.pool.identity import instance_secret
+from nodewarden.pool.times import iso
+from nodewarden.pool.worker import Worker, WorkerState
+from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshTarget
+from nodewarden.ssh.errors import SshError
+from nodewarden.ssh.facts import LearnedHostKey, ProbeReport, RunnerProcess
+
+log = logging.getLogger(__name__)
+
+REFUSED_RECHECK = 60.0
+"""Seconds between credential checks of a side node whose SSH login is refused."""
+
+
+class ProbeLoop:
+    """Probes the pool's workers (one loop per worker) and folds in what they find."""
+
+    def __init__(self, ctx: PoolContext) -> None:
+        self.ctx = ctx
+
+    async def target(self, worker: Worker) -> SshTarget | None:
+        """Where and how to reach `worker` over SSH now, or None. Side nodes: through the
+        credential resolver with the node's spec as it is at this moment (admitted
+        address, designated key and known_hosts); a refusal is kept in
+        `worker.target_refusal` and nothing is dialled."""
+        if worker.side:
+            return await self._side_target(worker)
+        inst = worker.instance
+        if inst is None or self.ctx.cloud is None or self.ctx.client_key is None:
+            return None
+        host = inst.address(self.ctx.cloud_.config.use_public_ip)
+        if host is None:
+            return None
+        port = self.ctx.cloud_.config.ssh_port
+        trust: KnownHostKeys | InstanceSecretTrust
+        # The key learned on first use in this process stays pinned in the prober, so the
+        # same trust object is kept (changing it would reopen the connection); after a
+        # restart the key recorded in status.sshHostKey is trusted instead.
+        if worker.host_key and self.ctx.prober.pinned_host_key(worker.name) is None:
+            trust = KnownHostKeys.for_key(host, port, worker.host_key)
+        else:
+            nonce = inst.tags.get(self.ctx.tags.secret_nonce)  # None: made before nonces
+            trust = InstanceSecretTrust(instance_secret(self.ctx.master, worker.name, nonce))
+        return SshTarget(
+            node=worker.name,
+            host=host,
+            client_key=self.ctx.client_key,
+            trust=trust,
+            port=port,
+            user=self.ctx.settings.ssh_user,
+        )
+
+    async def _side_target(self, worker: Worker) -> SshTarget | None:
+        spec = worker.spec
+        if spec is None or self.ctx.credentials is None:
+            worker.target_refusal = "no usable spec or no credential resolver"
+            return None
+        creds = await self.ctx.credentials.ssh(worker.name, spec)
+        if isinstance(creds, Refusal):
+            if worker.target_refusal != creds.message:
+                log.info("WorkerNode %s: no SSH: %s", worker.name, creds.message)
+            worker.target_refusal = creds.message
+            return None
+        worker.target_refusal = None
+        return creds.target(worker.name)
+
+    def ensure(self, worker: Worker) -> None:
+        if self.ctx.closing or not worker.probing:
+            return
+        if worker.probe_task is None or worker.probe_task.done():
+            worker.probe_task = asyncio.ensure_future(self._probe_loop(worker))
+
+    def ensure_probes(self) -> None:
+        for worker in self.ctx.workers.values():
+            if worker.instance is not None or worker.side:
+                self.ensure(worker)
+
+    async def _probe_loop(self, worker: Worker) -> None:
+        # A probe asked for at once (`request_probe`) still waits this long after the last
+        # one, so a caller that asks after every result cannot make probes spin.
+        min_gap = min(self.ctx.settings.boot_probe_interval, 1.0)
+        while not self.ctx.closing and worker.probing:
+            wanted = not worker.side or self.ctx.observer.should_probe(worker.name)
+            if wanted:
+                await self.probe_once(worker)
+            interval = (
+                self.ctx.settings.probe_interval
+                if worker.ready
+                else self.ctx.settings.boot_probe_interval
+            )
+            if worker.side and not wanted:
+                # Off by its trusted power source: nothing answers SSH; the controller asks
+                # (`request_probe`) when it wants readiness, this is only the safety net
+                interval = self.ctx.settings.probe_interval
+            elif worker.side and not worker.reachable:
+                # its login is refused: nothing is dialled until the spec changes (`take`
+                # asks for a probe then) or a designated Secret may have (this interval)
+                interval = max(self.ctx.settings.probe_interval, REFUSED_RECHECK)
+            worker.probe_now.clear()
+            await asyncio.sleep(min(min_gap, interval))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    worker.probe_now.wait(), timeout=max(0.0, interval - min_gap)
+                )
+
+    async def probe_once(self, worker: Worker) -> ProbeReport | None:
+        target = await self.target(worker)
+        if target is None:
+            return None
+        now = self.ctx.clock()
+        worker.last_attempt = now
+        worker.attempts_total += 1
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            # side nodes: the power gates need inhibitors and the boot time as well, and
+            # those with a BMC the host's product UUID (one machine, one BMC)
+            report = await self.ctx.prober.probe(
+                target,
+                inhibitors=worker.side,
+                uptime=worker.side,
+                host_uuid=worker.side and worker.spec is not None and worker.spec.bmc is not None,
+            )
+        except SshError as exc:
+            PROBE_SECONDS.labels("error").observe(loop.time() - t0)
+            worker.attempts_since_success += 1
+            worker.probe_result = exc.probe_result
+            worker.probe_message = str(exc)[:300]
+            log.debug("probe of %s failed: %s", worker.name, exc)
+            self.ctx.observer.probed(self.ctx.snapshot_of(worker), None, exc)
+            self.ctx.on_change()
+            return None
+        PROBE_SECONDS.labels("ready" if report.ready.ready else "booting").observe(loop.time() - t0)
+        worker.probe_result = "Ready" if report.ready.ready else "Booting"
+        worker.probe_message = None if report.ready.ready else report.ready.detail[:300]
+        if report.learned_host_key is not None:
+            self._learned(worker, report.learned_host_key)
+        if report.ready.ready:
+            worker.last_success = report.finished_at
+            worker.attempts_since_success = 0
+            if not worker.ready and worker.move(WorkerState.READY, "a probe found it ready"):
+                log.info("WorkerNode %s is ready", worker.name)
+            if report.runners is not None:
+                worker.runners_listed(report.runners)
+                self._report_unowned(worker, report.runners.unowned)
+                if report.runners.broken and not worker.broken:
+                    log.warning("the runner on %s reports the node broken; draining", worker.name)
+                    worker.broken = True
+            if not worker.side:
+                # in the background: a tag write yields to pending creates and destroys
+                # (cloud rate-limit priorities) and must not hold back the probe's result
+                self.ctx.background(self._maybe_tag_probe(worker, report.finished_at))
+        else:
+            worker.attempts_since_success += 1
+            if worker.side:  # a side node that powered off boots again
+                worker.move(WorkerState.BOOTING, "a probe found it not ready")
+        self.ctx.observer.probed(self.ctx.snapshot_of(worker), report, None)
+        self.ctx.on_change()
+        return report
+
+    def _report_unowned(self, worker: Worker, unowned: tuple[RunnerProcess, ...]) -> None:
+        """Runners naming no owner are never killed; they are reported (the log once per
+        change here; the WorkerNode's `RunnersOwned` condition by the power controller;
+        `nodewarden_unowned_runners`)."""
+        uuids = tuple(sorted(r.uuid for r in unowned))
+        if uuids != worker.unowned_runners:
+            if uuids:
+                log.warning(
+                    "WorkerNode %s runs %d runner(s) that name no owner (an older operator "
+                    "or runner program): they are never killed; %s",
+                    worker.name,
+                    len(uuids),
+                    ", ".join(uuids[:10]),
+                )
+            worker.unowned_runners = uuids
+        UNOWNED_RUNNERS.set(sum(len(w.unowned_runners) for w in self.ctx.workers.values()))
+
+    def _learned(self, worker: Worker, learned: LearnedHostKey) -> None:
+        worker.host_key = learned.public_key
+        log.info(
+            "learned SSH host key of %s (%s %s) after it proved its instance secret",
+            worker.name,
+            learned.algorithm,
+            learned.fingerprint,
+        )
+
+    async def _maybe_tag_probe(self, worker: Worker, now: datetime) -> None:
+        interval = timedelta(seconds=self.ctx.settings.probe_tag_interval)
+        if worker.instance is None or (
+            worker.last_tag_at is not None and now - worker.last_tag_at < interval
+        ):
+            return
+        tags = {
+            **{k: v for k, v in worker.instance.tags.items() if self.ctx.tags.owns(k)},
+            self.ctx.tags.last_probe: iso(now) or "",
+            self.ctx.tags.idle_behavior: worker.idle_behavior,
+        }
+        tags.pop(self.ctx.tags.dispatcher, None)
+        worker.last_tag_at = now  # remembered in memory even if tagging fails
+        try:
+            await self.ctx.cloud_.set_tags(worker.instance, tags)
+        except CloudError as exc:
+            log.info("tagging %s with its probe time failed: %s", worker.instance.id, exc)
+
+    async def retag(self, worker: Worker) -> None:
+        if worker.instance is None:
+            return
+        tags = {
+            **{k: v for k, v in worker.instance.tags.items() if self.ctx.tags.owns(k)},
+            self.ctx.tags.idle_behavior: worker.idle_behavior,
+        }
+        tags.pop(self.ctx.tags.dispatcher, None)
+        with contextlib.suppress(CloudError):
+            await self.ctx.cloud_.set_tags(worker.instance, tags)
+
+    # --- probes -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop every probe loop and background task of the pool."""
+        self.ctx.closing = True
+        tasks = [w.probe_task for w in self.ctx.workers.values() if w.probe_task is not None]
+        tasks += list(self.ctx.tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
