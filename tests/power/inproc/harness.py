@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -92,6 +93,11 @@ POLICY: dict[str, Any] = {
 """The harness's default PowerPolicy: short times, in fake seconds."""
 
 Outcome = RequestAccepted | RequestRejected | RequestErrored
+
+
+def container_uuid(name: str) -> str:
+    """The container uuid (Arvados form) a test's short container name stands for."""
+    return "zzzzz-dz642-" + hashlib.sha256(name.encode()).hexdigest()[:15]
 
 
 class FakeClock:
@@ -549,10 +555,12 @@ class PowerHarness:
     # -- demand -----------------------------------------------------------------------
 
     def queue(
-        self, uuid: str, *, gpus: int = 0, vcpus: int = 1, ram: str = "1Gi", wake: str | None = None
-    ) -> None:
+        self, name: str, *, gpus: int = 0, vcpus: int = 1, ram: str = "1Gi", wake: str | None = None
+    ) -> str:
         """A queued container (a ContainerDispatch in the API, and in the dispatcher's next
-        plan); `wake`: the plan waits for side node `wake` to come up for it."""
+        plan); `wake`: the plan waits for side node `wake` to come up for it. Returns its
+        uuid (`uuid(name)`)."""
+        uuid = container_uuid(name)
         resources = {"vcpus": vcpus, "ram": ram, "gpus": gpus}
         self.kube.put(
             CONTAINER_DISPATCH,
@@ -560,13 +568,15 @@ class PowerHarness:
             {"metadata": {"name": uuid}, "spec": {"uuid": uuid, "resources": resources}},
         )
         self.containers[uuid] = ContainerView(
-            uuid, Phase.QUEUED, 0, self.clock(), ContainerResources.model_validate(resources)
+            uuid, Phase.QUEUED, 500, self.clock(), ContainerResources.model_validate(resources)
         )
         self._wakes[uuid] = wake
         self.plan()
+        return uuid
 
-    def place(self, uuid: str, node: str) -> None:
-        """The dispatcher chose `node` for container `uuid` (Locked on it)."""
+    def place(self, name: str, node: str) -> None:
+        """The dispatcher chose `node` for container `name` (Locked on it)."""
+        uuid = container_uuid(name)
         c = self.containers[uuid]
         self.containers[uuid] = ContainerView(
             c.uuid, Phase.LOCKED, c.priority, c.first_seen, c.resources, node=node
@@ -574,8 +584,9 @@ class PowerHarness:
         self.kube.objects[(CONTAINER_DISPATCH.kind, NS, uuid)]["status"] = {"phase": "Locked"}
         self.plan()
 
-    def finish(self, uuid: str) -> None:
-        """Container `uuid` is gone from the queue (complete or cancelled)."""
+    def finish(self, name: str) -> None:
+        """Container `name` is gone from the queue (complete or cancelled)."""
+        uuid = container_uuid(name)
         self.containers.pop(uuid, None)
         self.kube.objects.pop((CONTAINER_DISPATCH.kind, NS, uuid), None)
         self.plan()
@@ -700,6 +711,7 @@ class PowerHarness:
             due = last is None or (now - last).total_seconds() >= self.probe_interval
             if (due or name in asked) and self.ctrl.should_probe(name):
                 self.probe(name)
+        self.plan()  # the dispatcher plans every round of its own
         if self.vms and self.pool.sync_requests:
             self.pool.sync_requests = 0
             self.list_cloud()
