@@ -362,6 +362,9 @@ class PowerHarness:
         self.control = FakeControl(self.clock, self.hosts, self.kube)
         self.pool = FakePool()
         self.probe_interval = probe_interval
+        self.answer_probe_requests = True
+        """False: the pool probes only on its own schedule (`probe_interval`), not when
+        the controller asks (a slow pool)."""
         self._last_probe: dict[str, datetime] = {}
         self._seen: dict[tuple[str, str], str] = {}
         self.containers: dict[str, ContainerView] = {}
@@ -709,7 +712,8 @@ class PowerHarness:
                 continue
             last = self._last_probe.get(name)
             due = last is None or (now - last).total_seconds() >= self.probe_interval
-            if (due or name in asked) and self.ctrl.should_probe(name):
+            asked_now = name in asked and self.answer_probe_requests
+            if (due or asked_now) and self.ctrl.should_probe(name):
                 self.probe(name)
         self.plan()  # the dispatcher plans every round of its own
         if self.vms and self.pool.sync_requests:
@@ -722,7 +726,10 @@ class PowerHarness:
         await self.settle()
 
     async def start(self) -> None:
-        """The controller has the whole fleet (`start`), then its first round."""
+        """The controller has the whole fleet (`start`), then its first round. A harness
+        on another's `kube` (a second replica) first reads every object there, as its
+        informers' first LIST would."""
+        self._echo()
         await self.settle()
         await self.ctrl.start()
         await self.round()
