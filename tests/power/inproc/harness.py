@@ -366,6 +366,7 @@ class PowerHarness:
         """False: the pool probes only on its own schedule (`probe_interval`), not when
         the controller asks (a slow pool)."""
         self._last_probe: dict[str, datetime] = {}
+        self._last_list: datetime | None = None
         self._seen: dict[tuple[str, str], str] = {}
         self.containers: dict[str, ContainerView] = {}
         self._wakes: dict[str, str | None] = {}
@@ -461,13 +462,14 @@ class PowerHarness:
 
     def cloud_vm(self, name: str, *, itype: str = "small", listed: bool = True) -> None:
         """A cloud VM WorkerNode whose instance the fake cloud lists as running."""
+        self.hosts[name] = Host(name, booted_at=self.clock(), ready_delay=0.0)
         self.put_node(name, {"nodeType": "CloudVM", "instanceType": itype})
         self.vms[name] = CloudInstance(
             id=f"i-{name}",
             name=name,
             instance_type=itype,
             provider_type=itype,
-            state="running",  # type: ignore[arg-type]
+            state="Running",  # type: ignore[arg-type]
             price=0.1,
             created_at=self.clock(),
             observed_at=self.clock(),
@@ -644,9 +646,20 @@ class PowerHarness:
         """The pool probes side node `name` now and reports it (an error while it is Off)."""
         host = self.hosts[name]
         host.settle(self.clock())
+        now = self.clock()
+        self._last_probe[name] = now
+        fails = host.power != "On" or host.probe_fails
+        if name in self.pool.snapshots:  # a VM: the pool's worker counts its probes
+            old = self.pool.snapshots[name]
+            self.worker(
+                name,
+                last_attempt=now,
+                last_success=old.last_success if fails else now,
+                attempts_since_success=old.attempts_since_success + 1 if fails else 0,
+                attempts_total=old.attempts_total + 1,
+            )
         snap = self.worker_snapshot(name)
-        self._last_probe[name] = self.clock()
-        if host.power != "On" or host.probe_fails:
+        if fails:
             self.ctrl.probed(snap, None, SshError(name, "127.0.0.1:2222", "connection refused"))
             return
         self.ctrl.probed(snap, self.report(name), None)
@@ -684,6 +697,13 @@ class PowerHarness:
 
     # -- rounds -------------------------------------------------------------------------
 
+    def _list_due(self, now: datetime) -> bool:
+        last = self._last_list
+        if last is not None and (now - last).total_seconds() < self.probe_interval:
+            return False
+        self._last_list = now
+        return True
+
     async def settle(self) -> None:
         """Let every task the controller spawned run to its end."""
         me = asyncio.current_task()
@@ -716,7 +736,10 @@ class PowerHarness:
             if (due or asked_now) and self.ctrl.should_probe(name):
                 self.probe(name)
         self.plan()  # the dispatcher plans every round of its own
-        if self.vms and self.pool.sync_requests:
+        for name in list(self.vms):
+            if self.hosts[name].power == "Off":  # destroyed: it leaves the cloud list
+                await self.vm_gone(name)
+        if self.vms and (self.pool.sync_requests or self._list_due(now)):
             self.pool.sync_requests = 0
             self.list_cloud()
         await self.settle()
