@@ -186,17 +186,6 @@ class PowerEnv:
             "spec": spec,
         }
 
-    def wake_on_lan(self, name: str) -> dict[str, Any]:
-        """Spec fields making a node woken by Wake-on-LAN (its BMC, if any, still observes)."""
-        return {
-            "controlMethod": "WakeOnLan",
-            "wakeOnLan": {
-                "mac": self.side.node_info(name)["mac"],
-                "broadcastAddress": "127.0.0.1",
-                "port": self.side.wol_port,
-            },
-        }
-
     def write_config(self, extra: dict[str, Any]) -> None:
         bmc_endpoints, ssh_endpoints = [], []
         for name, info in self.side.state["nodes"].items():
@@ -240,10 +229,6 @@ class PowerEnv:
     def apply(self, obj: dict[str, Any]) -> None:
         self.cluster.kubectl("-n", self.namespace, "apply", "-f", "-", input=json.dumps(obj))
 
-    def apply_all(self, objs: list[dict[str, Any]]) -> None:
-        """Apply `objs` in order with one kubectl call."""
-        self.apply({"apiVersion": "v1", "kind": "List", "items": objs})
-
     def start_operator(self, name: str | None = None) -> OperatorProcess:
         op = start_operator(
             self.cluster,
@@ -276,22 +261,6 @@ class PowerEnv:
 
         return wait_for(  # type: ignore[no-any-return]
             reached, timeout=timeout, interval=0.5, what=f"{name} state {state}"
-        )
-
-    def wait_intent(
-        self, node: str, phase: str, action: str | None = None, timeout: float = 60
-    ) -> dict[str, Any]:
-        def found() -> dict[str, Any] | None:
-            for intent in reversed(self.intents(node)):
-                st = intent.get("status") or {}
-                if st.get("phase") == phase and (
-                    action is None or intent["spec"]["action"] == action
-                ):
-                    return intent
-            return None
-
-        return wait_for(  # type: ignore[no-any-return]
-            found, timeout=timeout, interval=0.5, what=f"{node}: a {action or ''} intent {phase}"
         )
 
     def resets(self, name: str) -> list[dict[str, Any]]:

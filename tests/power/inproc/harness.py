@@ -40,7 +40,7 @@ from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY, WORKER_NODE
 from nodewarden.cloud.model import CloudInstance
 from nodewarden.config import CredentialsConfig
-from nodewarden.credentials import LABEL, CredentialResolver
+from nodewarden.credentials import LABEL, CredentialResolver, Refusal
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.fleet.ports import WorkerSnapshot
@@ -52,6 +52,7 @@ from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRej
 from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.controller import PowerController
 from nodewarden.power.enrolment import BmcUuid
+from nodewarden.power.readings import refused_capability
 from nodewarden.power.runtime import ControllerSettings
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.scheduler import ContainerView, Phase, Plan
@@ -76,6 +77,12 @@ KNOWN_HOSTS = (
     "[127.0.0.1]:2222 ssh-ed25519 "
     "AAAAC3NzaC1lZDI1NTE5AAAAILLmdKMAN6GUsX0G27qlCUZBeutObUxCMHUstUcgWo1n"
 )  # a public host key (no private half kept anywhere): the node's known_hosts line
+
+BMC_SPEC: dict[str, Any] = {
+    "endpoint": BMC,
+    "usernameSecretRef": {"name": "bmc", "key": "username"},
+    "passwordSecretRef": {"name": "bmc", "key": "password"},
+}
 
 POLICY: dict[str, Any] = {
     "idleThreshold": "60s",
@@ -180,11 +187,19 @@ class FakeControl:
     adapters answered from the `Host`s, every request recorded."""
 
     def __init__(
-        self, clock: FakeClock, hosts: dict[str, Host], kube: MemoryKube | None = None
+        self,
+        clock: FakeClock,
+        hosts: dict[str, Host],
+        kube: MemoryKube | None = None,
+        credentials: CredentialResolver | None = None,
     ) -> None:
         self.clock = clock
         self.hosts = hosts
         self.kube = kube
+        self.credentials = credentials
+        """As the real adapter: a BMC is reached only with credentials the resolver gives
+        (it refuses, e.g., a BMC another node holds)."""
+
         self.last_error: dict[str, str] = {}
         self.system_uuids: dict[str, Any] = {}
         self.requests: list[Sent] = []
@@ -195,6 +210,12 @@ class FakeControl:
         self.forgotten: list[str] = []
         self.closed = False
 
+    async def _refused(self, node: Any) -> Refusal | None:
+        if self.credentials is None or node.spec.bmc is None:
+            return None
+        got = await self.credentials.bmc(node.name, node.spec)
+        return got if isinstance(got, Refusal) else None
+
     def sent(self, node: str | None = None, action: str | None = None) -> list[Sent]:
         return [
             r
@@ -202,10 +223,13 @@ class FakeControl:
             if (node is None or r.node == node) and (action is None or r.action == action)
         ]
 
-    async def read_power(self, node: Any) -> PowerReading | None:
+    async def read_power(self, node: Any) -> PowerReading | Refusal | None:
         spec = node.spec
         if spec.node_type == "CloudVM" or spec.bmc is None:
             return None  # the evidence comes with the cloud list / the next probe
+        refused = await self._refused(node)
+        if refused is not None:
+            return refused
         host = self.hosts[node.name]
         now = self.clock()
         host.settle(now)
@@ -227,6 +251,9 @@ class FakeControl:
             return CapabilityReading(
                 source="cloud", observed_at=now, control_method="Cloud", allowable=("Destroy",)
             )  # type: ignore[arg-type]
+        refused = await self._refused(node)
+        if refused is not None:
+            return refused_capability(spec.control_method, refused.message, now)
         host = self.hosts[node.name]
         allowable: list[str] | None = None
         if host.allowable is not None:
@@ -249,6 +276,9 @@ class FakeControl:
         self.requests.append(Sent(node.name, action, transition_id, attempt, now, persisted))
         queued = self.answers.get(action) or []
         answer = queued.pop(0) if queued else "accepted"
+        refused = await self._refused(node)
+        if refused is not None:
+            answer = "rejected"
         cls: type[Outcome] = {
             "accepted": RequestAccepted,
             "rejected": RequestRejected,
@@ -359,7 +389,6 @@ class PowerHarness:
         self.clock = clock or FakeClock()
         self.kube = kube or EchoKube()
         self.hosts: dict[str, Host] = hosts if hosts is not None else {}
-        self.control = FakeControl(self.clock, self.hosts, self.kube)
         self.pool = FakePool()
         self.probe_interval = probe_interval
         self.answer_probe_requests = True
@@ -379,6 +408,7 @@ class PowerHarness:
             NS,
             CredentialsConfig(ssh_endpoints=["127.0.0.1"], bmc_endpoints=["127.0.0.1"]),
         )
+        self.control = FakeControl(self.clock, self.hosts, self.kube, self.credentials)
         self.book = PolicyBook(namespace=NS, default_name="default")
         self.settings = settings or ControllerSettings()
         self.ctrl = PowerController(
@@ -449,11 +479,7 @@ class PowerHarness:
         if bmc is None:
             bmc = method == "Redfish"
         if bmc:
-            body_spec["bmc"] = {
-                "endpoint": BMC,
-                "usernameSecretRef": {"name": "bmc", "key": "username"},
-                "passwordSecretRef": {"name": "bmc", "key": "password"},
-            }
+            body_spec["bmc"] = {**BMC_SPEC, "systemId": name}  # one BMC system per node
         if method == "WakeOnLan":
             body_spec["wakeOnLan"] = {"mac": "52:54:00:00:00:01", "broadcastAddress": "127.0.0.1"}
         body_spec.update(spec or {})

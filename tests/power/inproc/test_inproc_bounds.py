@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
-from harness import POLICY, WORKER_NODE, PowerHarness
+from harness import BMC_SPEC, POLICY, WORKER_NODE, PowerHarness
 
 
 def seen(h: PowerHarness, node: str) -> set[str]:
@@ -92,11 +92,10 @@ async def test_a_wake_that_is_never_observed_keeps_waking_within_its_deadline_th
 async def test_a_node_whose_bmc_secret_is_missing_is_marked_and_the_others_served() -> None:
     async with PowerHarness() as h:
         h.side_node("good")
-        h.side_node("bad", spec={"bmc": {
-            "endpoint": "https://127.0.0.1:8443",
-            "usernameSecretRef": {"name": "no-such-secret", "key": "username"},
-            "passwordSecretRef": {"name": "no-such-secret", "key": "password"},
-        }})  # fmt: skip
+        missing = {"name": "no-such-secret", "key": "username"}
+        h.side_node(
+            "bad", spec={"bmc": {**BMC_SPEC, "systemId": "bad", "usernameSecretRef": missing}}
+        )
         h.hosts["bad"].allowable = None  # the real adapter refuses: nothing to discover
         await h.start()
         await h.run_until(lambda: h.state("good") == "Off", within=300)

@@ -4,7 +4,7 @@ machine, another install's node)."""
 
 from __future__ import annotations
 
-from harness import DISPATCHER, PowerHarness
+from harness import BMC_SPEC, DISPATCHER, WORKER_NODE, PowerHarness
 
 from nodewarden.ownership import DISPATCHER_LABEL
 
@@ -135,3 +135,40 @@ async def test_another_installs_node_is_never_acted_on() -> None:
         assert not h.control.sent("theirs")
         assert not h.intents("theirs")
         assert h.state("theirs") is None
+
+
+async def test_a_second_node_on_a_claimed_bmc_is_refused_and_the_holder_served() -> None:
+    async with PowerHarness() as h:
+        h.side_node("holder")
+        h.clock.advance(1)  # the newcomer is younger
+        h.side_node("newcomer", spec={"bmc": {**BMC_SPEC, "systemId": "holder"}})
+        await h.start()
+        await h.run_until(lambda: h.state("holder") == "Off", within=300)
+        valid = h.kube.condition(WORKER_NODE, "ns", "newcomer", "Valid")
+        assert valid["status"] == "False" and "'holder'" in valid["message"], valid
+        held = h.kube.condition(WORKER_NODE, "ns", "holder", "Valid")
+        assert "newcomer" not in held.get("message", "")  # the holder is not refused
+        assert not h.control.sent("newcomer")
+
+
+async def test_a_node_created_a_moment_ago_exists_before_its_watch_event() -> None:
+    async with PowerHarness() as h:
+        h.side_node("n1")
+        await h.start()
+        h.kube.put(WORKER_NODE, "ns", {"metadata": {"name": "fresh"}, "spec": {}})
+        assert await h.ctrl.node_exists("fresh")  # a live GET, not the cache
+        assert not await h.ctrl.node_exists("ghost")
+
+
+async def test_demand_after_a_rejected_request_aborts_instead_of_resending() -> None:
+    async with PowerHarness() as h:
+        h.side_node("n1")
+        h.control.answers["GracefulShutdown"] = ["rejected"]  # not applied: recoverable
+        await h.start()
+        await h.run_until(lambda: bool(h.control.requests), within=200)
+        h.queue("gpu-job", gpus=1)
+        await h.run_until(lambda: h.status("n1").get("admission") == "Open", within=200)
+        assert len(h.control.sent("n1", "GracefulShutdown")) == 1, h.control.requests
+        (intent,) = [i for i in h.intents("n1") if i["spec"]["action"] == "Shutdown"]
+        assert intent["status"]["phase"] == "Aborted"
+        assert intent["status"]["safetyRecord"]["race"] is True

@@ -190,3 +190,13 @@ async def test_two_nodes_idle_in_the_same_round_stay_within_the_disruption_budge
         first = h.control.requests[0]
         await h.run_for(20)
         assert [r.node for r in h.control.requests] == [first.node]
+
+
+async def test_a_wake_on_lan_node_is_switched_off_over_ssh_learned_at_its_first_login() -> None:
+    async with PowerHarness() as h:
+        # the NIC allows only WakeOnLan; SshPoweroff is known once SSH logs in, not only
+        # at the next capability rediscovery (ten minutes later)
+        h.side_node("n1", method="WakeOnLan", bmc=True, allowable=("WakeOnLan",))
+        await h.start()
+        await h.run_until(lambda: h.state("n1") == "Off", within=300)
+        assert [r.action for r in h.control.requests] == ["SshPoweroff"]
