@@ -186,6 +186,17 @@ class PowerEnv:
             "spec": spec,
         }
 
+    def wake_on_lan(self, name: str) -> dict[str, Any]:
+        """Spec fields making a node woken by Wake-on-LAN (its BMC, if any, still observes)."""
+        return {
+            "controlMethod": "WakeOnLan",
+            "wakeOnLan": {
+                "mac": self.side.node_info(name)["mac"],
+                "broadcastAddress": "127.0.0.1",
+                "port": self.side.wol_port,
+            },
+        }
+
     def write_config(self, extra: dict[str, Any]) -> None:
         bmc_endpoints, ssh_endpoints = [], []
         for name, info in self.side.state["nodes"].items():
@@ -228,6 +239,10 @@ class PowerEnv:
 
     def apply(self, obj: dict[str, Any]) -> None:
         self.cluster.kubectl("-n", self.namespace, "apply", "-f", "-", input=json.dumps(obj))
+
+    def apply_all(self, objs: list[dict[str, Any]]) -> None:
+        """Apply `objs` in order with one kubectl call."""
+        self.apply({"apiVersion": "v1", "kind": "List", "items": objs})
 
     def start_operator(self, name: str | None = None) -> OperatorProcess:
         op = start_operator(
