@@ -7,7 +7,10 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
-from harness import BMC_SPEC, POLICY, WORKER_NODE, PowerHarness
+from harness import POLICY, PowerHarness
+from powerfakes import BMC_SPEC
+
+from nodewarden.api.kinds import WORKER_NODE
 
 
 def seen(h: PowerHarness, node: str) -> set[str]:

@@ -4,8 +4,10 @@ machine, another install's node)."""
 
 from __future__ import annotations
 
-from harness import BMC_SPEC, DISPATCHER, WORKER_NODE, PowerHarness
+from harness import PowerHarness
+from powerfakes import BMC_SPEC, DISPATCHER
 
+from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.ownership import DISPATCHER_LABEL
 
 

@@ -8,7 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from harness import POLICY, T0, PowerHarness
+from harness import POLICY, PowerHarness
+from powerfakes import T0
 
 QUIET = 240.0
 """Fake seconds a gate must hold the node on (four idle thresholds)."""

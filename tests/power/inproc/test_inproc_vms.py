@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from harness import POLICY, T0, PowerHarness
+from harness import POLICY, PowerHarness
+from powerfakes import T0
 
 
 def seen(h: PowerHarness, node: str) -> set[str]:
