@@ -278,22 +278,6 @@ class PowerEnv:
             reached, timeout=timeout, interval=0.5, what=f"{name} state {state}"
         )
 
-    def wait_intent(
-        self, node: str, phase: str, action: str | None = None, timeout: float = 60
-    ) -> dict[str, Any]:
-        def found() -> dict[str, Any] | None:
-            for intent in reversed(self.intents(node)):
-                st = intent.get("status") or {}
-                if st.get("phase") == phase and (
-                    action is None or intent["spec"]["action"] == action
-                ):
-                    return intent
-            return None
-
-        return wait_for(  # type: ignore[no-any-return]
-            found, timeout=timeout, interval=0.5, what=f"{node}: a {action or ''} intent {phase}"
-        )
-
     def resets(self, name: str) -> list[dict[str, Any]]:
         """The resets the node's BMC received (what the operator sent)."""
         log = self.side.admin.bmc_log(name)
