@@ -47,8 +47,8 @@ from powerfakes import (
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.api.kinds import CONTAINER_DISPATCH, POWER_INTENT, POWER_POLICY, WORKER_NODE
 from nodewarden.cloud.model import CloudInstance
-from nodewarden.config import CredentialsConfig
 from nodewarden.credentials import CredentialResolver
+from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.fleet.ports import WorkerSnapshot
@@ -58,7 +58,7 @@ from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.power.controller import PowerController
 from nodewarden.power.runtime import ControllerSettings
 from nodewarden.scheduling.caps import Admission
-from nodewarden.scheduling.scheduler import ContainerView, Phase, Plan
+from nodewarden.scheduling.views import ContainerView, Phase, Plan
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import (
     HostUuidFact,
