@@ -85,7 +85,6 @@ from nodewarden.policy.facts import (
     FleetReading,
     ManualIntent,
     NodeFacts,
-    VmReading,
 )
 from nodewarden.policy.machine import Step, step
 from nodewarden.policy.reasons import Decision, DecisionClass, ReasonCode, decision_class
@@ -100,13 +99,6 @@ from nodewarden.policy.state import (
 from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
 from nodewarden.power.control import NodeRef, PowerControl
-from nodewarden.power.demand import (
-    fleet_readings,
-    placed_counts,
-    planned_demand,
-    queued_from_bodies,
-    reread_demand,
-)
 from nodewarden.power.enrolment import IdentityState
 from nodewarden.power.explain import explain_node
 from nodewarden.power.intents import (
@@ -117,7 +109,16 @@ from nodewarden.power.intents import (
 )
 from nodewarden.power.nodestatus import board_view, conditions, power_status
 from nodewarden.power.phases import manual_phase, phase_message
-from nodewarden.power.readings import (
+from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
+from nodewarden.rules.demand import (
+    demand_event,
+    placed_counts,
+    planned_demand,
+    queued_from_bodies,
+    reread_demand,
+)
+from nodewarden.rules.fleet import fleet_readings
+from nodewarden.rules.readings import (
     cloud_capability,
     cloud_gone,
     cloud_power,
@@ -128,7 +129,7 @@ from nodewarden.power.readings import (
     uptime_reading,
     work_reading,
 )
-from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
+from nodewarden.rules.vm import vm_reading
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.scheduler import ContainerView, Plan
@@ -648,7 +649,9 @@ class PowerController:
             if due:
                 rt.due_at = None
             if fleet is None:
-                fleet = fleet_readings(self.nodes.values(), now)
+                fleet = fleet_readings(
+                    ((n.policy_name, n.node_type, n.state) for n in self.nodes.values()), now
+                )
             rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
             try:
                 await self._process(rt, now, due=due)
@@ -895,23 +898,8 @@ class PowerController:
         self.wake.set()
 
     def _update_vm(self, rt: NodeRuntime, worker: WorkerSnapshot) -> None:
-        booted = worker.booted_at
-        listed_at = worker.listed_at or self.clock()
-        observed = max(listed_at, worker.last_attempt or listed_at)
-        if booted > observed:
-            booted = observed
-        attempts = worker.attempts_since_success if worker.last_success else worker.attempts_total
-        reading = VmReading(
-            source="cloud list + ssh probes",
-            observed_at=observed,
-            booted_at=booted,
-            paired=worker.last_success is not None,
-            last_heartbeat=worker.last_success,
-            probe_attempts=attempts,
-            broken=worker.broken,
-            deletion_requested=worker.deletion_requested,
-            stopped=worker.instance_stopped,
-        )
+        reading = vm_reading(worker, self.clock())
+        observed = reading.observed_at
         if rt.facts.vm != reading:
             capability = rt.facts.capability
             updates: dict[str, Any] = {"vm": reading}
@@ -925,15 +913,15 @@ class PowerController:
     def _update_demand(self, now: datetime) -> None:
         assert self._plan is not None
         containers, plan, at = self._plan
-        readings = planned_demand(
-            self.nodes.values(), containers, plan, at, self.catalogue, self.type_policy
-        )
+        nodes = ((rt.name, rt.spec, rt.state.state) for rt in self.nodes.values())
+        readings = planned_demand(nodes, containers, plan, at, self.catalogue, self.type_policy)
         for name, reading in readings.items():
             rt = self.nodes[name]
             previous = rt.facts.demand
             rt.facts = rt.facts.model_copy(update={"demand": reading})
-            if previous is None or previous.queued != reading.queued:
-                rt.events.append(Evaluate())
+            event = demand_event(previous, reading)
+            if event is not None:
+                rt.events.append(event)
 
     async def _reread_demand(self, nodes: set[str]) -> None:
         """RereadDemand: a live LIST of the queue (not the cache), one for all nodes asking."""
@@ -949,7 +937,9 @@ class PowerController:
             rt = self.nodes.get(name)
             if rt is None:
                 continue
-            reading = reread_demand(rt, queued, read_at, self.catalogue, self.type_policy)
+            reading = reread_demand(
+                rt.name, rt.spec, queued, read_at, self.catalogue, self.type_policy
+            )
             rt.events.append(DemandReread(reading=reading))
         self.wake.set()
 
