@@ -164,15 +164,21 @@ class Sent:
     transition_id: str
     attempt: int
     at: datetime
+    persisted: str | None = None
+    """The power state the WorkerNode's status held when the request left (the state
+    machine persists it before sending)."""
 
 
 class FakeControl:
     """A structural fake of `PowerControl`: the BMC / WoL / SSH poweroff / cloud destroy
     adapters answered from the `Host`s, every request recorded."""
 
-    def __init__(self, clock: FakeClock, hosts: dict[str, Host]) -> None:
+    def __init__(
+        self, clock: FakeClock, hosts: dict[str, Host], kube: MemoryKube | None = None
+    ) -> None:
         self.clock = clock
         self.hosts = hosts
+        self.kube = kube
         self.last_error: dict[str, str] = {}
         self.system_uuids: dict[str, Any] = {}
         self.requests: list[Sent] = []
@@ -230,7 +236,11 @@ class FakeControl:
 
     async def request(self, node: Any, transition_id: str, attempt: int, action: str) -> Outcome:
         now = self.clock()
-        self.requests.append(Sent(node.name, action, transition_id, attempt, now))
+        persisted = None
+        if self.kube is not None:
+            stored = self.kube.status(WORKER_NODE, NS, node.name).get("powerState") or {}
+            persisted = stored.get("state")
+        self.requests.append(Sent(node.name, action, transition_id, attempt, now, persisted))
         queued = self.answers.get(action) or []
         answer = queued.pop(0) if queued else "accepted"
         cls: type[Outcome] = {
@@ -343,7 +353,7 @@ class PowerHarness:
         self.clock = clock or FakeClock()
         self.kube = kube or EchoKube()
         self.hosts: dict[str, Host] = hosts if hosts is not None else {}
-        self.control = FakeControl(self.clock, self.hosts)
+        self.control = FakeControl(self.clock, self.hosts, self.kube)
         self.pool = FakePool()
         self.probe_interval = probe_interval
         self._last_probe: dict[str, datetime] = {}
@@ -405,6 +415,7 @@ class PowerHarness:
         name: str,
         *,
         method: str = "Redfish",
+        bmc: bool | None = None,
         power: str = "On",
         spec: Mapping[str, Any] | None = None,
         **host: Any,
@@ -425,13 +436,15 @@ class PowerHarness:
                 "knownHostsSecretRef": {"name": "known-hosts", "key": "knownHosts"},
             },
         }
-        if method == "Redfish":
+        if bmc is None:
+            bmc = method == "Redfish"
+        if bmc:
             body_spec["bmc"] = {
                 "endpoint": BMC,
                 "usernameSecretRef": {"name": "bmc", "key": "username"},
                 "passwordSecretRef": {"name": "bmc", "key": "password"},
             }
-        elif method == "WakeOnLan":
+        if method == "WakeOnLan":
             body_spec["wakeOnLan"] = {"mac": "52:54:00:00:00:01", "broadcastAddress": "127.0.0.1"}
         body_spec.update(spec or {})
         self.put_node(name, body_spec)
