@@ -111,13 +111,13 @@ class Dispatching:
     def arrive(self, c: SimContainer) -> None:
         self.queued[c.spec.uuid] = c
         if c.spec.priority > 0:
-            self.countcontainer_shape(c, 1)
+            self.count_shape(c, 1)
         else:
             self.w._done += 1  # held: it can never start
         self.w._sample()
         self.request_round()
 
-    def countcontainer_shape(self, c: SimContainer, delta: int) -> None:
+    def count_shape(self, c: SimContainer, delta: int) -> None:
         entry = self.shapes.setdefault(c.shape, [c.spec.resources, 0])
         entry[1] += delta
         if entry[1] <= 0:
@@ -126,7 +126,7 @@ class Dispatching:
     def dequeue(self, c: SimContainer) -> None:
         del self.queued[c.spec.uuid]
         if c.spec.priority > 0:
-            self.countcontainer_shape(c, -1)
+            self.count_shape(c, -1)
 
     def start(self, c: SimContainer, node: MachineNode) -> None:
         self.dequeue(c)
@@ -197,7 +197,7 @@ class Dispatching:
             self.w.ledger.requeued += 1
             self.queued[uuid] = c
             if c.spec.priority > 0:
-                self.countcontainer_shape(c, 1)
+                self.count_shape(c, 1)
         self.request_round()
 
     def node_idle(self, node: MachineNode) -> None:
