@@ -10,10 +10,16 @@ compares what each shell gives `policy.machine.step`:
   side node is stepped with (the disruption-budget count, warm idle nodes) -- the live
   rule (`rules.fleet`) counts side-node transitions only;
 - demand appearing for an idle side node: the event the shell feeds it (live: Evaluate),
-  and so the event its Safety Record names.
+  and so the event its Safety Record names;
+- one scripted side-node cycle (on and idle -> drained and off -> a container the plan
+  wakes it for -> on, ready, runs it -> idle -> off again) through both, the simulator's
+  physics set to the harness's host: the milestone steps (drain, shutdown, start, Off
+  observed) have equal (decision, reason codes), at times within one tick (an observed
+  power change within one BMC pollInterval: the simulator draws its read phase). The
+  drain's second step still differs (a strict xfail names it).
 
-Both cases failed on main 19404df (the simulator counted the VMs in the budget, and fed
-NewDemand).
+The two drift cases failed on main 19404df (the simulator counted the VMs in the budget,
+and fed NewDemand).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from nodewarden.simulate.engine import Simulation
 from nodewarden.simulate.fleet import Fleet, load_fleet
 from nodewarden.simulate.nodes import MachineNode
 from nodewarden.simulate.policies import policy_from_spec
+from nodewarden.simulate.results import SimOptions
 from nodewarden.simulate.trace import parse_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "power" / "inproc"))
@@ -212,3 +219,131 @@ async def test_demand_for_an_idle_side_node_is_fed_as_live_feeds_it() -> None:
     live = await _live_demand_events()
     assert live[0] == ["Evaluate"]
     assert _sim_demand_events() == live
+
+
+# -- a side-node cycle off -> on -> off, the same script on both ------------------------
+
+Milestone = tuple[int, str, tuple[str, ...]]
+_PROGRESS = {"DRAIN", "SHUTDOWN", "START"}
+_OBSERVED = {"POWER_OFF_CONFIRMED", "POWER_ON_CONFIRMED"}
+
+
+def _headlines(seq: list[Milestone]) -> list[Milestone]:
+    """Each change of (decision, reasons), with the second when it changed."""
+    out: list[Milestone] = []
+    for x in seq:
+        if not out or out[-1][1:] != x[1:]:
+            out.append(x)
+    return out
+
+
+def _milestones(seq: list[Milestone], second_drain_step: bool) -> list[Milestone]:
+    """What moves the node: drain, shutdown, start, and Off observed (the drain's second
+    step, which waits for the demand re-read, only when asked)."""
+    out = []
+    for t, decision, reasons in _headlines(seq):
+        if decision == "DRAIN" and reasons != ("ADMISSION_OPEN",) and not second_drain_step:
+            continue
+        if decision in _PROGRESS or "POWER_OFF_CONFIRMED" in reasons:
+            out.append((t, decision, reasons))
+    return out
+
+
+async def _live_cycle(monkeypatch: pytest.MonkeyPatch) -> list[Milestone]:
+    seen: list[Milestone] = []
+
+    def spy(
+        state: NodePowerState, facts: NodeFacts, event: Event, now: datetime, *a: Any, **k: Any
+    ) -> Any:
+        result = step(state, facts, event, now, *a, **k)
+        if state.node == "side-1":
+            t = round((now - t0).total_seconds())
+            seen.append((t, result.decision.value, tuple(r.value for r in result.reasons)))
+        return result
+
+    monkeypatch.setattr(live_controller, "step", spy)
+    async with PowerHarness(probe_interval=5.0) as h:
+        h.side_node("side-1")  # On, idle; its BMC applies a request 5 s after accepting it
+        t0 = h.clock()
+        await h.start()
+        await h.run_for(300)  # idle 60 s: drained and switched off
+        h.queue("c-1", vcpus=1, gpus=1, wake="side-1")  # the plan waits for side-1
+        state = h.ctrl.nodes["side-1"].state
+        await h.run_until(lambda: state is not h.ctrl.nodes["side-1"].state and _idle(h))
+        h.place("c-1", "side-1")
+        h.hosts["side-1"].runners = 1
+        await h.run_for(3)
+        h.hosts["side-1"].runners = 0
+        h.finish("c-1")
+        await h.run_for(120)  # idle again: off again
+    return seen
+
+
+def _idle(h: PowerHarness) -> bool:
+    return h.ctrl.nodes["side-1"].state.state is PowerState.ON_IDLE
+
+
+def _sim_cycle() -> list[Milestone]:
+    fleet = load_fleet(
+        {
+            "cloud": {"instanceTypes": []},
+            "sideNodes": [
+                {
+                    "name": "side-1",
+                    "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1},
+                    "initialPower": "On",
+                    # the harness's host: on 5 s after the request, ready 5 s later,
+                    # seen by the next probe; off 5 s after the request
+                    "boot": "12s",
+                    "shutdown": "5s",
+                    "bmc": {"latency": "0s", "pollInterval": "5s"},
+                }
+            ],
+            "probe": {"interval": "5s", "bootInterval": "4s"},
+        }
+    )
+    trace = parse_trace(
+        "arrival,runtime,vcpus,ram,gpus,priority\n"
+        "0,1,1,1Gi,0,0\n"  # held (never starts): anchors the trace at 0
+        "300,1,1,1Gi,1,500\n"  # the container the plan wakes side-1 for
+        "600,1,1,1Gi,0,0\n",  # held: the trace goes on to 600 s
+        "csv",
+    )
+    policy = policy_from_spec(PowerPolicySpec.model_validate(POLICY), "p")
+    options = SimOptions(record=frozenset({"side-1"}))
+    result = Simulation(trace, fleet, policy, 1, options).run()
+    return [
+        (round((s.time - trace.start).total_seconds()), s.decision.value, s.reasons)
+        for s in result.recordings["side-1"].steps
+    ]
+
+
+def _assert_same(live: list[Milestone], sim: list[Milestone]) -> None:
+    assert [m[1:] for m in sim] == [m[1:] for m in live]
+    for (lt, decision, reasons), (st, _, _) in zip(live, sim, strict=True):
+        # one tick (1 s); an observed power change is seen at the next BMC read, whose
+        # phase the simulator draws (one pollInterval, 5 s)
+        slack = 5 if _OBSERVED & set(reasons) else 1
+        assert abs(lt - st) <= slack, (decision, reasons, lt, st)
+
+
+async def test_a_side_node_cycle_moves_alike_live_and_simulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = _milestones(await _live_cycle(monkeypatch), second_drain_step=False)
+    sim = _milestones(_sim_cycle(), second_drain_step=False)
+    assert [m[1] for m in live].count("SHUTDOWN") == 2  # off, on, off again
+    _assert_same(live, sim)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a third drift: the drain's second step waits for the demand re-read live "
+    "(DEMAND_NOT_REREAD: the LIST answers next round) but finds it answered in the "
+    "simulator (DRAIN_INCOMPLETE: it answers after controller.apiLatency)",
+)
+async def test_the_drains_second_step_is_alike_live_and_simulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = _milestones(await _live_cycle(monkeypatch), second_drain_step=True)
+    _assert_same(live, _milestones(_sim_cycle(), second_drain_step=True))
