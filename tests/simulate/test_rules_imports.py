@@ -1,7 +1,6 @@
 """`rules/` is pure and below every shell package; `simulate/` calls it and no shell room.
 
-`rules/` imports only value modules (api, policy, scheduling, units, the adapters' fact
-types, fleet.ports); `simulate/` imports no module of dispatch/, power/ or pool/, and only
+`rules/` imports only value modules (api, policy, scheduling, units, fleet.ports); `simulate/` imports no module of dispatch/, power/ or pool/, and only
 its CLI and trace export touch kube/.
 """
 
@@ -20,9 +19,6 @@ RULES_ALLOWED = (
     "nodewarden.units",
     "nodewarden.rules",
     "nodewarden.fleet.ports",
-    "nodewarden.cloud.model",
-    "nodewarden.redfish.facts",
-    "nodewarden.ssh.facts",
 )
 SHELL_ROOMS = ("nodewarden.dispatch", "nodewarden.power", "nodewarden.pool")
 

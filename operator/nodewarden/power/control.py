@@ -49,6 +49,12 @@ from nodewarden.metrics import BMC_ERRORS, FENCED
 from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRejected
 from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.enrolment import BmcUuid
+from nodewarden.power.readings import (
+    redfish_capability,
+    redfish_power,
+    refused_capability,
+    wake_on_lan_capability,
+)
 from nodewarden.redfish import (
     ActionNotSupported,
     AuthFailed,
@@ -62,13 +68,7 @@ from nodewarden.redfish import (
     SystemDiscoveryError,
     TlsError,
 )
-from nodewarden.rules.readings import (
-    cloud_capability,
-    redfish_capability,
-    redfish_power,
-    refused_capability,
-    wake_on_lan_capability,
-)
+from nodewarden.rules.readings import cloud_capability
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import NotSent, SshError
 from nodewarden.ssh.prober import SshProber

@@ -109,6 +109,14 @@ from nodewarden.power.intents import (
 )
 from nodewarden.power.nodestatus import board_view, conditions, power_status
 from nodewarden.power.phases import manual_phase, phase_message
+from nodewarden.power.readings import (
+    cloud_power,
+    cloud_uptime,
+    inhibitor_reading,
+    ready_reading,
+    ssh_power,
+    uptime_reading,
+)
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime, iso, poll_phase
 from nodewarden.rules.demand import (
     demand_event,
@@ -118,17 +126,7 @@ from nodewarden.rules.demand import (
     reread_demand,
 )
 from nodewarden.rules.fleet import fleet_readings
-from nodewarden.rules.readings import (
-    cloud_capability,
-    cloud_gone,
-    cloud_power,
-    cloud_uptime,
-    inhibitor_reading,
-    ready_reading,
-    ssh_power,
-    uptime_reading,
-    work_reading,
-)
+from nodewarden.rules.readings import cloud_capability, cloud_gone, work_reading
 from nodewarden.rules.vm import vm_reading
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
