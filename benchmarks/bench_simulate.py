@@ -38,13 +38,14 @@ import yaml
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.simulate.accounting import percentile
-from nodewarden.simulate.engine import RunResult, Simulation
+from nodewarden.simulate.engine import Simulation
 from nodewarden.simulate.fleet import load_fleet
 from nodewarden.simulate.generate import PRESETS, generate
 from nodewarden.simulate.oracle import brute_force_optimum, oracle_bound
 from nodewarden.simulate.policies import SimPolicy, baselines, load_policy, policy_from_spec
 from nodewarden.simulate.presets import builtin_fleet
 from nodewarden.simulate.report import Comparison, render_table
+from nodewarden.simulate.results import RunResult
 from nodewarden.simulate.trace import parse_trace
 from tune_simulate import OLD_DEFAULTS
 

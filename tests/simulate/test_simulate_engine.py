@@ -11,9 +11,10 @@ from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.policy.state import PowerState
 from nodewarden.simulate import decide
 from nodewarden.simulate.accounting import billed_us
-from nodewarden.simulate.engine import RunResult, SimOptions, Simulation
+from nodewarden.simulate.engine import Simulation
 from nodewarden.simulate.fleet import Fleet
 from nodewarden.simulate.policies import baselines, policy_from_spec
+from nodewarden.simulate.results import RunResult, SimOptions
 from nodewarden.simulate.trace import Trace, parse_trace
 
 FAST = {

@@ -27,10 +27,11 @@ from nodewarden.policy.events import Evaluate
 from nodewarden.policy.scenario import _bind_current, load_scenario
 from nodewarden.policy.state import NodePowerState
 from nodewarden.simulate.decide import MachineQuery, decide_node
-from nodewarden.simulate.engine import SimOptions, Simulation
+from nodewarden.simulate.engine import Simulation
 from nodewarden.simulate.generate import PRESETS, generate
 from nodewarden.simulate.policies import policy_from_spec
 from nodewarden.simulate.presets import builtin_fleet
+from nodewarden.simulate.results import SimOptions
 from nodewarden.simulate.scenarios import scenario_document
 
 SCENARIOS = sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))

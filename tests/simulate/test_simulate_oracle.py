@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
-from nodewarden.simulate.engine import SimOptions, Simulation
+from nodewarden.simulate.engine import Simulation
 from nodewarden.simulate.fleet import Fleet, load_fleet
 from nodewarden.simulate.oracle import brute_force_optimum, oracle_bound
 from nodewarden.simulate.policies import baselines, policy_from_spec
+from nodewarden.simulate.results import SimOptions
 from nodewarden.simulate.trace import Trace, parse_trace
 
 SETTINGS = settings(

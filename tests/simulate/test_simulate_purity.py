@@ -18,6 +18,8 @@ ALLOWED_OWN = (
     "nodewarden.scheduling",
     "nodewarden.api",
     "nodewarden.units",
+    "nodewarden.rules",
+    "nodewarden.fleet.ports",
 )
 CALLS = (
     r"datetime\.now\(",

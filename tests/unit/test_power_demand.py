@@ -8,8 +8,8 @@ from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.policy.facts import NodeFacts
 from nodewarden.policy.state import NodePowerState, PowerRequest, PowerState, Transition
 from nodewarden.policy.state import TransitionKind as K
-from nodewarden.power.demand import fleet_readings
 from nodewarden.power.runtime import NodeRuntime
+from nodewarden.rules.fleet import fleet_readings
 from policy.policy_builders import NOW, at, off_state, on_state
 
 VM = WorkerNodeSpec.model_validate({"nodeType": "CloudVM", "instanceType": "m5.large"})
@@ -37,6 +37,6 @@ def test_vm_transitions_do_not_use_the_side_nodes_budget() -> None:
         runtime(on_state(node="side-2")),
         runtime(on_state(node="vm-3"), VM),
     ]
-    reading = fleet_readings(nodes, NOW)[None]
+    reading = fleet_readings(((n.policy_name, n.node_type, n.state) for n in nodes), NOW)[None]
     assert reading.transitions_in_progress == 1
     assert reading.warm_idle_nodes == 2

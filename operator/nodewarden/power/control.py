@@ -50,7 +50,6 @@ from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRej
 from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.enrolment import BmcUuid
 from nodewarden.power.readings import (
-    cloud_capability,
     redfish_capability,
     redfish_power,
     refused_capability,
@@ -69,6 +68,7 @@ from nodewarden.redfish import (
     SystemDiscoveryError,
     TlsError,
 )
+from nodewarden.rules.readings import cloud_capability
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import NotSent, SshError
 from nodewarden.ssh.prober import SshProber

@@ -19,29 +19,29 @@ from nodewarden.cloud.model import CloudInstance
 from nodewarden.fleet.ports import WorkerSnapshot
 from nodewarden.kube.client import KubeError
 from nodewarden.policy.events import DemandReread, Evaluate, PowerObserved, ReadyProbeResult
-from nodewarden.policy.facts import CapabilityReading, VmReading
+from nodewarden.policy.facts import CapabilityReading
 from nodewarden.policy.state import NON_TERMINAL_STATES, PowerState
 from nodewarden.power.context import PowerContext
-from nodewarden.power.demand import (
-    placed_counts,
-    planned_demand,
-    queued_from_bodies,
-    reread_demand,
-)
 from nodewarden.power.observations import Observations
 from nodewarden.power.readings import (
-    cloud_capability,
-    cloud_gone,
     cloud_power,
     cloud_uptime,
     inhibitor_reading,
     ready_reading,
     ssh_power,
     uptime_reading,
-    work_reading,
 )
 from nodewarden.power.recording import Recorder
 from nodewarden.power.runtime import NodeRuntime
+from nodewarden.rules.demand import (
+    demand_event,
+    placed_counts,
+    planned_demand,
+    queued_from_bodies,
+    reread_demand,
+)
+from nodewarden.rules.readings import cloud_capability, cloud_gone, work_reading
+from nodewarden.rules.vm import vm_reading
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.views import ContainerView, Plan
 from nodewarden.ssh.errors import SshError
@@ -170,23 +170,8 @@ class PoolFacts:
         return power is None or power.power != "Off" or rt.state.state is PowerState.WAKING
 
     def _update_vm(self, rt: NodeRuntime, worker: WorkerSnapshot) -> None:
-        booted = worker.booted_at
-        listed_at = worker.listed_at or self.ctx.clock()
-        observed = max(listed_at, worker.last_attempt or listed_at)
-        if booted > observed:
-            booted = observed
-        attempts = worker.attempts_since_success if worker.last_success else worker.attempts_total
-        reading = VmReading(
-            source="cloud list + ssh probes",
-            observed_at=observed,
-            booted_at=booted,
-            paired=worker.last_success is not None,
-            last_heartbeat=worker.last_success,
-            probe_attempts=attempts,
-            broken=worker.broken,
-            deletion_requested=worker.deletion_requested,
-            stopped=worker.instance_stopped,
-        )
+        reading = vm_reading(worker, self.ctx.clock())
+        observed = reading.observed_at
         if rt.facts.vm != reading:
             capability = rt.facts.capability
             updates: dict[str, Any] = {"vm": reading}
@@ -237,15 +222,15 @@ class PoolFacts:
         assert self._plan is not None
         ctx = self.ctx
         containers, plan, at = self._plan
-        readings = planned_demand(
-            ctx.nodes.values(), containers, plan, at, ctx.catalogue, ctx.type_policy
-        )
+        nodes = ((rt.name, rt.spec, rt.state.state) for rt in ctx.nodes.values())
+        readings = planned_demand(nodes, containers, plan, at, ctx.catalogue, ctx.type_policy)
         for name, reading in readings.items():
             rt = ctx.nodes[name]
             previous = rt.facts.demand
             rt.facts = rt.facts.model_copy(update={"demand": reading})
-            if previous is None or previous.queued != reading.queued:
-                rt.events.append(Evaluate())
+            event = demand_event(previous, reading)
+            if event is not None:
+                rt.events.append(event)
 
     def want_reread(self, name: str) -> None:
         """A step asked for a live re-read of the queue (`RereadDemand`)."""
@@ -272,7 +257,9 @@ class PoolFacts:
             rt = ctx.nodes.get(name)
             if rt is None:
                 continue
-            reading = reread_demand(rt, queued, read_at, ctx.catalogue, ctx.type_policy)
+            reading = reread_demand(
+                rt.name, rt.spec, queued, read_at, ctx.catalogue, ctx.type_policy
+            )
             rt.events.append(DemandReread(reading=reading))
         ctx.wake.set()
 

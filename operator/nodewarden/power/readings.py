@@ -1,6 +1,7 @@
 """Adapter facts -> the power core's readings, keeping provenance and real observation times.
 
-Pure conversions. Each reading's `observed_at` is when the adapter *observed* the value
+Pure conversions of the adapters' fact types (Redfish, SSH, the cloud list); the rules on
+plain values both the shell and the simulator call are in `rules/readings.py`. Each reading's `observed_at` is when the adapter *observed* the value
 (when the probe command was sent, when the BMC answered, when the cloud list was read),
 never when it was cached or converted, so freshness gates measure the evidence itself.
 """
@@ -21,12 +22,12 @@ from nodewarden.policy.facts import (
     PowerReading,
     ReadyReading,
     UptimeReading,
-    WorkReading,
 )
 from nodewarden.redfish.facts import PowerStateObservation, ResetCapabilities
 from nodewarden.ssh.facts import InhibitorsFact, ReadyFact, UptimeFact, WakeOnLanFact
 
 _RESET_ACTIONS: frozenset[str] = frozenset(get_args(ResetAction))
+
 
 CLOUD_POWER: dict[InstanceState, ObservedPower] = {
     InstanceState.PENDING: "PoweringOn",
@@ -55,15 +56,6 @@ def cloud_power(instance: CloudInstance) -> PowerReading:
     )
 
 
-def cloud_gone(source: str, instance_id: str | None, listed_at: datetime) -> PowerReading:
-    """The instance is no longer in the cloud's list: destroyed, observed Off."""
-    return PowerReading(
-        source=f"{source} list (instance {instance_id or '?'} no longer listed)",
-        observed_at=listed_at,
-        power="Off",
-    )
-
-
 def ssh_power(ready: ReadyFact) -> PowerReading:
     """A side node without a BMC: a successful SSH login proves it is On. (Failures prove
     nothing, so they never produce a reading: Off is never inferred from silence.)"""
@@ -79,16 +71,6 @@ def ready_reading(ready: ReadyFact) -> ReadyReading:
         passed=ready.ready,
         detail=ready.detail[:1024],
     )
-
-
-def work_reading(
-    active_jobs: int, source: str, observed_at: datetime, idle_since: datetime | None
-) -> WorkReading:
-    """Active jobs on the node; `idle_since` is kept only while no job runs."""
-    if active_jobs > 0:
-        return WorkReading(source=source, observed_at=observed_at, active_jobs=active_jobs)
-    since = idle_since if idle_since is not None and idle_since <= observed_at else observed_at
-    return WorkReading(source=source, observed_at=observed_at, active_jobs=0, idle_since=since)
 
 
 def inhibitor_reading(fact: InhibitorsFact) -> InhibitorReading:
@@ -169,14 +151,4 @@ def refused_capability(
         control_method=method,
         allowable=None,
         refusal=refusal[:1024],
-    )
-
-
-def cloud_capability(source: str, observed_at: datetime) -> CapabilityReading:
-    """A cloud VM is destroyed through the cloud API (GracefulShutdown = destroy)."""
-    return CapabilityReading(
-        source=f"{source} (destroy)",
-        observed_at=observed_at,
-        control_method="Cloud",
-        allowable=("GracefulShutdown",),
     )

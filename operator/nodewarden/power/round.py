@@ -42,7 +42,6 @@ from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
-from nodewarden.power.demand import fleet_readings
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.observations import Observations
 from nodewarden.power.poolfacts import PoolFacts
@@ -50,6 +49,7 @@ from nodewarden.power.recording import Recorder
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.power.sensing import Sensing
 from nodewarden.power.validation import Validation
+from nodewarden.rules.fleet import fleet_readings
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,9 @@ class Round:
             if due:
                 rt.due_at = None
             if fleet is None:
-                fleet = fleet_readings(ctx.nodes.values(), now)
+                fleet = fleet_readings(
+                    ((n.policy_name, n.node_type, n.state) for n in ctx.nodes.values()), now
+                )
             rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
             try:
                 await self.process(rt, now, due=due)

@@ -28,12 +28,12 @@ from typing import Any, TextIO
 import yaml
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
-from nodewarden.simulate.engine import SimulationError
 from nodewarden.simulate.errors import InputError
 from nodewarden.simulate.fleet import Fleet, load_fleet
 from nodewarden.simulate.generate import PRESETS, generate
 from nodewarden.simulate.policies import SimPolicy, load_policy, policy_from_spec
 from nodewarden.simulate.presets import builtin_fleet
+from nodewarden.simulate.results import SimulationError
 from nodewarden.simulate.trace import Trace, TraceFormat, dump_trace, parse_trace
 from nodewarden.units import parse_duration
 

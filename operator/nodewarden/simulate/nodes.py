@@ -22,13 +22,23 @@ from __future__ import annotations
 import bisect
 import random
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from nodewarden.api.powerpolicy import ResetAction
 from nodewarden.api.workernode import ControlMethod, NodeType
-from nodewarden.policy.facts import NodeFacts
+from nodewarden.policy.facts import (
+    CapabilityReading,
+    DemandReading,
+    DesiredReading,
+    InhibitorReading,
+    NodeFacts,
+    PowerReading,
+)
 from nodewarden.policy.state import ON_STATES, AdmissionState, NodePowerState, PowerState
+from nodewarden.rules.demand import PLANNED
 from nodewarden.scheduling.views import Capacity, NodeState, NodeView
-from nodewarden.simulate.distributions import Delay
+from nodewarden.simulate.distributions import Delay, to_us
+from nodewarden.simulate.fleet import SideNodeGroup
 
 _SIDE_STATE: dict[PowerState, NodeState] = {
     PowerState.OFF: NodeState.OFF,
@@ -43,7 +53,6 @@ _SIDE_STATE: dict[PowerState, NodeState] = {
 """`nodewarden.dispatch.dispatcher._SIDE_STATE`."""
 _VM_LEAVING = frozenset({PowerState.DRAINING, PowerState.SHUTTING_DOWN, PowerState.BLOCKED})
 _WAKEABLE = frozenset({PowerState.OFF, PowerState.WAKING})
-TRANSITION_STATES = frozenset({PowerState.WAKING, PowerState.DRAINING, PowerState.SHUTTING_DOWN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +146,8 @@ class MachineNode:
     last_refresh: int = -(1 << 62)
     demand_queued: int = 0
     """Queued demand in the dispatcher's latest round (the operator's planned demand)."""
-    demand_positive: bool = False
+    demand: DemandReading | None = None
+    """The latest round's demand reading (what `rules.demand.demand_event` compares)."""
     same_instant: tuple[int, int] = (-1, 0)
     last_key: tuple[str, tuple[str, ...]] | None = None
     idle_cause: str | None = None
@@ -188,11 +198,53 @@ class MachineNode:
             ready=ready,
         )
 
-    def transitioning(self) -> bool:
-        return self.state.state in TRANSITION_STATES
 
-    def warm(self) -> bool:
-        """ON_IDLE and open: what `power.demand.fleet_readings` counts as a warm idle node."""
-        return (
-            self.state.state is PowerState.ON_IDLE and self.state.admission is AdmissionState.OPEN
+def side_power_model(group: SideNodeGroup) -> PowerModel:
+    """A side node group's power controller: its BMC (Redfish) or Wake-on-LAN + SSH."""
+    redfish = group.control_method == "Redfish"
+    return PowerModel(
+        control_method=group.control_method,
+        allowable=("On", "GracefulShutdown", "ForceOff")
+        if redfish
+        else ("WakeOnLan", "SshPoweroff"),
+        source="redfish" if redfish else "wol+ssh",
+        latency=group.bmc.latency,
+        drop_rate=group.bmc.drop_rate,
+        error_rate=group.bmc.error_rate,
+        poll_interval=to_us(group.bmc.poll_interval),
+        boot=group.boot,
+        shutdown=group.shutdown,
+    )
+
+
+def initial_facts(
+    name: str, node_type: NodeType, model: PowerModel, powered: bool, t0: datetime, never_off: bool
+) -> NodeFacts:
+    """What the shell knows of a node it just saw: its spec, no demand; a side node also
+    its power, what its controller allows, and no inhibitors."""
+    source = f"{model.source}:{name}"
+    desired = "On" if never_off else "Auto"
+    facts = NodeFacts(
+        node=name,
+        node_type=node_type,
+        desired=DesiredReading(
+            source=f"WorkerNode/{name}#spec", observed_at=t0, power=desired, idle_behavior="run"
+        ),
+        demand=DemandReading(source=PLANNED, observed_at=t0, queued=0),
+    )
+    if node_type == "SideNode":
+        facts = facts.model_copy(
+            update={
+                "power": PowerReading(
+                    source=source, observed_at=t0, power="On" if powered else "Off"
+                ),
+                "capability": CapabilityReading(
+                    source=source,
+                    observed_at=t0,
+                    control_method=model.control_method,
+                    allowable=model.allowable,
+                ),
+                "inhibitors": InhibitorReading(source=f"ssh:{name}/logind", observed_at=t0),
+            }
         )
+    return facts

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodewarden.simulate.engine import RunResult, SimOptions, Simulation
+from nodewarden.simulate.engine import Simulation
 from nodewarden.simulate.fleet import Fleet
 from nodewarden.simulate.oracle import OracleBound, oracle_bound
 from nodewarden.simulate.policies import SimPolicy, baselines
+from nodewarden.simulate.results import RunResult, SimOptions
 from nodewarden.simulate.trace import Trace, describe
 
 ORACLE_NAME = "oracle (lower bound)"

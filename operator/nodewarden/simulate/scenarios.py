@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodewarden.simulate.engine import Recording
 from nodewarden.simulate.policies import SimPolicy
+from nodewarden.simulate.results import Recording
 
 
 def _iso(when: Any) -> str:

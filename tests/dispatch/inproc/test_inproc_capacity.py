@@ -17,9 +17,9 @@ from fakes import ME, SMALL, Rig, container, name_of, uuid_of
 
 from nodewarden.metrics import OVERCOMMITTED_NODES
 from nodewarden.policy.facts import NodeFacts
-from nodewarden.power.demand import placed_counts
 from nodewarden.power.nodestatus import conditions
 from nodewarden.power.runtime import NodeRuntime
+from nodewarden.rules.demand import placed_counts
 from nodewarden.scheduling.views import ContainerView, Plan
 from nodewarden.ssh.credentials import SshTarget
 from policy.policy_builders import NOW, on_state

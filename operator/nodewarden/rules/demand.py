@@ -4,7 +4,9 @@ Work evidence from the dispatcher is its capacity ledger (`placed_counts`). Dema
 the scheduler's own fit rules (`scheduling.scheduler.qualified_demand`) on the
 dispatcher's plan, or on a live read of the queue for RereadDemand: for a node that is Off
 or waking, the containers the plan waits on it for; for any other node, the queued
-containers it could run. Pure: the caller passes the nodes, the queue and the time."""
+containers it could run. A change of the queued count is news to the node: the shell
+feeds it Evaluate (`demand_event`). Pure: the caller passes each node's name, spec and
+power state, the queue and the time."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from nodewarden.api.containerdispatch import ContainerDispatchSpec, ContainerDispatchStatus
-from nodewarden.policy.facts import DemandReading, FleetReading
-from nodewarden.policy.state import PowerState, TransitionKind, api_admission
-from nodewarden.power.runtime import NodeRuntime
+from nodewarden.api.workernode import WorkerNodeSpec
+from nodewarden.policy.events import Evaluate
+from nodewarden.policy.facts import DemandReading
+from nodewarden.policy.state import PowerState
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.scheduler import qualified_demand
 from nodewarden.scheduling.views import Capacity, ContainerView, NodeState, NodeView, Phase, Plan
@@ -25,11 +28,20 @@ from nodewarden.units import parse_quantity
 
 MAX_LISTED = 64
 """Container uuids a DemandReading names (the count is always whole)."""
+PLANNED = "queue (dispatcher plan)"
+LIVE = "queue (live list of ContainerDispatches)"
+
+DemandNode = tuple[str, WorkerNodeSpec | None, PowerState]
+"""(name, spec, power state) of one node."""
 
 
-def node_view(rt: NodeRuntime, catalogue: Catalogue) -> NodeView | None:
+def idle_view(name: str, capacity: Capacity, instance_type: str | None, price: float) -> NodeView:
+    """The node as the scheduler sees an idle node of this shape."""
+    return NodeView(name, NodeState.IDLE, capacity, instance_type, price)
+
+
+def node_view(name: str, spec: WorkerNodeSpec | None, catalogue: Catalogue) -> NodeView | None:
     """The node as the scheduler sees an idle node of its shape (None: shape unknown)."""
-    spec = rt.spec
     if spec is None:
         return None
     if spec.node_type == "SideNode":
@@ -39,11 +51,11 @@ def node_view(rt: NodeRuntime, catalogue: Catalogue) -> NodeView | None:
         capacity = Capacity(
             cap.vcpus, parse_quantity(cap.ram), parse_quantity(cap.scratch), cap.gpus, cap.gpu_model
         )
-        return NodeView(rt.name, NodeState.IDLE, capacity, None, spec.cost_per_hour or 0.0)
+        return idle_view(name, capacity, None, spec.cost_per_hour or 0.0)
     itype = catalogue.by_name(spec.instance_type or "")
     if itype is None:
         return None
-    return NodeView(rt.name, NodeState.IDLE, Capacity.of(itype), itype.name, itype.price)
+    return idle_view(name, Capacity.of(itype), itype.name, itype.price)
 
 
 def placed_counts(containers: Iterable[ContainerView]) -> dict[str, int]:
@@ -64,8 +76,34 @@ def _reading(source: str, at: datetime, uuids: list[str]) -> DemandReading:
     )
 
 
+def waits_on_plan(state: PowerState) -> bool:
+    """Whether a node's demand is what the plan waits on it for (Off or waking: the
+    plan decides which node to wake) rather than the queued containers it could run."""
+    return state in (PowerState.OFF, PowerState.WAKING)
+
+
+def plan_waits(plan: Plan) -> dict[str, list[str]]:
+    """Per node: the containers the plan waits on it for (to boot, or to be woken)."""
+    waiting_for: dict[str, list[str]] = {}
+    for uuid, node in plan.wait_nodes.items():
+        waiting_for.setdefault(node, []).append(uuid)
+    for node, uuids in plan.wakes.items():
+        for uuid in uuids:
+            if uuid not in waiting_for.setdefault(node, []):
+                waiting_for[node].append(uuid)
+    return waiting_for
+
+
+def demand_event(previous: DemandReading | None, reading: DemandReading) -> Evaluate | None:
+    """What the shell feeds a node after a round's demand reading (`reading`): Evaluate
+    when its queued count changed (the reading is already in its facts), else nothing."""
+    if previous is None or previous.queued != reading.queued:
+        return Evaluate()
+    return None
+
+
 def planned_demand(
-    nodes: Iterable[NodeRuntime],
+    nodes: Iterable[DemandNode],
     containers: list[ContainerView],
     plan: Plan,
     at: datetime,
@@ -74,23 +112,17 @@ def planned_demand(
 ) -> dict[str, DemandReading]:
     """Demand of every node with a spec, from the dispatcher's plan made at `at`."""
     queued = [c for c in containers if c.phase is Phase.QUEUED]
-    waiting_for: dict[str, list[str]] = {}
-    for uuid, node in plan.wait_nodes.items():
-        waiting_for.setdefault(node, []).append(uuid)
-    for node, uuids in plan.wakes.items():
-        for uuid in uuids:
-            if uuid not in waiting_for.setdefault(node, []):
-                waiting_for[node].append(uuid)
+    waiting_for = plan_waits(plan)
     by_shape: dict[tuple[Any, ...], list[str]] = {}
     readings: dict[tuple[str, ...], DemandReading] = {}  # shared: readings are frozen
     out: dict[str, DemandReading] = {}
-    for rt in nodes:
-        if rt.spec is None:
+    for name, spec, state in nodes:
+        if spec is None:
             continue
-        if rt.state.state in (PowerState.OFF, PowerState.WAKING):
-            uuids = waiting_for.get(rt.name, [])
+        if waits_on_plan(state):
+            uuids = waiting_for.get(name, [])
         else:
-            view = node_view(rt, catalogue)
+            view = node_view(name, spec, catalogue)
             if view is None:
                 continue
             shape = (view.capacity, view.instance_type, view.price)
@@ -101,8 +133,8 @@ def planned_demand(
         key = tuple(uuids)
         reading = readings.get(key)
         if reading is None:
-            reading = readings[key] = _reading("queue (dispatcher plan)", at, uuids)
-        out[rt.name] = reading
+            reading = readings[key] = _reading(PLANNED, at, uuids)
+        out[name] = reading
     return out
 
 
@@ -127,35 +159,14 @@ def queued_from_bodies(
 
 
 def reread_demand(
-    rt: NodeRuntime,
+    name: str,
+    spec: WorkerNodeSpec | None,
     queued: list[ContainerView],
     read_at: datetime,
     catalogue: Catalogue,
     type_policy: InstanceTypePolicy,
 ) -> DemandReading:
     """RereadDemand's reading for one node, from the live queue."""
-    view = node_view(rt, catalogue)
+    view = node_view(name, spec, catalogue)
     uuids = qualified_demand(view, queued, catalogue, type_policy) if view is not None else []
-    return _reading("queue (live list of ContainerDispatches)", read_at, uuids)
-
-
-def fleet_readings(nodes: Iterable[NodeRuntime], now: datetime) -> dict[str | None, FleetReading]:
-    """Per policy name: side-node transitions in progress (the disruption budget) and
-    warm idle nodes of any type (min warm)."""
-    counts: dict[str | None, list[int]] = {}
-    for rt in nodes:
-        c = counts.setdefault(rt.policy_name, [0, 0])
-        t = rt.state.transition
-        if t is not None and t.kind is not TransitionKind.VERIFY and rt.node_type == "SideNode":
-            c[0] += 1  # the disruption budget protects fixed capacity: side nodes only
-        if rt.state.state is PowerState.ON_IDLE and api_admission(rt.state.admission) == "Open":
-            c[1] += 1
-    return {
-        key: FleetReading(
-            source="power controller (every node under the policy)",
-            observed_at=now,
-            transitions_in_progress=c[0],
-            warm_idle_nodes=c[1],
-        )
-        for key, c in counts.items()
-    }
+    return _reading(LIVE, read_at, uuids)

@@ -1,0 +1,349 @@
+"""The simulator's shell and the live power controller hand the core the same facts and
+events for the same fleet: the two drifts the issue names, as parity cases.
+
+Live side: the real `PowerController` in process (`tests/power/inproc/harness.py`: fake
+clock, fake BMC and pool, the in-memory API). Simulator side: the real `Simulation`, its
+nodes put in the same states. Each case builds the same fleet situation on both and
+compares what each shell gives `policy.machine.step`:
+
+- a cloud VM draining (and one being destroyed) next to side nodes: the fleet reading a
+  side node is stepped with (the disruption-budget count, warm idle nodes) -- the live
+  rule (`rules.fleet`) counts side-node transitions only;
+- demand appearing for an idle side node: the event the shell feeds it (live: Evaluate),
+  and so the event its Safety Record names;
+- one scripted side-node cycle (on and idle -> drained and off -> a container the plan
+  wakes it for -> on, ready, runs it -> idle -> off again) through both, the simulator's
+  physics set to the harness's host: the milestone steps (drain, shutdown, start, Off
+  observed) have equal (decision, reason codes), at times within one tick (an observed
+  power change within one BMC pollInterval: the simulator draws its read phase). The
+  drain's second step still differs (a strict xfail names it).
+
+The two drift cases failed on main 19404df (the simulator counted the VMs in the budget,
+and fed NewDemand).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodewarden.api.powerpolicy import PowerPolicySpec
+from nodewarden.policy.events import Event
+from nodewarden.policy.facts import FleetReading, NodeFacts
+from nodewarden.policy.machine import step
+from nodewarden.policy.state import (
+    AdmissionState,
+    NodePowerState,
+    PowerRequest,
+    PowerState,
+    Transition,
+    TransitionKind,
+)
+from nodewarden.power import controller as live_controller
+from nodewarden.scheduling.views import ContainerView, Phase, Plan
+from nodewarden.simulate.dispatching import SimContainer, container_shape
+from nodewarden.simulate.engine import Simulation
+from nodewarden.simulate.fleet import Fleet, load_fleet
+from nodewarden.simulate.nodes import MachineNode
+from nodewarden.simulate.policies import policy_from_spec
+from nodewarden.simulate.results import SimOptions
+from nodewarden.simulate.trace import parse_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "power" / "inproc"))
+from harness import POLICY, PowerHarness
+
+BUDGET = {**POLICY, "disruptionBudget": {"maxConcurrentTransitions": 1}}
+
+
+def _sim(policy: dict[str, Any]) -> Simulation:
+    fleet: Fleet = load_fleet(
+        {
+            "cloud": {
+                "instanceTypes": [{"name": "small", "vcpus": 2, "ram": "4Gi", "price": 0.1}],
+                "billing": {"period": "0s", "minimum": "0s"},
+            },
+            "sideNodes": [
+                {
+                    "name": "side-1",
+                    "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1},
+                    "initialPower": "On",
+                },
+                {
+                    "name": "side-2",
+                    "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1},
+                    "initialPower": "On",
+                },
+            ],
+        }
+    )
+    trace = parse_trace("arrival,runtime,vcpus,ram,gpus\n0,60,1,1Gi,1\n", "csv")
+    sim = Simulation(trace, fleet, policy_from_spec(PowerPolicySpec.model_validate(policy), "p"), 1)
+    for group in fleet.side_nodes:
+        for name in group.names():
+            sim._add_side_node(group, name)
+    return sim
+
+
+def _transition(name: str, kind: TransitionKind, at: datetime) -> Transition:
+    request = PowerRequest(action="GracefulShutdown", attempt=1, requested_at=at)
+    return Transition(
+        id=f"t-{name}",
+        kind=kind,
+        started_at=at,
+        deadline=at + timedelta(minutes=5),
+        request=request,
+    )
+
+
+def _in(state: PowerState, name: str, at: datetime, transition: bool = True) -> NodePowerState:
+    t = _transition(name, TransitionKind.SHUTDOWN, at) if transition else None
+    admission = AdmissionState.OPEN if state is PowerState.ON_IDLE else AdmissionState.CLOSED
+    return NodePowerState.initial(name).model_copy(
+        update={"state": state, "transition": t, "admission": admission}
+    )
+
+
+def _counts(reading: FleetReading | None) -> tuple[int, int] | None:
+    if reading is None:
+        return None
+    return reading.transitions_in_progress, reading.warm_idle_nodes
+
+
+# -- a draining VM and the side nodes' disruption budget --------------------------------
+
+
+async def _live_fleet_reading(monkeypatch: pytest.MonkeyPatch) -> tuple[int, int] | None:
+    stepped: dict[str, NodeFacts] = {}
+    original = step  # what the controller calls (`power.controller.step`)
+
+    def spy(state: NodePowerState, facts: NodeFacts, event: Event, *a: Any, **k: Any) -> Any:
+        stepped.setdefault(state.node, facts)
+        return original(state, facts, event, *a, **k)
+
+    async with PowerHarness(policy=BUDGET) as h:
+        for name in ("side-1", "side-2"):
+            h.side_node(name)
+        for name in ("vm-1", "vm-2"):
+            h.put_node(name, {"nodeType": "CloudVM", "instanceType": "small"})
+        await h.start()
+        now = h.clock()
+        nodes = h.ctrl.nodes
+        nodes["side-1"].state = _in(PowerState.ON_IDLE, "side-1", now, transition=False)
+        nodes["side-2"].state = _in(PowerState.SHUTTING_DOWN, "side-2", now)
+        nodes["vm-1"].state = _in(PowerState.DRAINING, "vm-1", now)
+        nodes["vm-2"].state = _in(PowerState.SHUTTING_DOWN, "vm-2", now)
+        for rt in nodes.values():
+            rt.events.clear()
+            rt.due_at = None
+        nodes["side-1"].due_at = now
+        monkeypatch.setattr(live_controller, "step", spy)
+        await h.ctrl.round()
+        monkeypatch.setattr(live_controller, "step", original)
+        await h.settle()
+    return _counts(stepped["side-1"].fleet)
+
+
+def _sim_fleet_reading() -> tuple[int, int] | None:
+    sim = _sim(BUDGET)
+    sim._create_vm("small")
+    sim._create_vm("small")
+    at = sim.at(sim.now)
+    states = {
+        "side-1": _in(PowerState.ON_IDLE, "side-1", at, transition=False),
+        "side-2": _in(PowerState.SHUTTING_DOWN, "side-2", at),
+        "vm-small-0": _in(PowerState.DRAINING, "vm-small-0", at),
+        "vm-small-1": _in(PowerState.SHUTTING_DOWN, "vm-small-1", at),
+    }
+    for name, state in states.items():
+        node = sim.nodes[name]
+        node.state = state.model_copy(update={"node": name})
+        sim._touch(node)
+    side: MachineNode = sim.nodes["side-1"]
+    sim.sensing.telemetry(side, sim.now, len(sim._in_transition), len(sim._warm))
+    return _counts(side.facts.fleet)
+
+
+async def test_a_draining_vm_uses_none_of_the_side_nodes_disruption_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = await _live_fleet_reading(monkeypatch)
+    assert live == (1, 1)  # side-2 shutting down; side-1 warm; the VMs count for nothing
+    assert _sim_fleet_reading() == live
+
+
+# -- demand for an idle side node: what the shell feeds it ------------------------------
+
+
+async def _live_demand_events() -> tuple[list[str], str | None]:
+    async with PowerHarness() as h:
+        h.side_node("side-1")
+        await h.start()
+        rt = h.ctrl.nodes["side-1"]
+        rt.events.clear()
+        h.queue("c-1", vcpus=1, gpus=1)  # the next plan: a container side-1 can run
+        events = [e.type for e in rt.events]
+        result = step(rt.state, rt.facts, rt.events[0], h.clock(), h.book.for_node(None).view)
+        return events, None if result.record is None else result.record.event
+
+
+def _sim_demand_events() -> tuple[list[str], str | None]:
+    sim = _sim(POLICY)
+    node = sim.nodes["side-1"]
+    node.state = _in(PowerState.ON_IDLE, "side-1", sim.at(0), transition=False)
+    spec = sim.trace.containers[0]
+    c = SimContainer(
+        spec=spec,
+        queued_view=ContainerView(
+            spec.uuid, Phase.QUEUED, spec.priority, sim.at(0), spec.resources
+        ),
+        shape=container_shape(spec),
+    )
+    sim.dispatching.queued[spec.uuid] = c
+    sim.dispatching.count_shape(c, 1)
+    sim._heap.clear()
+    sim.dispatching.update_demand(Plan())
+    events: list[Event] = [
+        arg[1] for _, _, _, arg in sim._heap if isinstance(arg, tuple) and arg[0] is node
+    ]
+    if not events:
+        return [], None
+    result = step(node.state, node.facts, events[0], sim.at(sim.now), sim.policy.view)
+    return [e.type for e in events], None if result.record is None else result.record.event
+
+
+async def test_demand_for_an_idle_side_node_is_fed_as_live_feeds_it() -> None:
+    live = await _live_demand_events()
+    assert live[0] == ["Evaluate"]
+    assert _sim_demand_events() == live
+
+
+# -- a side-node cycle off -> on -> off, the same script on both ------------------------
+
+Milestone = tuple[int, str, tuple[str, ...]]
+_PROGRESS = {"DRAIN", "SHUTDOWN", "START"}
+_OBSERVED = {"POWER_OFF_CONFIRMED", "POWER_ON_CONFIRMED"}
+
+
+def _headlines(seq: list[Milestone]) -> list[Milestone]:
+    """Each change of (decision, reasons), with the second when it changed."""
+    out: list[Milestone] = []
+    for x in seq:
+        if not out or out[-1][1:] != x[1:]:
+            out.append(x)
+    return out
+
+
+def _milestones(seq: list[Milestone], second_drain_step: bool) -> list[Milestone]:
+    """What moves the node: drain, shutdown, start, and Off observed (the drain's second
+    step, which waits for the demand re-read, only when asked)."""
+    out = []
+    for t, decision, reasons in _headlines(seq):
+        if decision == "DRAIN" and reasons != ("ADMISSION_OPEN",) and not second_drain_step:
+            continue
+        if decision in _PROGRESS or "POWER_OFF_CONFIRMED" in reasons:
+            out.append((t, decision, reasons))
+    return out
+
+
+async def _live_cycle(monkeypatch: pytest.MonkeyPatch) -> list[Milestone]:
+    seen: list[Milestone] = []
+
+    def spy(
+        state: NodePowerState, facts: NodeFacts, event: Event, now: datetime, *a: Any, **k: Any
+    ) -> Any:
+        result = step(state, facts, event, now, *a, **k)
+        if state.node == "side-1":
+            t = round((now - t0).total_seconds())
+            seen.append((t, result.decision.value, tuple(r.value for r in result.reasons)))
+        return result
+
+    monkeypatch.setattr(live_controller, "step", spy)
+    async with PowerHarness(probe_interval=5.0) as h:
+        h.side_node("side-1")  # On, idle; its BMC applies a request 5 s after accepting it
+        t0 = h.clock()
+        await h.start()
+        await h.run_for(300)  # idle 60 s: drained and switched off
+        h.queue("c-1", vcpus=1, gpus=1, wake="side-1")  # the plan waits for side-1
+        state = h.ctrl.nodes["side-1"].state
+        await h.run_until(lambda: state is not h.ctrl.nodes["side-1"].state and _idle(h))
+        h.place("c-1", "side-1")
+        h.hosts["side-1"].runners = 1
+        await h.run_for(3)
+        h.hosts["side-1"].runners = 0
+        h.finish("c-1")
+        await h.run_for(120)  # idle again: off again
+    return seen
+
+
+def _idle(h: PowerHarness) -> bool:
+    return h.ctrl.nodes["side-1"].state.state is PowerState.ON_IDLE
+
+
+def _sim_cycle() -> list[Milestone]:
+    fleet = load_fleet(
+        {
+            "cloud": {"instanceTypes": []},
+            "sideNodes": [
+                {
+                    "name": "side-1",
+                    "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1},
+                    "initialPower": "On",
+                    # the harness's host: on 5 s after the request, ready 5 s later,
+                    # seen by the next probe; off 5 s after the request
+                    "boot": "12s",
+                    "shutdown": "5s",
+                    "bmc": {"latency": "0s", "pollInterval": "5s"},
+                }
+            ],
+            "probe": {"interval": "5s", "bootInterval": "4s"},
+        }
+    )
+    trace = parse_trace(
+        "arrival,runtime,vcpus,ram,gpus,priority\n"
+        "0,1,1,1Gi,0,0\n"  # held (never starts): anchors the trace at 0
+        "300,1,1,1Gi,1,500\n"  # the container the plan wakes side-1 for
+        "600,1,1,1Gi,0,0\n",  # held: the trace goes on to 600 s
+        "csv",
+    )
+    policy = policy_from_spec(PowerPolicySpec.model_validate(POLICY), "p")
+    options = SimOptions(record=frozenset({"side-1"}))
+    result = Simulation(trace, fleet, policy, 1, options).run()
+    return [
+        (round((s.time - trace.start).total_seconds()), s.decision.value, s.reasons)
+        for s in result.recordings["side-1"].steps
+    ]
+
+
+def _assert_same(live: list[Milestone], sim: list[Milestone]) -> None:
+    assert [m[1:] for m in sim] == [m[1:] for m in live]
+    for (lt, decision, reasons), (st, _, _) in zip(live, sim, strict=True):
+        # one tick (1 s); an observed power change is seen at the next BMC read, whose
+        # phase the simulator draws (one pollInterval, 5 s)
+        slack = 5 if _OBSERVED & set(reasons) else 1
+        assert abs(lt - st) <= slack, (decision, reasons, lt, st)
+
+
+async def test_a_side_node_cycle_moves_alike_live_and_simulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = _milestones(await _live_cycle(monkeypatch), second_drain_step=False)
+    sim = _milestones(_sim_cycle(), second_drain_step=False)
+    assert [m[1] for m in live].count("SHUTDOWN") == 2  # off, on, off again
+    _assert_same(live, sim)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a third drift: the drain's second step waits for the demand re-read live "
+    "(DEMAND_NOT_REREAD: the LIST answers next round) but finds it answered in the "
+    "simulator (DRAIN_INCOMPLETE: it answers after controller.apiLatency)",
+)
+async def test_the_drains_second_step_is_alike_live_and_simulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = _milestones(await _live_cycle(monkeypatch), second_drain_step=True)
+    _assert_same(live, _milestones(_sim_cycle(), second_drain_step=True))
