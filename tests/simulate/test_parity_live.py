@@ -43,7 +43,7 @@ from nodewarden.policy.state import (
     Transition,
     TransitionKind,
 )
-from nodewarden.power import controller as live_controller
+from nodewarden.power import round as live_controller
 from nodewarden.scheduling.views import ContainerView, Phase, Plan
 from nodewarden.simulate.dispatching import SimContainer, container_shape
 from nodewarden.simulate.engine import Simulation
@@ -118,7 +118,7 @@ def _counts(reading: FleetReading | None) -> tuple[int, int] | None:
 
 async def _live_fleet_reading(monkeypatch: pytest.MonkeyPatch) -> tuple[int, int] | None:
     stepped: dict[str, NodeFacts] = {}
-    original = step  # what the controller calls (`power.controller.step`)
+    original = step  # what the controller calls (`power.round.step`)
 
     def spy(state: NodePowerState, facts: NodeFacts, event: Event, *a: Any, **k: Any) -> Any:
         stepped.setdefault(state.node, facts)
