@@ -13,8 +13,8 @@ from redfish_peers import StartFakeBmc
 
 from nodewarden.redfish import (
     ConfirmationSettings,
-    PowerState,
     RedfishClient,
+    RedfishPowerState,
     RedfishProtocolError,
     RedfishTimeout,
     request_and_confirm,
@@ -44,7 +44,7 @@ async def test_body_in_several_writes_is_read_whole(fake_bmc: StartFakeBmc, deli
             task = await client.read_task(task)
         assert client.auth_mode == "session"
     assert capabilities.found_in == "action_info" and capabilities.allows("On")
-    assert result.confirmation.state is PowerState.ON
+    assert result.confirmation.state is RedfishPowerState.ON
     assert task.finished and task.state == "Completed"
     assert peer.bmc.live_sessions == 0
 

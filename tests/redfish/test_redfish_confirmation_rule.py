@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from nodewarden.redfish import (
     ConfirmationSettings,
-    PowerState,
+    RedfishPowerState,
     StepKind,
     decide_confirmation_step,
 )
@@ -26,9 +26,9 @@ DEADLINE = START + SETTINGS.deadline
 
 
 def step(
-    observed: PowerState | None,
+    observed: RedfishPowerState | None,
     *,
-    target: PowerState = PowerState.ON,
+    target: RedfishPowerState = RedfishPowerState.ON,
     accepted: int = 0,
     failed: int = 0,
     last_answered_at: datetime | None = None,
@@ -51,28 +51,28 @@ def step(
 @pytest.mark.parametrize(
     ("observed", "accepted", "failed", "since_request", "expected"),
     [
-        (PowerState.ON, 0, 0, None, (StepKind.CONFIRMED, "OBSERVED_TARGET_STATE")),
-        (PowerState.ON, 2, 0, 5, (StepKind.CONFIRMED, "OBSERVED_TARGET_STATE")),
-        (PowerState.OFF, 0, 0, None, (StepKind.SEND, "NOT_REQUESTED_YET")),
-        (PowerState.PAUSED, 0, 0, None, (StepKind.SEND, "NOT_REQUESTED_YET")),
-        (PowerState.POWERING_ON, 0, 0, None, (StepKind.WAIT, "TRANSITION_IN_PROGRESS")),
-        (PowerState.POWERING_OFF, 0, 0, None, (StepKind.WAIT, "TRANSITION_IN_PROGRESS")),
-        (PowerState.POWERING_ON, 1, 0, 300, (StepKind.WAIT, "TRANSITION_IN_PROGRESS")),
-        (PowerState.UNKNOWN, 0, 0, None, (StepKind.WAIT, "POWER_STATE_UNKNOWN")),
+        (RedfishPowerState.ON, 0, 0, None, (StepKind.CONFIRMED, "OBSERVED_TARGET_STATE")),
+        (RedfishPowerState.ON, 2, 0, 5, (StepKind.CONFIRMED, "OBSERVED_TARGET_STATE")),
+        (RedfishPowerState.OFF, 0, 0, None, (StepKind.SEND, "NOT_REQUESTED_YET")),
+        (RedfishPowerState.PAUSED, 0, 0, None, (StepKind.SEND, "NOT_REQUESTED_YET")),
+        (RedfishPowerState.POWERING_ON, 0, 0, None, (StepKind.WAIT, "TRANSITION_IN_PROGRESS")),
+        (RedfishPowerState.POWERING_OFF, 0, 0, None, (StepKind.WAIT, "TRANSITION_IN_PROGRESS")),
+        (RedfishPowerState.POWERING_ON, 1, 0, 300, (StepKind.WAIT, "TRANSITION_IN_PROGRESS")),
+        (RedfishPowerState.UNKNOWN, 0, 0, None, (StepKind.WAIT, "POWER_STATE_UNKNOWN")),
         (None, 0, 0, None, (StepKind.WAIT, "POWER_STATE_UNREADABLE")),
-        (PowerState.OFF, 1, 0, 10, (StepKind.WAIT, "AWAITING_CHANGE")),
-        (PowerState.OFF, 1, 0, 45, (StepKind.RESEND, "NO_CHANGE_AFTER_REQUEST")),
-        (PowerState.OFF, 2, 0, 300, (StepKind.WAIT, "RESEND_BUDGET_USED")),
+        (RedfishPowerState.OFF, 1, 0, 10, (StepKind.WAIT, "AWAITING_CHANGE")),
+        (RedfishPowerState.OFF, 1, 0, 45, (StepKind.RESEND, "NO_CHANGE_AFTER_REQUEST")),
+        (RedfishPowerState.OFF, 2, 0, 300, (StepKind.WAIT, "RESEND_BUDGET_USED")),
         # a failed reset (5xx, timeout) is an attempt: paced and budgeted like an accepted one
-        (PowerState.OFF, 0, 1, 1, (StepKind.WAIT, "AWAITING_CHANGE")),
-        (PowerState.OFF, 0, 1, 45, (StepKind.RESEND, "REQUEST_FAILED")),
-        (PowerState.OFF, 0, 2, 300, (StepKind.WAIT, "RESEND_BUDGET_USED")),
-        (PowerState.OFF, 1, 1, 300, (StepKind.WAIT, "RESEND_BUDGET_USED")),
-        (PowerState.OFF, 0, 1, 300, (StepKind.RESEND, "REQUEST_FAILED")),
+        (RedfishPowerState.OFF, 0, 1, 1, (StepKind.WAIT, "AWAITING_CHANGE")),
+        (RedfishPowerState.OFF, 0, 1, 45, (StepKind.RESEND, "REQUEST_FAILED")),
+        (RedfishPowerState.OFF, 0, 2, 300, (StepKind.WAIT, "RESEND_BUDGET_USED")),
+        (RedfishPowerState.OFF, 1, 1, 300, (StepKind.WAIT, "RESEND_BUDGET_USED")),
+        (RedfishPowerState.OFF, 0, 1, 300, (StepKind.RESEND, "REQUEST_FAILED")),
     ],
 )
 def test_step_table(
-    observed: PowerState | None,
+    observed: RedfishPowerState | None,
     accepted: int,
     failed: int,
     since_request: int | None,
@@ -90,7 +90,7 @@ def test_without_resend_after_a_failed_reset_is_not_retried() -> None:
     later = START + timedelta(seconds=300)
     for accepted, failed in ((1, 0), (0, 1)):
         assert step(
-            PowerState.OFF,
+            RedfishPowerState.OFF,
             accepted=accepted,
             failed=failed,
             last_answered_at=START,
@@ -100,14 +100,14 @@ def test_without_resend_after_a_failed_reset_is_not_retried() -> None:
 
 
 def test_deadline_wins_over_everything_but_the_target() -> None:
-    assert step(PowerState.OFF, now=DEADLINE)[0] is StepKind.DEADLINE_EXCEEDED
-    assert step(PowerState.POWERING_ON, now=DEADLINE)[0] is StepKind.DEADLINE_EXCEEDED
-    assert step(PowerState.ON, now=DEADLINE)[0] is StepKind.CONFIRMED
+    assert step(RedfishPowerState.OFF, now=DEADLINE)[0] is StepKind.DEADLINE_EXCEEDED
+    assert step(RedfishPowerState.POWERING_ON, now=DEADLINE)[0] is StepKind.DEADLINE_EXCEEDED
+    assert step(RedfishPowerState.ON, now=DEADLINE)[0] is StepKind.CONFIRMED
 
 
 def test_off_target_is_not_confirmed_by_poweringoff() -> None:
-    assert step(PowerState.POWERING_OFF, target=PowerState.OFF)[0] is StepKind.WAIT
-    assert step(PowerState.OFF, target=PowerState.OFF)[0] is StepKind.CONFIRMED
+    assert step(RedfishPowerState.POWERING_OFF, target=RedfishPowerState.OFF)[0] is StepKind.WAIT
+    assert step(RedfishPowerState.OFF, target=RedfishPowerState.OFF)[0] is StepKind.CONFIRMED
 
 
 def test_settings_reject_nonsense() -> None:
@@ -121,11 +121,11 @@ def test_settings_reject_nonsense() -> None:
         ConfirmationSettings(deadline=timedelta(seconds=1), final_read_timeout=timedelta(0))
 
 
-states = st.one_of(st.none(), st.sampled_from(list(PowerState)))
+states = st.one_of(st.none(), st.sampled_from(list(RedfishPowerState)))
 
 
 @given(
-    target=st.sampled_from([PowerState.ON, PowerState.OFF]),
+    target=st.sampled_from([RedfishPowerState.ON, RedfishPowerState.OFF]),
     observed=states,
     accepted=st.integers(min_value=0, max_value=5),
     failed=st.integers(min_value=0, max_value=5),
@@ -133,8 +133,8 @@ states = st.one_of(st.none(), st.sampled_from(list(PowerState)))
     since_request=st.integers(min_value=0, max_value=1200),
 )
 def test_rule_invariants(
-    target: PowerState,
-    observed: PowerState | None,
+    target: RedfishPowerState,
+    observed: RedfishPowerState | None,
     accepted: int,
     failed: int,
     elapsed: int,
@@ -150,7 +150,7 @@ def test_rule_invariants(
     if kind in (StepKind.SEND, StepKind.RESEND):
         assert now < DEADLINE
         assert observed is not None and not observed.transitional
-        assert observed is not PowerState.UNKNOWN
+        assert observed is not RedfishPowerState.UNKNOWN
     if kind is StepKind.SEND:
         assert accepted == failed == 0
     if kind is StepKind.RESEND:

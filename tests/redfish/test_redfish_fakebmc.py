@@ -22,10 +22,10 @@ from nodewarden.redfish import (
     ConfirmationDeadlineExceeded,
     ConfirmationSettings,
     Conflict409,
-    PowerState,
     RedfishClient,
     RedfishConnectionError,
     RedfishEndpointConfig,
+    RedfishPowerState,
     RedfishTimeout,
     SystemDiscoveryError,
     request_and_confirm,
@@ -48,7 +48,7 @@ async def test_the_only_system_is_discovered_without_an_id(fake_bmc: StartFakeBm
         observation = await client.read_power_state()
     assert system.system_id == "blade-7"
     assert system.path == "/redfish/v1/Systems/blade-7"
-    assert observation.state is PowerState.ON
+    assert observation.state is RedfishPowerState.ON
     assert observation.source == f"redfish:{peer.bmc.url}"
 
 
@@ -154,7 +154,7 @@ async def test_expired_session_gets_one_relogin(fake_bmc: StartFakeBmc) -> None:
         peer.bmc.expire_sessions()
         observation = await client.read_power_state()
         assert client.logins == 2
-    assert observation.state is PowerState.ON
+    assert observation.state is RedfishPowerState.ON
     assert peer.bmc.logins == 2
     statuses = [r.status for r in peer.bmc.requests if r.path == "/redfish/v1/Systems/1"]
     assert 401 in statuses and statuses[-1] == 200
@@ -216,7 +216,7 @@ async def test_reset_during_a_transition_is_conflict_409(fake_bmc: StartFakeBmc)
     peer = await fake_bmc(initial_power="Off", transition_seconds=30.0)
     async with RedfishClient(peer.config()) as client:
         await client.request_reset("On")
-        assert (await client.read_power_state()).state is PowerState.POWERING_ON
+        assert (await client.read_power_state()).state is RedfishPowerState.POWERING_ON
         with pytest.raises(Conflict409) as caught:
             await client.request_reset("ForceOff")
     assert caught.value.status == 409
@@ -227,7 +227,11 @@ async def test_poweringoff_counts_as_in_progress_until_off(fake_bmc: StartFakeBm
     peer = await fake_bmc(initial_power="On", transition_seconds=0.5)
     async with RedfishClient(peer.config()) as client:
         result = await request_and_confirm(client, "GracefulShutdown", FAST)
-    assert result.states_seen == (PowerState.ON, PowerState.POWERING_OFF, PowerState.OFF)
+    assert result.states_seen == (
+        RedfishPowerState.ON,
+        RedfishPowerState.POWERING_OFF,
+        RedfishPowerState.OFF,
+    )
     assert len(result.requests) == 1
 
 
@@ -238,8 +242,8 @@ async def test_state_is_read_before_reset_so_no_409_while_poweringoff(
     async with RedfishClient(peer.config()) as client:
         await client.request_reset("GracefulShutdown")
         result = await request_and_confirm(client, "On", FAST)
-    assert result.states_seen[0] is PowerState.POWERING_OFF
-    assert result.confirmation.state is PowerState.ON
+    assert result.states_seen[0] is RedfishPowerState.POWERING_OFF
+    assert result.confirmation.state is RedfishPowerState.ON
     assert result.conflicts == 0
     assert [r.outcome for r in peer.bmc.resets] == ["scheduled", "scheduled"]
 
@@ -267,11 +271,11 @@ async def test_reset_accepted_but_never_applied_hits_the_confirmation_deadline(
         with pytest.raises(ConfirmationDeadlineExceeded) as caught:
             await request_and_confirm(client, "On", settings)
     error = caught.value
-    assert error.target is PowerState.ON
+    assert error.target is RedfishPowerState.ON
     assert len(error.requests) == 2  # the request and one re-send, both accepted (204)
     assert all(r.http_status == 204 for r in error.requests)
     assert error.last_observation is not None
-    assert error.last_observation.state is PowerState.OFF
+    assert error.last_observation.state is RedfishPowerState.OFF
     assert error.last_observation.observed_at >= error.deadline
     assert [r.outcome for r in peer.bmc.resets] == ["ignored", "ignored"]
     assert "On not observed" in str(error)
@@ -288,9 +292,9 @@ async def test_on_dropped_after_an_early_off_is_resent(fake_bmc: StartFakeBmc) -
     async with RedfishClient(peer.config()) as client:
         off = await request_and_confirm(client, "GracefulShutdown", settings)
         on = await request_and_confirm(client, "On", settings)
-    assert off.confirmation.state is PowerState.OFF
+    assert off.confirmation.state is RedfishPowerState.OFF
     assert len(on.requests) == 2
-    assert on.confirmation.state is PowerState.ON
+    assert on.confirmation.state is RedfishPowerState.ON
     assert [r.outcome for r in peer.bmc.resets] == ["scheduled", "dropped", "scheduled"]
 
 
@@ -322,7 +326,7 @@ async def test_409_on_a_resend_is_counted_and_confirmation_continues(
     )
     async with RedfishClient(peer.config()) as client:
         result = await request_and_confirm(client, "On", settings)
-    assert result.confirmation.state is PowerState.ON
+    assert result.confirmation.state is RedfishPowerState.ON
     assert result.conflicts >= 1
     assert len(result.requests) == 1
     assert peer.bmc.resets[0].outcome == "scheduled"
@@ -347,7 +351,7 @@ async def test_200_reply_is_an_accepted_request_without_a_task(fake_bmc: StartFa
         observed = await client.read_power_state()
     assert (result.http_status, result.task, result.reset_type) == (200, None, "On")
     assert result.source == f"redfish:{peer.bmc.url}"
-    assert observed.state is PowerState.ON
+    assert observed.state is RedfishPowerState.ON
 
 
 async def test_busy_bmc_503_reads_are_tolerated_until_the_state_is_seen(
@@ -356,7 +360,7 @@ async def test_busy_bmc_503_reads_are_tolerated_until_the_state_is_seen(
     peer = await fake_bmc(initial_power="Off", unavailable_reads=3)
     async with RedfishClient(peer.config()) as client:
         result = await request_and_confirm(client, "On", FAST)
-    assert result.confirmation.state is PowerState.ON
+    assert result.confirmation.state is RedfishPowerState.ON
     assert len(result.requests) == 1
     busy = [r for r in peer.bmc.requests if r.status == 503]
     assert len(busy) == 3
@@ -417,7 +421,7 @@ async def test_a_failed_reset_is_resent_and_then_confirmed(fake_bmc: StartFakeBm
     )
     async with RedfishClient(peer.config()) as client:
         result = await request_and_confirm(client, "On", settings)
-    assert result.confirmation.state is PowerState.ON
+    assert result.confirmation.state is RedfishPowerState.ON
     assert [r.outcome for r in peer.bmc.resets] == ["failed", "scheduled"]
     assert len(result.requests) == 1 and len(result.failed_requests) == 1
     assert result.failed_requests[0].http_status == 500
@@ -446,4 +450,4 @@ async def test_reset_in_flight_at_the_deadline_does_not_delay_the_result(
     assert in_flight.reset_type == "On"
     assert "in flight at the confirmation deadline" in str(error)
     assert error.last_observation is not None
-    assert error.last_observation.state is PowerState.OFF
+    assert error.last_observation.state is RedfishPowerState.OFF

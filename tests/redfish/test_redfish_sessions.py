@@ -15,9 +15,9 @@ from redfish_peers import FakeBmcRunning, StartFakeBmc
 
 from nodewarden.redfish import (
     AuthFailed,
-    PowerState,
     RedfishClient,
     RedfishConnectionError,
+    RedfishPowerState,
     RedfishTimeout,
 )
 
@@ -42,7 +42,7 @@ async def test_login_answered_204_with_a_token_is_a_session(fake_bmc: StartFakeB
         observation = await client.read_power_state()
         assert client.auth_mode == "session"
         assert peer.bmc.live_sessions == 1
-    assert observation.state is PowerState.ON
+    assert observation.state is RedfishPowerState.ON
     assert logins(peer) == [204]
     assert system_auth(peer) == {"session"}
     assert deletes(peer) == [("session", 204)]
@@ -73,7 +73,7 @@ async def test_login_failing_for_another_reason_than_credentials_falls_back_to_b
         first = await client.read_power_state()
         second = await client.read_power_state()
         assert client.auth_mode == "basic"
-    assert first.state is second.state is PowerState.ON
+    assert first.state is second.state is RedfishPowerState.ON
     assert logins(peer) == [status]  # one login attempt, then Basic for the client's life
     assert system_auth(peer) == {"basic"}
     assert peer.bmc.live_sessions == 0
@@ -104,7 +104,7 @@ async def test_basic_refused_after_a_failed_login_names_the_login_and_retries_it
         assert client.auth_mode == "session"
     assert "session login failed (HTTP 500)" in str(caught.value)
     assert caught.value.status == 401
-    assert observation.state is PowerState.OFF
+    assert observation.state is RedfishPowerState.OFF
     assert logins(peer) == [500, 201]
     assert peer.bmc.live_sessions == 0
 
@@ -207,7 +207,7 @@ async def test_a_refused_relogin_stops_logins_until_the_credentials_change(
     assert peer.bmc.live_sessions == 0
     # the Secret changes (a new client with the new password): logins resume
     async with RedfishClient(peer.config(password=SecretStr("rotated-on-the-bmc-7"))) as client:
-        assert (await client.read_power_state()).state is PowerState.ON
+        assert (await client.read_power_state()).state is RedfishPowerState.ON
     assert peer.bmc.failed_auth == 1 and peer.bmc.live_sessions == 0
 
 
@@ -217,7 +217,7 @@ async def test_a_bmc_that_refuses_its_new_token_keeps_no_session(fake_bmc: Start
     peer.bmc.refuse_session_tokens()
     for _ in range(3):  # three reads, each by its own client as after a restart
         async with RedfishClient(peer.config()) as client:
-            assert (await client.read_power_state()).state is PowerState.ON
+            assert (await client.read_power_state()).state is RedfishPowerState.ON
             await client.read_power_state()
             assert client.auth_mode == "basic"
         assert peer.bmc.live_sessions == 0

@@ -15,8 +15,8 @@ from nodewarden.redfish import (
     AuthFailed,
     ConfirmationSettings,
     NotFound,
-    PowerState,
     RedfishClient,
+    RedfishPowerState,
     SystemDiscoveryError,
     TlsError,
     request_and_confirm,
@@ -41,7 +41,7 @@ async def test_reads_power_state_of_the_configured_system(sushy: SushyEmulator) 
         assert client.auth_mode == "basic"  # sushy has no SessionService: Basic fallback
     assert system.system_id == system_uuid
     assert system.reset_target == f"/redfish/v1/Systems/{system_uuid}/Actions/ComputerSystem.Reset"
-    assert observation.state is PowerState.ON
+    assert observation.state is RedfishPowerState.ON
     assert observation.raw == "On"
     assert observation.system_id == system_uuid
     assert observation.source == f"redfish:{sushy.endpoint}"
@@ -142,15 +142,18 @@ async def test_listed_but_unimplemented_reset_type_is_action_not_supported(
 async def test_graceful_shutdown_is_confirmed_by_observed_off(sushy: SushyEmulator) -> None:
     async with RedfishClient(sushy.config(system_id=sushy.systems["node-shutdown"])) as client:
         before = await client.read_power_state()
-        assert before.state is PowerState.ON
+        assert before.state is RedfishPowerState.ON
         result = await request_and_confirm(client, "GracefulShutdown", SUSHY_CONFIRMATION)
-    assert result.target is PowerState.OFF
+    assert result.target is RedfishPowerState.OFF
     assert len(result.requests) == 1
     request = result.requests[0]
     assert request.http_status == 204 and request.task is None
-    assert result.confirmation.state is PowerState.OFF
+    assert result.confirmation.state is RedfishPowerState.OFF
     assert result.confirmation.observed_at >= request.answered_at
-    assert result.states_seen[0] is PowerState.ON and result.states_seen[-1] is PowerState.OFF
+    assert (
+        result.states_seen[0] is RedfishPowerState.ON
+        and result.states_seen[-1] is RedfishPowerState.OFF
+    )
     logger.info(
         "sushy applied GracefulShutdown %.2fs after acceptance",
         (result.confirmation.observed_at - request.answered_at).total_seconds(),
@@ -162,11 +165,11 @@ async def test_on_is_confirmed_by_observed_on(sushy: SushyEmulator) -> None:
         result = await request_and_confirm(client, "On", SUSHY_CONFIRMATION)
         again = await request_and_confirm(client, "On", SUSHY_CONFIRMATION)
     assert len(result.requests) == 1 and result.requests[0].http_status == 204
-    assert result.states_seen[0] is PowerState.OFF
-    assert result.confirmation.state is PowerState.ON
+    assert result.states_seen[0] is RedfishPowerState.OFF
+    assert result.confirmation.state is RedfishPowerState.ON
     # Already On: nothing is sent, the observation alone confirms.
     assert again.already_at_target and again.requests == ()
-    assert again.confirmation.state is PowerState.ON
+    assert again.confirmation.state is RedfishPowerState.ON
     logger.info(
         "sushy applied On %.2fs after acceptance",
         (result.confirmation.observed_at - result.requests[0].answered_at).total_seconds(),

@@ -19,8 +19,8 @@ from nodewarden.policy.events import RequestAccepted
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.redfish import (
     ConfirmationSettings,
-    PowerState,
     RedfishClient,
+    RedfishPowerState,
     request_and_confirm,
 )
 from nodewarden_doubles.fakebmc import (
@@ -87,7 +87,7 @@ async def test_never_finishing_task_off_confirmed_within_one_poll_of_the_observe
         result = await request_and_confirm(client, "GracefulShutdown", SETTINGS)
     off_at = peer.bmc.settled_at("1")
     assert off_at is not None
-    assert result.confirmation.state is PowerState.OFF
+    assert result.confirmation.state is RedfishPowerState.OFF
     # the request is recorded as accepted (not "already at the target")
     assert not result.already_at_target and len(result.requests) == 1
     assert result.failed_requests == ()
@@ -99,7 +99,7 @@ async def test_never_finishing_task_off_confirmed_within_one_poll_of_the_observe
     # the task was read as evidence while the state changed, and is still Running
     task = result.requests[0].task
     assert task is not None and task.state == "Running" and not task.finished
-    assert PowerState.POWERING_OFF in result.states_seen
+    assert RedfishPowerState.POWERING_OFF in result.states_seen
 
 
 async def test_task_monitor_on_another_origin_is_never_read_and_the_reset_stays_accepted(
@@ -114,7 +114,7 @@ async def test_task_monitor_on_another_origin_is_never_read_and_the_reset_stays_
     )
     async with RedfishClient(peer.config()) as client:
         result = await request_and_confirm(client, "On", settings)
-    assert result.confirmation.state is PowerState.ON
+    assert result.confirmation.state is RedfishPowerState.ON
     assert [r.outcome for r in peer.bmc.resets] == ["scheduled"]  # exactly one Reset
     assert len(result.requests) == 1 and not result.already_at_target
     task = result.requests[0].task

@@ -14,7 +14,7 @@ import pytest
 
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.power.control import NodeRef, PowerControl
-from nodewarden.redfish.facts import PowerState, PowerStateObservation
+from nodewarden.redfish.facts import PowerStateObservation, RedfishPowerState
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 SPEC = WorkerNodeSpec.model_validate(
@@ -44,7 +44,7 @@ class CountingClient:
             await self.gate.wait()
         finally:
             self.tally["now"] -= 1
-        return PowerStateObservation("1", PowerState.ON, "On", self.source, T0)
+        return PowerStateObservation("1", RedfishPowerState.ON, "On", self.source, T0)
 
 
 @pytest.mark.parametrize("bound", [1, 5])

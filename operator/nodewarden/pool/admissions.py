@@ -10,7 +10,7 @@ import logging
 
 from nodewarden.metrics import CREATE_REFUSALS, HELD_NODES
 from nodewarden.pool.context import PoolContext
-from nodewarden.pool.worker import WorkerState
+from nodewarden.pool.worker import PoolState
 from nodewarden.scheduling.caps import Admission, Fleet, PolicyLimits, admit_create
 from nodewarden.scheduling.instancetypes import InstanceType
 
@@ -30,7 +30,7 @@ class Admissions:
         return Fleet.of(
             (w.instance_type.name if w.instance_type else "unknown", w.price)
             for w in self.ctx.workers.values()
-            if not w.side and w.state is not WorkerState.GONE
+            if not w.side and w.state is not PoolState.GONE
         )
 
     def admit(self, itype: InstanceType) -> Admission:

@@ -26,7 +26,7 @@ from nodewarden.pool.lifecycle import Lifecycle
 from nodewarden.pool.nodes import NodeStore
 from nodewarden.pool.probes import ProbeLoop
 from nodewarden.pool.times import iso, parse_time
-from nodewarden.pool.worker import Worker, WorkerState
+from nodewarden.pool.worker import PoolState, Worker
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class CloudSync:
                 )
             except KubeError as exc:
                 log.warning("could not relabel WorkerNode %s: %s", name, exc)
-                worker.move(WorkerState.GONE, "its WorkerNode could not be made")
+                worker.move(PoolState.GONE, "its WorkerNode could not be made")
                 del self.ctx.workers[name]
                 return None
         if body is None:
@@ -136,7 +136,7 @@ class CloudSync:
                 )
             except KubeError as exc:
                 log.warning("could not create WorkerNode for adopted %s: %s", inst.id, exc)
-                worker.move(WorkerState.GONE, "its WorkerNode could not be made")
+                worker.move(PoolState.GONE, "its WorkerNode could not be made")
                 del self.ctx.workers[name]
                 return None
             log.info("adopted instance %s as WorkerNode %s", inst.id, name)

@@ -19,7 +19,7 @@ from nodewarden.pool.context import PoolContext
 from nodewarden.pool.identity import instance_secret, new_nonce
 from nodewarden.pool.nodes import MANAGED_BY, NODE_FINALIZER, NodeStore
 from nodewarden.pool.probes import ProbeLoop
-from nodewarden.pool.worker import Worker, WorkerState, node_name_for
+from nodewarden.pool.worker import PoolState, Worker, node_name_for
 from nodewarden.scheduling.instancetypes import InstanceType
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class Lifecycle:
             )
         except KubeError as exc:
             log.warning("could not create WorkerNode for a new %s: %s", itype.name, exc)
-            worker.move(WorkerState.GONE, "its WorkerNode could not be created")
+            worker.move(PoolState.GONE, "its WorkerNode could not be created")
             self.ctx.workers.pop(worker.name, None)
             self.ctx.on_change()
             return
@@ -141,7 +141,7 @@ class Lifecycle:
                 exc,
             )
             worker.creating = False
-            worker.move(WorkerState.GONE, "its instance could not be created")
+            worker.move(PoolState.GONE, "its instance could not be created")
             self.ctx.workers.pop(worker.name, None)
             await self.nodes.remove(worker.name)
             self.ctx.on_change()
@@ -149,7 +149,7 @@ class Lifecycle:
         except Exception:  # a bug must not leave a half-made worker
             log.exception("create of %s for %s failed unexpectedly", itype.name, worker.name)
             worker.creating = False
-            worker.move(WorkerState.GONE, "its instance could not be created")
+            worker.move(PoolState.GONE, "its instance could not be created")
             self.ctx.workers.pop(worker.name, None)
             await self.nodes.remove(worker.name)
             self.ctx.on_change()
@@ -172,7 +172,7 @@ class Lifecycle:
         if worker.destroy_requested_at is None:
             worker.destroy_requested_at = now
             worker.destroy_reason = reason
-            worker.move(WorkerState.SHUTTING_DOWN, reason)
+            worker.move(PoolState.SHUTTING_DOWN, reason)
             log.info("shutting down WorkerNode %s: %s", worker.name, reason)
         if worker.instance is None:
             if not worker.creating:
@@ -193,7 +193,7 @@ class Lifecycle:
     async def forget(self, worker: Worker, why: str) -> None:
         """The instance is gone: delete the WorkerNode (finalizer first)."""
         log.info("WorkerNode %s: %s; removing it", worker.name, why)
-        worker.move(WorkerState.GONE, why)
+        worker.move(PoolState.GONE, why)
         if worker.probe_task is not None:
             worker.probe_task.cancel()
         await self.ctx.prober.forget(worker.name)

@@ -24,7 +24,7 @@ from nodewarden.pool.admissions import Admissions
 from nodewarden.pool.context import PoolContext
 from nodewarden.pool.probes import ProbeLoop
 from nodewarden.pool.times import iso
-from nodewarden.pool.worker import Worker, WorkerState
+from nodewarden.pool.worker import PoolState, Worker
 from nodewarden.scheduling.instancetypes import InstanceType
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class NodeStore:
         worker.take(body, spec)
 
     def _drop_side(self, worker: Worker) -> None:
-        worker.move(WorkerState.GONE, "no longer a side node of this dispatcher")
+        worker.move(PoolState.GONE, "no longer a side node of this dispatcher")
         if worker.probe_task is not None:
             worker.probe_task.cancel()
         self.ctx.workers.pop(worker.name, None)

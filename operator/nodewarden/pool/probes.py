@@ -20,7 +20,7 @@ from nodewarden.metrics import PROBE_SECONDS, UNOWNED_RUNNERS
 from nodewarden.pool.context import PoolContext
 from nodewarden.pool.identity import instance_secret
 from nodewarden.pool.times import iso
-from nodewarden.pool.worker import Worker, WorkerState
+from nodewarden.pool.worker import PoolState, Worker
 from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshTarget
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import LearnedHostKey, ProbeReport, RunnerProcess
@@ -157,7 +157,7 @@ class ProbeLoop:
         if report.ready.ready:
             worker.last_success = report.finished_at
             worker.attempts_since_success = 0
-            if not worker.ready and worker.move(WorkerState.READY, "a probe found it ready"):
+            if not worker.ready and worker.move(PoolState.READY, "a probe found it ready"):
                 log.info("WorkerNode %s is ready", worker.name)
             if report.runners is not None:
                 worker.runners_listed(report.runners)
@@ -172,7 +172,7 @@ class ProbeLoop:
         else:
             worker.attempts_since_success += 1
             if worker.side:  # a side node that powered off boots again
-                worker.move(WorkerState.BOOTING, "a probe found it not ready")
+                worker.move(PoolState.BOOTING, "a probe found it not ready")
         self.ctx.observer.probed(self.ctx.snapshot_of(worker), report, None)
         self.ctx.on_change()
         return report

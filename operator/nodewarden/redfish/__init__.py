@@ -41,8 +41,8 @@ from nodewarden.redfish.errors import (
 )
 from nodewarden.redfish.facts import (
     FailedResetRequest,
-    PowerState,
     PowerStateObservation,
+    RedfishPowerState,
     ResetCapabilities,
     ResetRequestResult,
     SystemRef,
@@ -60,7 +60,6 @@ __all__ = [
     "FailedResetRequest",
     "NotFound",
     "PowerControl",
-    "PowerState",
     "PowerStateObservation",
     "PowerTransitionResult",
     "RedfishClient",
@@ -68,6 +67,7 @@ __all__ = [
     "RedfishEndpointConfig",
     "RedfishError",
     "RedfishHttpError",
+    "RedfishPowerState",
     "RedfishProtocolError",
     "RedfishTimeout",
     "ResetCapabilities",

@@ -29,8 +29,8 @@ from nodewarden.redfish.errors import (
     SystemDiscoveryError,
 )
 from nodewarden.redfish.facts import (
-    PowerState,
     PowerStateObservation,
+    RedfishPowerState,
     ResetCapabilities,
     ResetRequestResult,
     SystemRef,
@@ -198,7 +198,7 @@ class RedfishClient:
         raw = body.get("PowerState")
         observation = PowerStateObservation(
             system_id=system.system_id,
-            state=PowerState.parse(raw),
+            state=RedfishPowerState.parse(raw),
             raw=raw if isinstance(raw, str) else None,
             source=self.source,
             observed_at=self._clock(),

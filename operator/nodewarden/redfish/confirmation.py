@@ -55,19 +55,19 @@ from nodewarden.redfish.errors import (
 )
 from nodewarden.redfish.facts import (
     FailedResetRequest,
-    PowerState,
     PowerStateObservation,
+    RedfishPowerState,
     ResetRequestResult,
     TaskOutcome,
 )
 
 logger = logging.getLogger(__name__)
 
-RESET_TARGETS: dict[str, PowerState] = {
-    "On": PowerState.ON,
-    "ForceOn": PowerState.ON,
-    "GracefulShutdown": PowerState.OFF,
-    "ForceOff": PowerState.OFF,
+RESET_TARGETS: dict[str, RedfishPowerState] = {
+    "On": RedfishPowerState.ON,
+    "ForceOn": RedfishPowerState.ON,
+    "GracefulShutdown": RedfishPowerState.OFF,
+    "ForceOff": RedfishPowerState.OFF,
 }
 """Reset types whose end state can be confirmed by PowerState alone."""
 
@@ -132,8 +132,8 @@ class ConfirmationStep:
 
 def decide_confirmation_step(
     *,
-    target: PowerState,
-    observed: PowerState | None,
+    target: RedfishPowerState,
+    observed: RedfishPowerState | None,
     accepted_requests: int,
     failed_requests: int,
     last_answered_at: datetime | None,
@@ -155,7 +155,7 @@ def decide_confirmation_step(
         return ConfirmationStep(StepKind.WAIT, "POWER_STATE_UNREADABLE")
     if observed.transitional:
         return ConfirmationStep(StepKind.WAIT, "TRANSITION_IN_PROGRESS")
-    if observed == PowerState.UNKNOWN:
+    if observed == RedfishPowerState.UNKNOWN:
         return ConfirmationStep(StepKind.WAIT, "POWER_STATE_UNKNOWN")
     attempts = accepted_requests + failed_requests
     if attempts == 0:
@@ -176,13 +176,13 @@ class PowerTransitionResult:
     """A confirmed power change: request evidence and state evidence, kept apart."""
 
     reset_type: str
-    target: PowerState
+    target: RedfishPowerState
     source: str
     requests: tuple[ResetRequestResult, ...]
     """Accepted reset requests (empty when the system already was at the target)."""
     confirmation: PowerStateObservation
     """The observation that showed the target state."""
-    states_seen: tuple[PowerState, ...]
+    states_seen: tuple[RedfishPowerState, ...]
     """Distinct states observed, in order (e.g. Off, PoweringOn, On)."""
     conflicts: int
     started_at: datetime
@@ -228,7 +228,7 @@ async def request_and_confirm(
 async def _confirm(
     control: PowerControl,
     reset_type: str,
-    target: PowerState,
+    target: RedfishPowerState,
     settings: ConfirmationSettings,
     check_allowable: bool,
     tasks: _TaskEvidence,
@@ -241,14 +241,14 @@ async def _confirm(
     deadline = started_at + settings.deadline
     requests: list[ResetRequestResult] = []
     failed: list[FailedResetRequest] = []
-    states_seen: list[PowerState] = []
+    states_seen: list[RedfishPowerState] = []
     conflicts = 0
     last_answered_at: datetime | None = None
     last_observation: PowerStateObservation | None = None
     last_error: str | None = None
     while True:
         tasks.poll(requests)
-        current: PowerState | None = None
+        current: RedfishPowerState | None = None
         time_left = (deadline - clock()).total_seconds()
         try:
             async with asyncio.timeout(max(time_left, settings.final_read_timeout.total_seconds())):

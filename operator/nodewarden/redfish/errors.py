@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from nodewarden.redfish.facts import (
         FailedResetRequest,
-        PowerState,
         PowerStateObservation,
+        RedfishPowerState,
         ResetRequestResult,
     )
 
@@ -133,7 +133,7 @@ class ConfirmationDeadlineExceeded(RedfishError, TimeoutError):
         endpoint: str,
         message: str,
         *,
-        target: PowerState,
+        target: RedfishPowerState,
         deadline: datetime,
         last_observation: PowerStateObservation | None,
         requests: Sequence[ResetRequestResult],

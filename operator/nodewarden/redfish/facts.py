@@ -17,7 +17,7 @@ from typing import Literal
 from nodewarden.api.workernode import ObservedPower
 
 
-class PowerState(StrEnum):
+class RedfishPowerState(StrEnum):
     """ComputerSystem.PowerState as reported by the BMC (UNKNOWN: absent or unrecognised)."""
 
     ON = "On"
@@ -28,7 +28,7 @@ class PowerState(StrEnum):
     UNKNOWN = "Unknown"
 
     @classmethod
-    def parse(cls, value: object) -> PowerState:
+    def parse(cls, value: object) -> RedfishPowerState:
         """Map a raw PowerState property to a member; anything else is UNKNOWN."""
         if isinstance(value, str):
             for member in cls:
@@ -39,16 +39,16 @@ class PowerState(StrEnum):
     @property
     def transitional(self) -> bool:
         """PoweringOn/PoweringOff: a change is in progress, not a settled state."""
-        return self in (PowerState.POWERING_ON, PowerState.POWERING_OFF)
+        return self in (RedfishPowerState.POWERING_ON, RedfishPowerState.POWERING_OFF)
 
     @property
     def observed_power(self) -> ObservedPower:
         """The WorkerNode status value for this state (Paused counts as Unknown)."""
-        mapping: dict[PowerState, ObservedPower] = {
-            PowerState.ON: "On",
-            PowerState.OFF: "Off",
-            PowerState.POWERING_ON: "PoweringOn",
-            PowerState.POWERING_OFF: "PoweringOff",
+        mapping: dict[RedfishPowerState, ObservedPower] = {
+            RedfishPowerState.ON: "On",
+            RedfishPowerState.OFF: "Off",
+            RedfishPowerState.POWERING_ON: "PoweringOn",
+            RedfishPowerState.POWERING_OFF: "PoweringOff",
         }
         return mapping.get(self, "Unknown")
 
@@ -117,7 +117,7 @@ class PowerStateObservation:
     """PowerState read from the BMC: evidence of the *actual* state at `observed_at`."""
 
     system_id: str
-    state: PowerState
+    state: RedfishPowerState
     raw: str | None
     source: str
     observed_at: datetime

@@ -44,7 +44,7 @@ from nodewarden.fleet.board import NodePowerView, PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import Kube
 from nodewarden.policy.state import PowerState
-from nodewarden.pool.worker import Worker, WorkerState
+from nodewarden.pool.worker import PoolState, Worker
 from nodewarden.scheduling.instancetypes import InstanceType, InstanceTypePolicy
 from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTarget
 from nodewarden.ssh.errors import CommandTimeout, ConnectionFailed
@@ -536,7 +536,7 @@ class FakePool:
                 )
         for name, worker in list(self.workers.items()):
             if name not in self.cloud.vms and not worker.creating:
-                worker.move(WorkerState.GONE, "instance left the cloud list")
+                worker.move(PoolState.GONE, "instance left the cloud list")
                 del self.workers[name]
 
     async def adopt_declared(self) -> None:
@@ -548,7 +548,7 @@ class FakePool:
         if vm is None or not vm.ready:
             worker.attempts_since_success += 1
             return None
-        worker.move(WorkerState.READY, "probe")
+        worker.move(PoolState.READY, "probe")
         worker.last_success = self.clock()
         worker.attempts_since_success = 0
         worker.runners = dict(vm.runners)
