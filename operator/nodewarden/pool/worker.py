@@ -1,6 +1,6 @@
 """One node of the worker pool: the `Worker` record and its lifecycle table.
 
-A worker's own lifecycle is `Worker.state` (a `WorkerState`), changed only by
+A worker's own lifecycle is `Worker.state` (a `PoolState`), changed only by
 `Worker.move`, which allows exactly the transitions of `TRANSITIONS`:
 
     from           to                       when
@@ -20,9 +20,9 @@ management snapshot) is the power controller's (`policy.state.api_state`).
 
 The record's fields are the pool's; the dispatcher tells it what happened through its
 methods (`runner_started`, `container_finished`, `runner_signalled`) and never writes
-them. `idle_since` has the power controller's meaning (`power.readings.work_reading`):
-the time of the first runner listing that found no runner after the node had one (or
-after it came up), kept while no runner runs.
+them. `idle_since` has the power controller's meaning (the one rule,
+`rules.readings.idle_since`): the time of the first runner listing that found no runner
+after the node had one (or after it came up), kept while no runner runs.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.fleet.ports import WorkerSnapshot
+from nodewarden.rules import readings
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.facts import RunnerProcess, RunnersFact
 
@@ -53,7 +54,7 @@ def node_name_for(dispatcher_id: str, instance_type: str) -> str:
     return f"{dispatcher_id}-{slug}-{suffix}"[:63].strip("-")
 
 
-class WorkerState(StrEnum):
+class PoolState(StrEnum):
     """Where a worker is in the pool's lifecycle (transitions: `TRANSITIONS`)."""
 
     BOOTING = "Booting"
@@ -67,15 +68,11 @@ class WorkerState(StrEnum):
     """Removed from the pool (its instance is gone, its create failed, or it was dropped)."""
 
 
-TRANSITIONS: Mapping[WorkerState, frozenset[WorkerState]] = {
-    WorkerState.BOOTING: frozenset(
-        {WorkerState.READY, WorkerState.SHUTTING_DOWN, WorkerState.GONE}
-    ),
-    WorkerState.READY: frozenset(
-        {WorkerState.BOOTING, WorkerState.SHUTTING_DOWN, WorkerState.GONE}
-    ),
-    WorkerState.SHUTTING_DOWN: frozenset({WorkerState.GONE}),
-    WorkerState.GONE: frozenset(),
+TRANSITIONS: Mapping[PoolState, frozenset[PoolState]] = {
+    PoolState.BOOTING: frozenset({PoolState.READY, PoolState.SHUTTING_DOWN, PoolState.GONE}),
+    PoolState.READY: frozenset({PoolState.BOOTING, PoolState.SHUTTING_DOWN, PoolState.GONE}),
+    PoolState.SHUTTING_DOWN: frozenset({PoolState.GONE}),
+    PoolState.GONE: frozenset(),
 }
 """The only allowed changes of `Worker.state` (the table of the module docstring)."""
 
@@ -93,7 +90,7 @@ class Worker:
     body: Mapping[str, Any] | None = None
     """The WorkerNode's compact body (shared with the informer's store: read-only); set
     through `take`, which parses the spec once per body."""
-    state: WorkerState = WorkerState.BOOTING
+    state: PoolState = PoolState.BOOTING
     """Changed only by `move` (see `TRANSITIONS`)."""
     last_success: datetime | None = None
     last_attempt: datetime | None = None
@@ -156,7 +153,7 @@ class Worker:
     def spec(self) -> WorkerNodeSpec | None:
         return self._spec
 
-    def move(self, to: WorkerState, why: str) -> bool:
+    def move(self, to: PoolState, why: str) -> bool:
         """Change `state` to `to` if `TRANSITIONS` allows it (staying put is allowed);
         otherwise log the refusal and keep the state. True when the state is `to` now."""
         if to is self.state:
@@ -176,12 +173,12 @@ class Worker:
     @property
     def ready(self) -> bool:
         """The last probe found the node ready (and nothing moved it on since)."""
-        return self.state is WorkerState.READY
+        return self.state is PoolState.READY
 
     @property
     def probing(self) -> bool:
         """Probes are wanted: neither shutting down nor gone."""
-        return self.state in (WorkerState.BOOTING, WorkerState.READY)
+        return self.state in (PoolState.BOOTING, PoolState.READY)
 
     @property
     def idle_behavior(self) -> str:
@@ -225,10 +222,7 @@ class Worker:
         self.runners = {r.uuid: r.pid for r in fact.runners}
         self.listed_runners = {r.uuid: r for r in fact.runners}
         self.runners_at = fact.observed_at
-        if fact.runners:
-            self.idle_since = None
-        elif self.idle_since is None or self.idle_since > fact.observed_at:
-            self.idle_since = fact.observed_at
+        self.idle_since = readings.idle_since(len(fact.runners), fact.observed_at, self.idle_since)
 
     def runner_started(self, uuid: str, pid: int) -> None:
         """The dispatcher started the runner of container `uuid` here (pid `pid`)."""

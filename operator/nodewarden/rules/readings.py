@@ -1,4 +1,5 @@
-"""The core's readings that take plain values: the one idle-since rule (`work_reading`),
+"""The core's readings that take plain values: the one idle-since rule (`idle_since`, read
+by `work_reading` and by the worker pool),
 a cloud VM's destroy capability and its Off once the cloud no longer lists it.
 
 Pure. Each reading's `observed_at` is when the value was *observed*, never when it was
@@ -22,13 +23,23 @@ def cloud_gone(source: str, instance_id: str | None, listed_at: datetime) -> Pow
     )
 
 
-def work_reading(
-    active_jobs: int, source: str, observed_at: datetime, idle_since: datetime | None
-) -> WorkReading:
-    """Active jobs on the node; `idle_since` is kept only while no job runs."""
+def idle_since(
+    active_jobs: int, observed_at: datetime, previous: datetime | None
+) -> datetime | None:
+    """The one idle-since rule: None while a job runs; else the earlier idle time kept
+    (`previous`, unless it lies after this observation), or this observation's time."""
     if active_jobs > 0:
+        return None
+    return previous if previous is not None and previous <= observed_at else observed_at
+
+
+def work_reading(
+    active_jobs: int, source: str, observed_at: datetime, previous_idle: datetime | None
+) -> WorkReading:
+    """Active jobs on the node, idle since when (`idle_since`) while none runs."""
+    since = idle_since(active_jobs, observed_at, previous_idle)
+    if since is None:
         return WorkReading(source=source, observed_at=observed_at, active_jobs=active_jobs)
-    since = idle_since if idle_since is not None and idle_since <= observed_at else observed_at
     return WorkReading(source=source, observed_at=observed_at, active_jobs=0, idle_since=since)
 
 
