@@ -49,7 +49,7 @@ from nodewarden.power.recording import Recorder
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.power.sensing import Sensing
 from nodewarden.power.validation import Validation
-from nodewarden.rules.fleet import fleet_readings
+from nodewarden.rules.fleet import fleet_marks, fleet_readings, recounted
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ class Round:
                     ((n.policy_name, n.node_type, n.state) for n in ctx.nodes.values()), now
                 )
             rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
+            before = fleet_marks(rt.node_type, rt.state)
             try:
                 await self.process(rt, now, due=due)
             except asyncio.CancelledError:
@@ -123,6 +124,10 @@ class Round:
                 if rt.failure is not None:
                     rt.failure = None
                     self.recorder.contribute_conditions(rt)
+            after = fleet_marks(rt.node_type, rt.state)
+            if after != before:  # the next node of this policy counts this one's change
+                reading = fleet.get(rt.policy_name)
+                fleet[rt.policy_name] = recounted(reading, before, after, now)
         self.poolfacts.reread_wanted()
         held, self._hold_writes = self._hold_writes, set()
         await ctx.status.flush(hold=held)

@@ -29,6 +29,27 @@ def warm_idle(state: NodePowerState) -> bool:
     return state.state is PowerState.ON_IDLE and api_admission(state.admission) == "Open"
 
 
+def fleet_marks(node_type: str, state: NodePowerState) -> tuple[bool, bool]:
+    """What one node adds to its policy's fleet counts: (in the budget, warm idle)."""
+    return in_budget(node_type, state), warm_idle(state)
+
+
+def recounted(
+    reading: FleetReading | None,
+    before: tuple[bool, bool],
+    after: tuple[bool, bool],
+    now: datetime,
+) -> FleetReading:
+    """`reading` once one node's marks went from `before` to `after` (a step opened or
+    closed a transition, or the node left or joined the warm idle nodes): the next node
+    stepped in the same round reads the budget with this node's transition counted."""
+    transitions = reading.transitions_in_progress if reading is not None else 0
+    warm = reading.warm_idle_nodes if reading is not None else 0
+    transitions += int(after[0]) - int(before[0])
+    warm += int(after[1]) - int(before[1])
+    return fleet_reading(max(transitions, 0), max(warm, 0), now)
+
+
 def fleet_reading(transitions: int, warm: int, now: datetime) -> FleetReading:
     return FleetReading(
         source=SOURCE, observed_at=now, transitions_in_progress=transitions, warm_idle_nodes=warm

@@ -176,11 +176,6 @@ async def test_the_disruption_budget_holds_a_second_node_until_the_first_is_off(
         await h.run_until(lambda: h.state("n2") == "Off", within=300)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the fleet reading (disruption budget) is counted once per round, so two "
-    "nodes that fall idle in the same round both start a transition past a budget of 1",
-)
 async def test_two_nodes_idle_in_the_same_round_stay_within_the_disruption_budget() -> None:
     policy = {**POLICY, "disruptionBudget": {"maxConcurrentTransitions": 1}}
     async with PowerHarness(policy=policy) as h:
