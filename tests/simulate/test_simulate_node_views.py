@@ -1,9 +1,11 @@
 """The simulator's nodes look to the scheduler as the operator's nodes look to it.
 
-`MachineNode.node_view` restates `Dispatcher._node_view` (fed by the power board's
-`board_view`) because the dispatcher builds it from live objects (workers, the board);
-this test builds those live objects for every power state, admission and readiness of a
-side node and of a cloud VM (pending, booting, destroy requested) and compares.
+`MachineNode.node_view` and the dispatcher's `NodeViews` (fed by the power board's
+`board_view`) both call `rules.nodeview`, from different facts: the dispatcher from live
+objects (workers, the board), the simulator from its machine nodes. This test builds
+those live objects for every power state, admission and readiness of a side node (with
+and without a wake action) and of a cloud VM (pending, booting, destroy requested) and
+compares; and pins the board's view (`board_view`) to the rule's parts of it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
 from nodewarden.pool.worker import Worker
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.runtime import NodeRuntime
+from nodewarden.rules.nodeview import admits, can_wake, is_ready
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.scheduling.views import Capacity
 from nodewarden.simulate.distributions import Delay
@@ -94,22 +97,18 @@ def _operator_view(worker: Worker, rt: NodeRuntime) -> object:
     return NodeViews(board).node_view(worker)
 
 
-CASES = list(itertools.product(PowerState, AdmissionState, READINESS))
-
-
-@pytest.mark.parametrize(("power", "admission", "ready"), CASES)
-def test_side_node_view_is_the_dispatchers(
-    power: PowerState, admission: AdmissionState, ready: bool | None
-) -> None:
-    state = _state("gpu", power, admission)
-    facts = _facts("gpu", "SideNode", ready, "Redfish")
+def _side_node(
+    name: str, state: NodePowerState, ready: bool | None, control: str
+) -> tuple[MachineNode, Worker, NodeRuntime]:
+    """A simulated side node and the live objects (worker, runtime) of the same node."""
+    facts = _facts(name, "SideNode", ready, control)
     spec = WorkerNodeSpec.model_validate(SIDE_SPEC)
     worker = Worker(
-        name="gpu", instance_type=None, created_at=T0, body={"spec": SIDE_SPEC}, side=True
+        name=name, instance_type=None, created_at=T0, body={"spec": SIDE_SPEC}, side=True
     )
-    rt = NodeRuntime("gpu", spec, {}, state, facts, spec_seen_at=T0)
+    rt = NodeRuntime(name, spec, {}, state, facts, spec_seen_at=T0)
     node = _node(
-        "gpu",
+        name,
         state,
         facts,
         node_type="SideNode",
@@ -117,6 +116,17 @@ def test_side_node_view_is_the_dispatchers(
         price=1.0,
         instance_type=None,
     )
+    return node, worker, rt
+
+
+CASES = list(itertools.product(PowerState, AdmissionState, READINESS))
+
+
+@pytest.mark.parametrize(("power", "admission", "ready"), CASES)
+def test_side_node_view_is_the_dispatchers(
+    power: PowerState, admission: AdmissionState, ready: bool | None
+) -> None:
+    node, worker, rt = _side_node("gpu", _state("gpu", power, admission), ready, "Redfish")
     assert node.node_view(NOW) == _operator_view(worker, rt)
 
 
@@ -162,3 +172,47 @@ def test_vm_view_is_the_dispatchers(
         destroying=phase == "destroying",
     )
     assert node.node_view(NOW) == _operator_view(worker, rt)
+
+
+@pytest.mark.parametrize("power", list(PowerState))
+def test_side_node_without_a_wake_action_is_wakeable_in_neither(power: PowerState) -> None:
+    """A side node whose power controller allows no wake action (here only
+    GracefulShutdown) is never wakeable: the simulator once said it was while off."""
+    state = _state("nowake", power, AdmissionState.OPEN)
+    node, worker, rt = _side_node("nowake", state, True, "None")
+    view = node.node_view(NOW)
+    assert view == _operator_view(worker, rt)
+    assert view.wakeable is False
+
+
+@pytest.mark.parametrize(("power", "admission", "ready"), CASES)
+@pytest.mark.parametrize("control", ["Redfish", "None"])
+@pytest.mark.parametrize("node_type", ["SideNode", "CloudVM"])
+@pytest.mark.parametrize("policy_valid", [True, False])
+def test_the_boards_view_is_the_rule(
+    power: PowerState,
+    admission: AdmissionState,
+    ready: bool | None,
+    control: str,
+    node_type: str,
+    policy_valid: bool,
+) -> None:
+    """`power.nodestatus.board_view` gives what `rules.nodeview` says of the node."""
+    state = _state("n", power, admission)
+    facts = _facts("n", node_type, ready, control)
+    spec = WorkerNodeSpec.model_validate(
+        SIDE_SPEC
+        if node_type == "SideNode"
+        else {"nodeType": "CloudVM", "controlMethod": "Cloud", "instanceType": "m5.large"}
+    )
+    rt = NodeRuntime("n", spec, {}, state, facts, spec_seen_at=T0)
+    board = board_view(rt, policy_valid)
+    assert board.state is power
+    assert board.admission_open is admits(admission)
+    assert board.ready is is_ready(power, facts.ready)
+    assert board.wakeable is can_wake(
+        node_type,  # type: ignore[arg-type]
+        power,
+        facts.capability,
+        policy_valid,
+    )

@@ -1,5 +1,8 @@
-"""The scheduler's view of a node (`NodeView`): capacity from the catalogue (VMs) or the
-spec (side nodes); state, readiness and admission from the power controller's board.
+"""The scheduler's view of each node of the pool (`NodeView`): the rule is
+`rules.nodeview` (shared with the simulator); this module feeds it the live facts --
+capacity from the catalogue (VMs) or the spec (side nodes), state, readiness, admission
+and wakeability from the power controller's board, the pool's worker for the rest -- and
+reuses a side node's view until its spec or its power view changes.
 """
 
 from __future__ import annotations
@@ -8,21 +11,9 @@ from collections.abc import Iterable, Mapping
 
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.fleet.board import NodePowerView, PowerBoard
-from nodewarden.policy.state import PowerState
 from nodewarden.pool.worker import Worker
-from nodewarden.scheduling.views import Capacity, NodeState, NodeView
-from nodewarden.units import parse_quantity
-
-_SIDE_STATE: dict[PowerState, NodeState] = {
-    PowerState.OFF: NodeState.OFF,
-    PowerState.WAKING: NodeState.WAKING,
-    PowerState.ON_IDLE: NodeState.IDLE,
-    PowerState.ACTIVE: NodeState.ACTIVE,
-    PowerState.DRAINING: NodeState.DRAINING,
-    PowerState.SHUTTING_DOWN: NodeState.SHUTTING_DOWN,
-    PowerState.UNKNOWN: NodeState.UNKNOWN,
-    PowerState.BLOCKED: NodeState.UNKNOWN,
-}
+from nodewarden.rules.nodeview import NO_CAPACITY, cloud_view, side_view, spec_capacity
+from nodewarden.scheduling.views import Capacity, NodeView
 
 
 class NodeViews:
@@ -64,26 +55,11 @@ class NodeViews:
 
     @staticmethod
     def _side_view(w: Worker, power: NodePowerView | None) -> NodeView:
-        spec = w.spec
-        cap = spec.capacity if spec is not None else None
-        capacity = (
-            Capacity(
-                cap.vcpus,
-                parse_quantity(cap.ram),
-                parse_quantity(cap.scratch),
-                cap.gpus,
-                cap.gpu_model,
-            )
-            if cap is not None
-            else Capacity(0, 0, 0, 0)
-        )
-        state = _SIDE_STATE.get(power.state, NodeState.UNKNOWN) if power else NodeState.UNKNOWN
-        return NodeView(
-            name=w.name,
-            state=state,
-            capacity=capacity,
-            instance_type=None,
-            price=w.price,
+        return side_view(
+            w.name,
+            spec_capacity(w.spec.capacity if w.spec is not None else None),
+            w.price,
+            power.state if power is not None else None,
             admission_open=power is not None and power.admission_open,
             ready=power is not None and power.ready,
             wakeable=power is not None and power.wakeable,
@@ -91,30 +67,16 @@ class NodeViews:
 
     @staticmethod
     def _cloud_view(w: Worker, power: NodePowerView | None) -> NodeView:
-        leaving = power is not None and power.state in (
-            PowerState.DRAINING,
-            PowerState.SHUTTING_DOWN,
-            PowerState.BLOCKED,
-        )
-        admission_open = power is not None and power.admission_open
-        if w.destroy_requested_at is not None:
-            state = NodeState.SHUTTING_DOWN
-        elif leaving:
-            state = NodeState.DRAINING
-        elif w.instance is None or power is None or not power.ready:
-            state = NodeState.PENDING if w.instance is None else NodeState.BOOTING
-            # a VM coming up takes the work planned for it once verified ready: count it
-            admission_open = w.idle_behavior == "run" and not w.broken
-        else:
-            state = NodeState.ACTIVE if power.state is PowerState.ACTIVE else NodeState.IDLE
         itype = w.instance_type
-        capacity = Capacity.of(itype) if itype else Capacity(0, 0, 0, 0)
-        return NodeView(
-            name=w.name,
-            state=state,
-            capacity=capacity,
-            instance_type=itype.name if itype else "unknown",
-            price=w.price,
-            admission_open=admission_open,
+        return cloud_view(
+            w.name,
+            Capacity.of(itype) if itype else NO_CAPACITY,
+            itype.name if itype else "unknown",
+            w.price,
+            power.state if power is not None else None,
+            admission_open=power is not None and power.admission_open,
             ready=power is not None and power.ready,
+            listed=w.instance is not None,
+            destroying=w.destroy_requested_at is not None,
+            runs_work=w.idle_behavior == "run" and not w.broken,
         )

@@ -9,12 +9,13 @@ short history, so a probe reading can report the value at the probe's own time).
 `PowerModel` says how its power controller behaves (answer latency, dropped and errored
 requests, poll interval, boot and shutdown delays); a VM's is the cloud API (destroy).
 
-`node_view(now)` is the `NodeView` the scheduler's `plan()` reads, built the way the
-dispatcher builds it (`Dispatcher._node_view` from the power board's `board_view`):
-side nodes by their power state, wakeable while off or waking; a VM whose create call has
-not returned is pending, one not yet verified ready is booting and counts as open (the
-work planned for it waits for it), one draining / shutting down / blocked takes nothing.
-A test compares the two for every state.
+`node_view(now)` is the `NodeView` the scheduler's `plan()` reads, built by the live
+dispatcher's rule (`rules.nodeview`, which `dispatch/views.py` calls) from this node's
+facts: side nodes by their power state, wakeable while off or waking if their power
+controller allows a wake action; a VM whose create call has not returned is pending, one
+not yet verified ready is booting and counts as open (the work planned for it waits for
+it), one draining / shutting down / blocked takes nothing. A test compares the two for
+every state.
 """
 
 from __future__ import annotations
@@ -34,25 +35,12 @@ from nodewarden.policy.facts import (
     NodeFacts,
     PowerReading,
 )
-from nodewarden.policy.state import ON_STATES, AdmissionState, NodePowerState, PowerState
+from nodewarden.policy.state import NodePowerState
 from nodewarden.rules.demand import PLANNED
-from nodewarden.scheduling.views import Capacity, NodeState, NodeView
+from nodewarden.rules.nodeview import admits, can_wake, cloud_view, is_ready, side_view
+from nodewarden.scheduling.views import Capacity, NodeView
 from nodewarden.simulate.distributions import Delay, to_us
 from nodewarden.simulate.fleet import SideNodeGroup
-
-_SIDE_STATE: dict[PowerState, NodeState] = {
-    PowerState.OFF: NodeState.OFF,
-    PowerState.WAKING: NodeState.WAKING,
-    PowerState.ON_IDLE: NodeState.IDLE,
-    PowerState.ACTIVE: NodeState.ACTIVE,
-    PowerState.DRAINING: NodeState.DRAINING,
-    PowerState.SHUTTING_DOWN: NodeState.SHUTTING_DOWN,
-    PowerState.UNKNOWN: NodeState.UNKNOWN,
-    PowerState.BLOCKED: NodeState.UNKNOWN,
-}
-"""`nodewarden.dispatch.dispatcher._SIDE_STATE`."""
-_VM_LEAVING = frozenset({PowerState.DRAINING, PowerState.SHUTTING_DOWN, PowerState.BLOCKED})
-_WAKEABLE = frozenset({PowerState.OFF, PowerState.WAKING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,43 +147,33 @@ class MachineNode:
         return self.powered and self.ready_at is not None and self.ready_at <= t
 
     def node_view(self, now: int) -> NodeView:
-        """The scheduler's view (`Dispatcher._node_view`; see the module docstring)."""
+        """The scheduler's view: the live rule (`rules.nodeview`) on this node's facts,
+        the board's part as the power controller shows it (`board_view`); every policy
+        the simulator runs counts as valid (it parsed)."""
         power = self.state.state
-        readiness = self.facts.ready
-        ready = power in ON_STATES and readiness is not None and readiness.passed
-        admission_open = self.state.admission is AdmissionState.OPEN
+        admission_open = admits(self.state.admission)
+        ready = is_ready(power, self.facts.ready)
         if self.node_type == "SideNode":
-            return NodeView(
-                name=self.name,
-                state=_SIDE_STATE[power],
-                capacity=self.capacity,
-                instance_type=None,
-                price=self.price,
+            return side_view(
+                self.name,
+                self.capacity,
+                self.price,
+                power,
                 admission_open=admission_open,
                 ready=ready,
-                wakeable=power in _WAKEABLE,
+                wakeable=can_wake(self.node_type, power, self.facts.capability, True),
             )
-        if self.destroying:
-            state = NodeState.SHUTTING_DOWN
-        elif power in _VM_LEAVING:
-            state = NodeState.DRAINING
-        elif self.listed_at is None or now < self.listed_at or not ready:
-            state = (
-                NodeState.BOOTING
-                if self.listed_at is not None and now >= self.listed_at
-                else NodeState.PENDING
-            )
-            admission_open = True  # idleBehavior run, not broken: takes what waits for it
-        else:
-            state = NodeState.ACTIVE if power is PowerState.ACTIVE else NodeState.IDLE
-        return NodeView(
-            name=self.name,
-            state=state,
-            capacity=self.capacity,
-            instance_type=self.instance_type,
-            price=self.price,
+        return cloud_view(
+            self.name,
+            self.capacity,
+            self.instance_type or "unknown",
+            self.price,
+            power,
             admission_open=admission_open,
             ready=ready,
+            listed=self.listed_at is not None and now >= self.listed_at,
+            destroying=self.destroying,
+            runs_work=True,  # idleBehavior run (`initial_facts`); a simulated VM never breaks
         )
 
 
