@@ -15,29 +15,21 @@ from nodewarden.fleet.board import NodePowerView
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import ON_STATES, PowerState, api_admission, api_state
 from nodewarden.power.runtime import NodeRuntime, iso, persist_worthy
+from nodewarden.rules.nodeview import admits, can_wake, is_ready
 from nodewarden.scheduling.caps import Admission, Cap
 
-_WAKE_ACTIONS = frozenset({"On", "WakeOnLan"})
 _HOLD_REASONS = {Cap.STOPPED: "CreatesStopped", Cap.BACKOFF: "CloudBackoff"}
 
 
 def board_view(rt: NodeRuntime, policy_valid: bool) -> NodePowerView:
-    """What the dispatcher may know of the node: admission, state, readiness, wakeability."""
-    state = rt.state
-    ready = rt.facts.ready
-    capability = rt.facts.capability
-    can_wake = (
-        rt.node_type == "SideNode"
-        and capability is not None
-        and capability.allowable is not None
-        and bool(_WAKE_ACTIONS & set(capability.allowable))
-        and policy_valid
-    )
+    """What the dispatcher may know of the node: admission, state, readiness, wakeability
+    (the rule: `rules.nodeview`)."""
+    state = rt.state.state
     return NodePowerView(
-        state=state.state,
-        admission_open=api_admission(state.admission) == "Open",
-        ready=state.state in ON_STATES and ready is not None and ready.passed,
-        wakeable=can_wake and state.state in (PowerState.OFF, PowerState.WAKING),
+        state=state,
+        admission_open=admits(rt.state.admission),
+        ready=is_ready(state, rt.facts.ready),
+        wakeable=can_wake(rt.node_type, state, rt.facts.capability, policy_valid),
     )
 
 

@@ -58,7 +58,7 @@ def is_ready(state: PowerState, ready: ReadyReading | None) -> bool:
 
 
 def can_wake(
-    node_type: NodeType,
+    node_type: NodeType | str,
     state: PowerState,
     capability: CapabilityReading | None,
     policy_valid: bool,
