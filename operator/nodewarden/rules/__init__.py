@@ -1,11 +1,14 @@
 """The shell's rules, pure, shared by the live operator and the simulator.
 
 No I/O, no asyncio, no kube: each rule takes plain values (readings, specs, plans,
-snapshots, times) and returns plain values, so `power/` and `simulate/` call the same
+snapshots, times) and returns plain values, so `power/`, `dispatch/`, `pool/` and
+`simulate/` call the same
 code at the same places. Modules: `readings` (readings from plain values: the one
 idle-since rule, a VM's destroy capability, its Off once unlisted), `demand` (queued
 demand per node and when it is news), `fleet` (the fleet counts: disruption budget,
-warm idle nodes), `vm` (a cloud VM's node-manager facts from a pool snapshot).
+warm idle nodes), `vm` (a cloud VM's node-manager facts from a pool snapshot),
+`nodeview` (the node view the scheduler sees, and the power board's admission,
+readiness and wakeability checks).
 
 Imports only value modules: `api/`, `policy/`, `scheduling/`, `units` and `fleet.ports`
 (never an adapter: readings converted from the adapters' fact types stay in
