@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
-from nodewarden.policy.events import Event
+from nodewarden.policy.events import Event, PolicyChanged
 from nodewarden.policy.facts import FleetReading, NodeFacts
 from nodewarden.policy.machine import step
 from nodewarden.policy.state import (
@@ -242,7 +242,7 @@ def _milestones(seq: list[Milestone], second_drain_step: bool) -> list[Milestone
     step, which waits for the demand re-read, only when asked)."""
     out = []
     for t, decision, reasons in _headlines(seq):
-        if decision == "DRAIN" and reasons != ("ADMISSION_OPEN",) and not second_drain_step:
+        if decision == "DRAIN" and "ADMISSION_OPEN" not in reasons and not second_drain_step:
             continue
         if decision in _PROGRESS or "POWER_OFF_CONFIRMED" in reasons:
             out.append((t, decision, reasons))
@@ -338,12 +338,208 @@ async def test_a_side_node_cycle_moves_alike_live_and_simulated(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="a third drift: the drain's second step waits for the demand re-read live "
-    "(DEMAND_NOT_REREAD: the LIST answers next round) but finds it answered in the "
-    "simulator (DRAIN_INCOMPLETE: it answers after controller.apiLatency)",
+    reason="feeding, not a rule: at the drain's second step the in-process harness has no "
+    "dispatcher (acknowledge_admission: admission closed at the close instant, the probe of "
+    "that instant counts), the simulator's dispatcher acknowledges after "
+    "controller.apiLatency and its probe phase is drawn (DRAIN_INCOMPLETE, one tick later)",
 )
 async def test_the_drains_second_step_is_alike_live_and_simulated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     live = _milestones(await _live_cycle(monkeypatch), second_drain_step=True)
     _assert_same(live, _milestones(_sim_cycle(), second_drain_step=True))
+
+
+# -- a cloud VM idle shutdown, the same script on both ----------------------------------
+
+
+def _recorder(node: str) -> tuple[list[Fed], Any, list[Any]]:
+    """A spy on the live `step` keeping (second, decision, reasons, event) for `node`."""
+    seen: list[Fed] = []
+    t0: list[datetime] = []
+
+    def spy(
+        state: NodePowerState, facts: NodeFacts, event: Event, now: datetime, *a: Any, **k: Any
+    ) -> Any:
+        result = step(state, facts, event, now, *a, **k)
+        if state.node == node:
+            t = round((now - t0[0]).total_seconds())
+            seen.append(
+                (t, result.decision.value, tuple(r.value for r in result.reasons), event.type)
+            )
+        return result
+
+    return seen, spy, t0
+
+
+Fed = tuple[int, str, tuple[str, ...], str]
+_FED = {"RequestAccepted", "PolicyChanged"}
+
+
+def _fed(seq: list[Fed]) -> list[tuple[str, tuple[str, ...], str]]:
+    """(decision, reasons, event) of the steps whose event both sides are fed alike: the
+    request's answer, a policy edit, the confirming observation. The event of the other
+    steps is timing, not a rule: a deadline passing is met live by whichever fact arrives
+    in that second's round (a probe report, a BMC read), by the simulator's timer
+    (Evaluate); the last step of a drain by the live re-read's answer (DemandReread) or a
+    fresh probe (RefreshFacts) in the simulator."""
+    return [
+        s[1:]
+        for s in seq
+        if s[3] in _FED or (s[3] == "PowerObserved" and "POWER_OFF_CONFIRMED" in s[2])
+    ]
+
+
+def _sim_steps(sim: Simulation, node: str) -> list[Fed]:
+    result = sim.run()
+    start = sim.trace.start
+    return [
+        (round((s.time - start).total_seconds()), s.decision.value, s.reasons, s.event.type)
+        for s in result.recordings[node].steps
+    ]
+
+
+async def _live_vm(monkeypatch: pytest.MonkeyPatch) -> list[Fed]:
+    seen, spy, t0 = _recorder("vm1")
+    monkeypatch.setattr(live_controller, "step", spy)
+    async with PowerHarness(probe_interval=5.0) as h:
+        t0.append(h.clock())
+        h.cloud_vm("vm1")  # listed, booted and ready at 0, idle; listed every 5 s
+        await h.start()
+        await h.run_until(lambda: h.state("vm1") == "Off", within=400, what="vm1 Off")
+        await h.run_for(10)
+        assert h.control.sent("vm1")  # destroyed once
+    return seen
+
+
+def _sim_vm() -> list[Fed]:
+    fleet = load_fleet(
+        {
+            "cloud": {
+                "instanceTypes": [{"name": "small", "vcpus": 2, "ram": "4Gi", "price": 0.1}],
+                "billing": {"period": "0s", "minimum": "0s"},
+                # the harness's VM: listed and ready at once, gone 5 s after the destroy
+                "createLatency": "0s",
+                "boot": "0s",
+                "shutdown": "5s",
+                "listInterval": "5s",
+            },
+            "probe": {"interval": "5s", "bootInterval": "5s"},
+        }
+    )
+    trace = parse_trace(
+        "arrival,runtime,vcpus,ram,gpus,priority\n0,1,1,1Gi,0,0\n300,1,1,1Gi,0,0\n", "csv"
+    )  # held containers: the trace spans 0..300 s, nothing runs on the VM
+    policy = policy_from_spec(PowerPolicySpec.model_validate(POLICY), "p")
+    sim = Simulation(trace, fleet, policy, 1, SimOptions(record=frozenset({"vm-small-0"})))
+    # the harness's VM exists from the start: the dispatcher created it at 0
+    sim._schedule(0, lambda _: sim._create_vm("small"), None)
+    return _sim_steps(sim, "vm-small-0")
+
+
+def _vm_milestones(seq: list[Fed], second: bool) -> list[Milestone]:
+    return _milestones([s[:3] for s in seq], second_drain_step=second)
+
+
+async def test_a_cloud_vm_idle_shutdown_moves_alike_live_and_simulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = await _live_vm(monkeypatch)
+    sim = _sim_vm()
+    # idle past idleThreshold -> drain (IDLE_EXCEEDED) -> destroy -> gone from the list
+    lm = _vm_milestones(live, second=False)
+    assert [m[1:] for m in lm] == [
+        ("START", ("READY_CONFIRMED",)),  # first seen ready
+        ("DRAIN", ("ADMISSION_OPEN", "IDLE_EXCEEDED")),
+        ("SHUTDOWN", ("GATES_PASSED", "IDLE_EXCEEDED")),
+        ("NONE", ("POWER_OFF_CONFIRMED",)),
+    ], live
+    _assert_same(lm, _vm_milestones(sim, second=False))
+    assert _fed(sim) == _fed(live)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a drift left open: a VM's drain second step waits for the live re-read "
+    "(DEMAND_NOT_REREAD; the plan's reading of a VM is older than the admission close, "
+    "DemandReread answers next round) but the simulator's plan reading is fresh at every "
+    "step, so it waits on the work reading instead (DRAIN_INCOMPLETE)",
+)
+async def test_a_cloud_vm_drains_second_step_is_alike_live_and_simulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = _vm_milestones(await _live_vm(monkeypatch), second=True)
+    _assert_same(live, _vm_milestones(_sim_vm(), second=True))
+
+
+# -- a PowerPolicy edit mid-scenario ----------------------------------------------------
+
+EDIT_AT = 30
+EDITED = {**POLICY, "idleThreshold": "120s"}
+
+
+async def _live_edit(monkeypatch: pytest.MonkeyPatch) -> list[Fed]:
+    seen, spy, t0 = _recorder("side-1")
+    monkeypatch.setattr(live_controller, "step", spy)
+    async with PowerHarness(probe_interval=5.0) as h:
+        t0.append(h.clock())
+        h.side_node("side-1")
+        await h.start()
+        await h.run_for(EDIT_AT)
+        h.set_policy("default", **EDITED)  # idleThreshold 60 s -> 120 s, at 30 s
+        await h.run_until(lambda: h.state("side-1") == "Off", within=300, what="side-1 Off")
+        await h.run_for(5)
+    return seen
+
+
+def _sim_edit() -> list[Fed]:
+    fleet = load_fleet(
+        {
+            "cloud": {"instanceTypes": []},
+            "sideNodes": [
+                {
+                    "name": "side-1",
+                    "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1},
+                    "initialPower": "On",
+                    "boot": "12s",
+                    "shutdown": "5s",
+                    "bmc": {"latency": "0s", "pollInterval": "5s"},
+                }
+            ],
+            "probe": {"interval": "5s", "bootInterval": "4s"},
+        }
+    )
+    trace = parse_trace(
+        "arrival,runtime,vcpus,ram,gpus,priority\n0,1,1,1Gi,0,0\n300,1,1,1Gi,0,0\n", "csv"
+    )
+    policy = policy_from_spec(PowerPolicySpec.model_validate(POLICY), "p")
+    sim = Simulation(trace, fleet, policy, 1, SimOptions(record=frozenset({"side-1"})))
+
+    def edit(_: object) -> None:
+        # The simulator takes no policy edit mid-run: the test feeds it as the live shell
+        # takes one (power.observations.observe_policy: the new version, then every node
+        # under it is stepped with PolicyChanged).
+        sim.policy = policy_from_spec(PowerPolicySpec.model_validate(EDITED), "p")
+        for node in list(sim.nodes.values()):
+            sim.machines.step(node, PolicyChanged())
+
+    sim._schedule(EDIT_AT * 1_000_000, edit, None)
+    return _sim_steps(sim, "side-1")
+
+
+async def test_a_policy_edit_is_seen_at_once_and_decided_alike_live_and_simulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live = await _live_edit(monkeypatch)
+    sim = _sim_edit()
+    for seq in (live, sim):
+        # the edit re-evaluates at once, under the new threshold
+        edit = [s for s in seq if s[3] == "PolicyChanged"]
+        assert [e[:3] for e in edit] == [
+            (EDIT_AT, "DEFER", ("IDLE_WINDOW_NOT_MET", "ADMISSION_OPEN"))
+        ], seq
+    lm = _milestones([s[:3] for s in live], second_drain_step=False)
+    drains = [t for t, decision, _ in lm if decision == "DRAIN"]
+    assert drains == [120], lm  # idle 120 s (the edited threshold), not 60 s
+    _assert_same(lm, _milestones([s[:3] for s in sim], second_drain_step=False))
+    assert _fed(sim) == _fed(live)
