@@ -294,8 +294,10 @@ def _idle(h: PowerHarness) -> bool:
     return h.ctrl.nodes["side-1"].state.state is PowerState.ON_IDLE
 
 
-def _sim_cycle() -> list[Milestone]:
-    fleet = load_fleet(
+def _side_fleet() -> Fleet:
+    """side-1 as the harness's host: on 5 s after the request, ready 5 s later, seen by
+    the next probe; off 5 s after the request."""
+    return load_fleet(
         {
             "cloud": {"instanceTypes": []},
             "sideNodes": [
@@ -303,8 +305,6 @@ def _sim_cycle() -> list[Milestone]:
                     "name": "side-1",
                     "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1},
                     "initialPower": "On",
-                    # the harness's host: on 5 s after the request, ready 5 s later,
-                    # seen by the next probe; off 5 s after the request
                     "boot": "12s",
                     "shutdown": "5s",
                     "bmc": {"latency": "0s", "pollInterval": "5s"},
@@ -313,6 +313,10 @@ def _sim_cycle() -> list[Milestone]:
             "probe": {"interval": "5s", "bootInterval": "4s"},
         }
     )
+
+
+def _sim_cycle() -> list[Milestone]:
+    fleet = _side_fleet()
     trace = parse_trace(
         "arrival,runtime,vcpus,ram,gpus,priority\n"
         "0,1,1,1Gi,0,0\n"  # held (never starts): anchors the trace at 0
@@ -442,22 +446,7 @@ async def _live_edit(monkeypatch: pytest.MonkeyPatch) -> list[Fed]:
 
 
 def _sim_edit() -> list[Fed]:
-    fleet = load_fleet(
-        {
-            "cloud": {"instanceTypes": []},
-            "sideNodes": [
-                {
-                    "name": "side-1",
-                    "capacity": {"vcpus": 16, "ram": "64Gi", "gpus": 1},
-                    "initialPower": "On",
-                    "boot": "12s",
-                    "shutdown": "5s",
-                    "bmc": {"latency": "0s", "pollInterval": "5s"},
-                }
-            ],
-            "probe": {"interval": "5s", "bootInterval": "4s"},
-        }
-    )
+    fleet = _side_fleet()
     trace = parse_trace(
         "arrival,runtime,vcpus,ram,gpus,priority\n0,1,1,1Gi,0,0\n300,1,1,1Gi,0,0\n", "csv"
     )
