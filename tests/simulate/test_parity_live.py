@@ -15,8 +15,9 @@ compares what each shell gives `policy.machine.step`:
   wakes it for -> on, ready, runs it -> idle -> off again) through both, the simulator's
   physics set to the harness's host: the milestone steps (drain, shutdown, start, Off
   observed) have equal (decision, reason codes), at times within one tick (an observed
-  power change within one BMC pollInterval: the simulator draws its read phase). The
-  drain's second step still differs (a strict xfail names why: feeding, not a rule);
+  power change within one BMC pollInterval: the simulator draws its read phase), the
+  drain's second step included (the harness acknowledges a closed admission one
+  `controller.apiLatency` after the close, as the simulator's dispatcher does);
 - a cloud VM idle shutdown (listed, ready, idle past idleThreshold -> drained ->
   destroyed -> gone from the cloud list = Off observed), both sides with the same
   instance-type catalogue and no API latency: every step that moves the node equal
@@ -24,11 +25,12 @@ compares what each shell gives `policy.machine.step`:
   equal for the steps both are fed alike;
 - a PowerPolicy edit at 30 s (idleThreshold 60 s -> 120 s): both step the node with
   PolicyChanged at once and decide alike, and drain at 120 s, not 60 s.
-- the idle-since rule's input: live, a node is idle since the first probe that saw it
-  idle; the simulator feeds the rule the moment the last job ended (a strict xfail).
+- the idle-since rule's input: on both, a node is idle since the first probe that saw
+  it idle (an observation time), not the moment its last job ended.
 
 The two drift cases failed on main 19404df (the simulator counted the VMs in the budget,
-and fed NewDemand).
+and fed NewDemand); the idle-since case failed on be891f4 (the simulator fed the rule
+the moment the last job ended, up to one probe interval before any probe saw it).
 """
 
 from __future__ import annotations
@@ -273,7 +275,9 @@ async def _live_cycle(monkeypatch: pytest.MonkeyPatch) -> list[Milestone]:
         return result
 
     monkeypatch.setattr(live_controller, "step", spy)
-    async with PowerHarness(probe_interval=5.0) as h:
+    # the harness acknowledges a closed admission as the simulator's dispatcher does:
+    # one controller.apiLatency (1 s, `_side_fleet`'s default) after the close
+    async with PowerHarness(probe_interval=5.0, acknowledge_after=1.0) as h:
         h.side_node("side-1")  # On, idle; its BMC applies a request 5 s after accepting it
         t0 = h.clock()
         await h.start()
@@ -351,16 +355,6 @@ async def test_a_side_node_cycle_moves_alike_live_and_simulated(
     _assert_same(live, sim)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="feeding, not a rule: at the drain's second step the in-process harness has no "
-    "dispatcher (acknowledge_admission: admission closed at the close instant, the probe of "
-    "that instant counts), the simulator's dispatcher acknowledges after "
-    "controller.apiLatency and its probe phase is drawn (DRAIN_INCOMPLETE, one tick "
-    "later); with apiLatency 0 and the phase aligned the first cycle agrees, but after the "
-    "wake the simulator's probe grid restarts at the first ready probe, the harness's pool "
-    "probes 5 s after its last probe (the VM case, fed alike, agrees)",
-)
 async def test_the_drains_second_step_is_alike_live_and_simulated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -434,7 +428,9 @@ EDITED = {**POLICY, "idleThreshold": "120s"}
 async def _live_edit(monkeypatch: pytest.MonkeyPatch) -> list[Fed]:
     seen, spy, t0 = recorder("side-1")
     monkeypatch.setattr(live_controller, "step", spy)
-    async with PowerHarness(probe_interval=5.0) as h:
+    # the harness acknowledges a closed admission as the simulator's dispatcher does:
+    # one controller.apiLatency (1 s, `_side_fleet`'s default) after the close
+    async with PowerHarness(probe_interval=5.0, acknowledge_after=1.0) as h:
         t0.append(h.clock())
         h.side_node("side-1")
         await h.start()
@@ -486,15 +482,6 @@ async def test_a_policy_edit_is_seen_at_once_and_decided_alike_live_and_simulate
 # -- the idle-since rule's input ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a drift left open: the simulator's sensing feeds rules.readings.work_reading "
-    "the moment the last job ended as `previous` (simulate/nodes.Work.at), the live shell "
-    "the previous reading's idle since (power/poolfacts, pool/worker), so the simulated "
-    "node is idle up to one probe interval earlier; feeding it the first probe that saw "
-    "it idle moves every simulated idle time (and the cycle's drain times, whose "
-    "probe phase the simulator draws), so it is a change of the simulator's output",
-)
 async def test_idle_since_is_the_first_probe_that_saw_the_node_idle_live_and_simulated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -2,7 +2,8 @@
 
 `Sensing` turns the simulated world (a node's power, its probe grid, the cloud list)
 into the readings the live shell holds at a given instant: the last successful probe's
-work (through `rules.readings.work_reading`, the one idle-since rule), side nodes'
+work (through `rules.readings.work_reading`, the one idle-since rule, fed as the live
+pool feeds it: idle since the first probe that saw the node idle), side nodes'
 inhibitors, uptime and identity; the last read of the power source; the last round's
 demand; a VM's node-manager facts (`rules.vm.vm_reading` on the pool's snapshot, as the
 live `PowerController` builds them); the fleet counts (`rules.fleet.fleet_reading`).
@@ -117,9 +118,9 @@ class Sensing:
 
     def probe_readings(self, node: MachineNode, tick: int) -> dict[str, Any]:
         assert node.seen_ready_at is not None and node.power_since is not None
-        active, idle_since = node.work.at(tick, node.seen_ready_at)
+        active, idle_from = node.work.at(tick, node.seen_ready_at)
         when = self.at(tick)
-        since = self.at(idle_since) if idle_since is not None else None
+        since = None if idle_from is None else self.at(self.first_idle_probe(node, idle_from, tick))
         work = work_reading(active, f"ssh:{node.name}/runners", when, since)
         if node.node_type == "CloudVM":
             return {"work": work}  # VM probes read the runners only
@@ -216,6 +217,35 @@ class Sensing:
             k -= 1
             t -= self._probe
         return None
+
+    def first_idle_probe(self, node: MachineNode, idle_from: int, tick: int) -> int:
+        """The first probe that saw the node idle, as the live shell keeps it (each probe
+        feeds the previous reading's idle since to `rules.readings.idle_since`): the
+        node's jobs all ended at `idle_from`, and `tick` is a probe that sees it idle.
+        The earlier of the first successful grid probe at or after `idle_from` and the
+        last applied reading's idle since when that reading saw this idle spell already
+        (a probe off the grid: a ready or refresh probe). At most `tick`."""
+        phase = node.probe_phase
+        seen = node.seen_ready_at
+        if seen is not None and idle_from <= seen and (seen - phase) % self._probe == 0:
+            return seen  # the ready probe saw it idle (a node on from the start had none)
+        first = tick
+        k = -((phase - idle_from) // self._probe)  # ceil((idle_from - phase) / probe)
+        t = phase + k * self._probe
+        while t < tick:
+            if not self.probe_failed(node.name, k):
+                first = t
+                break
+            k += 1
+            t += self._probe
+        work = node.facts.work
+        if (
+            work is not None
+            and work.idle_since is not None
+            and self.us(work.observed_at) >= idle_from
+        ):
+            first = min(first, self.us(work.idle_since))
+        return first
 
     def probe_failed(self, name: str, k: int) -> bool:
         if self._probe_failure <= 0:

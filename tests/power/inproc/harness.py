@@ -101,8 +101,13 @@ class PowerHarness:
         clock: FakeClock | None = None,
         kube: EchoKube | None = None,
         hosts: dict[str, Host] | None = None,
+        acknowledge_after: float | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
+        self.acknowledge_after = acknowledge_after
+        """None: admission closes acknowledged at once (no dispatcher). Seconds: the
+        harness is the dispatcher, which acknowledges at the start of its first round
+        this long after the close (its API round trip)."""
         self.kube = kube or EchoKube()
         self.hosts: dict[str, Host] = hosts if hosts is not None else {}
         self.pool = FakePool()
@@ -126,6 +131,7 @@ class PowerHarness:
         )
         self.control = FakeControl(self.clock, self.hosts, self.kube, self.credentials)
         self.book = PolicyBook(namespace=NS, default_name="default")
+        self.board = PowerBoard()
         self.settings = settings or ControllerSettings()
         self.ctrl = PowerController(
             kube=self.kube,  # type: ignore[arg-type]
@@ -135,12 +141,12 @@ class PowerHarness:
             credentials=self.credentials,
             policies=self.book,
             pool=self.pool,
-            board=PowerBoard(),
+            board=self.board,
             status=NodeStatusWriter(self.kube, NS),  # type: ignore[arg-type]
             control=self.control,  # type: ignore[arg-type]
             settings=self.settings,
             clock=self.clock,
-            acknowledge_admission=True,
+            acknowledge_admission=acknowledge_after is None,
         )
         if kube is None or not any(k == POWER_POLICY.kind for k, _, _ in self.kube.objects):
             self.set_policy("default", **(POLICY if policy is None else policy))
@@ -478,6 +484,7 @@ class PowerHarness:
             if (due or asked_now) and self.ctrl.should_probe(name):
                 self.probe(name)
         self.plan()  # the dispatcher plans every round of its own
+        self._acknowledge_closed(now)
         for name in list(self.vms):
             if self.hosts[name].power == "Off":  # destroyed: it leaves the cloud list
                 await self.vm_gone(name)
@@ -489,6 +496,15 @@ class PowerHarness:
         await self.settle()
         self._echo()
         await self.settle()
+
+    def _acknowledge_closed(self, now: datetime) -> None:
+        """The dispatcher's acknowledgement of a closed admission (`acknowledge_after`)."""
+        if self.acknowledge_after is None:
+            return
+        board = self.board
+        for node, closed in list(board.closing.items()):
+            if (now - closed).total_seconds() >= self.acknowledge_after:
+                board.acknowledge(node, now)
 
     async def start(self) -> None:
         """The controller has the whole fleet (`start`), then its first round. A harness
