@@ -22,6 +22,7 @@ from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRej
 from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.enrolment import BmcUuid
 from nodewarden.power.readings import refused_capability
+from nodewarden.rules.readings import cloud_capability
 from nodewarden.scheduling.caps import Admission
 from nodewarden.ssh.credentials import SshTarget
 
@@ -190,9 +191,7 @@ class FakeControl:
         now = self.clock()
         spec = node.spec
         if spec.node_type == "CloudVM":
-            return CapabilityReading(
-                source="cloud", observed_at=now, control_method="Cloud", allowable=("Destroy",)
-            )  # type: ignore[arg-type]
+            return cloud_capability("cloud", now)  # as the live control's discovery
         refused = await self._refused(node)
         if refused is not None:
             return refused_capability(spec.control_method, refused.message, now)
