@@ -29,9 +29,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from nodewarden.credentials.bmcidentity import BmcRegistry
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.fleet.status import NodeStatusWriter
+from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.policy.events import Evaluate
 from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
@@ -63,7 +65,11 @@ class InstantApi:
 
 
 class NoRefusals:
-    """The credential resolver's answer for nodes whose endpoints are all admitted."""
+    """The credential resolver's answer for nodes whose endpoints are all admitted (and
+    its BMC claim registry, which a Wake-on-LAN node never enters)."""
+
+    def __init__(self) -> None:
+        self.bmc_claims = BmcRegistry()
 
     async def check(self, name: str, spec: Any) -> list[Any]:
         return []
@@ -76,7 +82,14 @@ def load() -> str:
 
 def node_body(name: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "ns", "generation": 1},
+        # labelled as this dispatcher's: an unlabelled side node is only claimed (a label
+        # write), never stepped, until the label comes back through the watch
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "generation": 1,
+            "labels": {DISPATCHER_LABEL: "bench"},
+        },
         "spec": {
             "nodeType": "SideNode",
             "controlMethod": "WakeOnLan",
