@@ -1,7 +1,8 @@
 """The power round: each node with events (or whose recheck time has come) is stepped
 through `policy.machine.step`, and what the step returns is carried out -- the power state
-persisted before a request is sent, the records written, the actions executed (requests,
-reads, probes, admission, rechecks) -- then the status writes of the round are flushed.
+persisted before a request is sent, the records written, the step's effects carried out
+(`rules.effects` says what each action means; here: requests, reads, probes, admission,
+rechecks) -- then the status writes of the round are flushed.
 
 `Round` is the top collaborator of `PowerController`: it calls `Validation` (periodic
 re-validation), `Sensing` (the reads due, a read a step asks for), `PoolFacts` (re-reads of
@@ -20,22 +21,10 @@ from typing import Any
 from nodewarden.fleet.status import PowerStateConflict
 from nodewarden.kube.client import KubeError
 from nodewarden.metrics import POWER_REQUESTS
-from nodewarden.policy.actions import (
-    Action,
-    CloseAdmission,
-    CloseTransition,
-    OpenTransition,
-    PollObservedPower,
-    RefreshFacts,
-    RequestPower,
-    RereadDemand,
-    RunReadyProbe,
-    ScheduleRecheck,
-)
+from nodewarden.policy.actions import RequestPower
 from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate, Event
 from nodewarden.policy.facts import DesiredReading, FleetReading
 from nodewarden.policy.machine import Step, step
-from nodewarden.policy.reasons import Decision
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
@@ -49,12 +38,21 @@ from nodewarden.power.recording import Recorder
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.power.sensing import Sensing
 from nodewarden.power.validation import Validation
+from nodewarden.rules.effects import (
+    Effect,
+    Observation,
+    Observe,
+    Recheck,
+    ReEvaluate,
+    SendPowerRequest,
+    StopAdmission,
+    TransitionClosed,
+    TransitionOpened,
+    effects,
+)
 from nodewarden.rules.fleet import fleet_marks, fleet_readings, recounted
 
 log = logging.getLogger(__name__)
-
-_SKIP_IN_SHADOW = (RequestPower, CloseAdmission)
-_MIN_RECHECK = timedelta(seconds=0.25)
 
 
 class Round:
@@ -168,21 +166,21 @@ class Round:
             # decision gets it back re-evaluated (no full record is built)
             result = step(rt.state, rt.facts, event, now, view, previous=rt.record)
             self.steps += 1
-            if view.shadow and _acts(result):
+            fx = effects(result.actions, now, result.decision)
+            if view.shadow and _acts(fx):
                 rt.facts = result.facts  # observations count; the decision is not carried out
                 await self._shadow(rt, result, event, view, now)
                 continue
             headline = (result.decision, result.reasons, result.next.state, result.next.admission)
             opens_or_closes = any(
-                isinstance(a, (OpenTransition, CloseTransition, RequestPower))
-                for a in result.actions
+                isinstance(e, (TransitionOpened, TransitionClosed, SendPowerRequest)) for e in fx
             )
             record: SafetyRecord | None = None
             if headline != rt.headline or opens_or_closes:
                 record = result.record
             before = rt.state
             rt.state, rt.facts = result.next, result.facts
-            if not await self._apply(rt, before, result, record, headline, now):
+            if not await self._apply(rt, before, result, fx, record, headline, now):
                 return
 
     async def _shadow(
@@ -203,19 +201,21 @@ class Round:
         rt: NodeRuntime,
         before: NodePowerState,
         result: Step,
+        fx: tuple[Effect, ...],
         record: SafetyRecord | None,
         headline: tuple[Any, ...],
         now: datetime,
     ) -> bool:
-        """Carry out one step. Returns False when the node must reload its state."""
+        """Carry out one step (`fx`, its effects). Returns False when the node must reload
+        its state."""
         ctx = self.ctx
         recorder = self.recorder
         state = rt.state
         gauges.observe_step(before, state)
         ctx.board.set(rt.name, board_view(rt, ctx.policy(rt).view.valid))
         ctx.status.contribute(rt.name, recorder.power_status(rt, record))
-        requests = [a for a in result.actions if isinstance(a, RequestPower)]
-        if requests:
+        requested = any(isinstance(e, SendPowerRequest) for e in fx)
+        if requested:
             ctx.status.contribute(
                 rt.name, {"powerState": state.model_dump(mode="json", by_alias=True)}
             )
@@ -230,21 +230,18 @@ class Round:
                 )
                 self.observations.reload(rt)
                 return False
-        for action in result.actions:
-            if isinstance(action, OpenTransition):
-                await recorder.open(rt, action, now)
-            elif isinstance(action, CloseTransition):
-                await recorder.close(rt, action, record, now)
+        for effect in fx:  # the PowerIntents before the record that names them
+            match effect:
+                case TransitionOpened(transition=opened):
+                    await recorder.open(rt, opened, now)
+                case TransitionClosed(transition=closed):
+                    await recorder.close(rt, closed, record, now)
         if record is not None:
-            closed = any(isinstance(a, CloseTransition) for a in result.actions)
-            await recorder.record(rt, record, headline, now, closed, requested=bool(requests))
+            closed_any = any(isinstance(e, TransitionClosed) for e in fx)
+            await recorder.record(rt, record, headline, now, closed_any, requested=requested)
         recorder.reflect_manual(rt, result, record, now)
-        for action in result.actions:
-            self._execute(rt, action, now)
-        if result.decision is Decision.DEFER and not any(
-            isinstance(a, ScheduleRecheck) for a in result.actions
-        ):
-            rt.due_at = now + timedelta(seconds=ctx.settings.evaluate_interval)
+        for effect in fx:
+            self._execute(rt, effect, now)
         if state.state is not before.state:
             log.info(
                 "WorkerNode %s: %s -> %s (%s %s)",
@@ -275,46 +272,41 @@ class Round:
             rt.facts = rt.facts.model_copy(update=updates)
         self.observations.sync_intent(rt)
 
-    # -- actions --------------------------------------------------------------------------
+    # -- effects --------------------------------------------------------------------------
 
-    def _execute(self, rt: NodeRuntime, action: Action, now: datetime) -> None:
+    def _execute(self, rt: NodeRuntime, effect: Effect, now: datetime) -> None:
         ctx = self.ctx
         ref = rt.ref()
-        if isinstance(action, CloseAdmission):
-            ctx.board.close(rt.name, now)
-            if ctx.acknowledge_admission or ctx.pool is None:
-                ctx.board.acknowledge(rt.name, now)
-            ctx.wake.set()
-        elif isinstance(action, RereadDemand):
-            self.poolfacts.want_reread(rt.name)
-        elif isinstance(action, RequestPower) and ref is not None:
-            ctx.spawn(self._request(rt, ref, action))
-        elif isinstance(action, PollObservedPower) and ref is not None:
-            if rt.has_bmc_side:
-                self.sensing.poll(rt, ref)
-            else:
-                ctx.spawn(ctx.control.read_power(ref))
-        elif isinstance(action, RunReadyProbe):
-            if ctx.pool is not None:
-                ctx.pool.request_probe(rt.name)
-        elif isinstance(action, RefreshFacts) and ref is not None:
-            names = set(action.facts)
-            probed = {"work", "inhibitors", "uptime", "ready", "identity"}
-            if names & probed and ctx.pool is not None:
-                ctx.pool.request_probe(rt.name)
-            if "capability" in names:
-                rt.next_discovery = now
-            if "vm" in names and ctx.pool is not None:
-                ctx.pool.request_sync()
-            if "demand" in names:
+        pool = ctx.pool
+        match effect:
+            case StopAdmission():
+                ctx.board.close(rt.name, now)
+                if ctx.acknowledge_admission or pool is None:
+                    ctx.board.acknowledge(rt.name, now)
+                ctx.wake.set()
+            case SendPowerRequest(request=request) if ref is not None:
+                ctx.spawn(self._request(rt, ref, request))
+            case Observe(what=Observation.DEMAND):
                 self.poolfacts.want_reread(rt.name)
-        elif isinstance(action, ScheduleRecheck):
-            # never sooner than a moment from now: a recheck due "now" while the evidence
-            # it waits for is still on its way would otherwise step the node in a loop
-            at = max(action.at, now + _MIN_RECHECK)
-            rt.due_at = at if rt.due_at is None else min(rt.due_at, at)
-            if action.at <= now and rt.name not in self._held:
-                self._hold_writes.add(rt.name)  # the next step's write carries this one's
+            case Observe(what=Observation.POWER) if ref is not None:
+                if rt.has_bmc_side:
+                    self.sensing.poll(rt, ref)
+                else:
+                    ctx.spawn(ctx.control.read_power(ref))
+            case Observe(what=Observation.READY_PROBE) if pool is not None:
+                pool.request_probe(rt.name)
+            case Observe(what=Observation.PROBE) if ref is not None and pool is not None:
+                pool.request_probe(rt.name)
+            case Observe(what=Observation.CAPABILITY) if ref is not None:
+                rt.next_discovery = now
+            case Observe(what=Observation.VM_LIST) if ref is not None and pool is not None:
+                pool.request_sync()
+            case Recheck(at=at, hold_write=hold):
+                rt.due_at = at if rt.due_at is None else min(rt.due_at, at)
+                if hold and rt.name not in self._held:
+                    self._hold_writes.add(rt.name)  # the next step's write carries this one's
+            case ReEvaluate():
+                rt.due_at = now + timedelta(seconds=ctx.settings.evaluate_interval)
 
     async def _request(self, rt: NodeRuntime, ref: NodeRef, action: RequestPower) -> None:
         outcome = await self.ctx.control.request(
@@ -340,11 +332,11 @@ class Round:
         self.ctx.wake.set()
 
 
-def _acts(result: Step) -> bool:
+def _acts(fx: tuple[Effect, ...]) -> bool:
     """Would this step act on the node (begin a power transition)?"""
-    for a in result.actions:
-        if isinstance(a, OpenTransition) and a.kind is not TransitionKind.VERIFY:
+    for e in fx:
+        if isinstance(e, TransitionOpened) and e.kind is not TransitionKind.VERIFY:
             return True
-        if isinstance(a, _SKIP_IN_SHADOW):
+        if isinstance(e, (SendPowerRequest, StopAdmission)):
             return True
     return False

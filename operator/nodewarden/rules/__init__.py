@@ -8,7 +8,8 @@ idle-since rule, a VM's destroy capability, its Off once unlisted), `demand` (qu
 demand per node and when it is news), `fleet` (the fleet counts: disruption budget,
 warm idle nodes), `vm` (a cloud VM's node-manager facts from a pool snapshot),
 `nodeview` (the node view the scheduler sees, and the power board's admission,
-readiness and wakeability checks).
+readiness and wakeability checks), `effects` (what a step's actions mean: the typed
+effects the power round and the simulator both carry out).
 
 Imports only value modules: `api/`, `policy/`, `scheduling/`, `units` and `fleet.ports`
 (never an adapter: readings converted from the adapters' fact types stay in

@@ -3,7 +3,8 @@ the actions it returns against the simulated hardware.
 
 `Machines` feeds `nodewarden.simulate.decide.decide_node` (the real state machine) the
 events the operator's shell feeds it, with the readings `Sensing` says the shell holds,
-and turns each action into simulated effects: BMC / cloud requests answering after a
+and carries out each step's effects (`rules.effects`, what each action means, as the
+live round reads it) as simulated physics: BMC / cloud requests answering after a
 latency (sometimes dropped or errored), boot and shutdown, power reads, probes, the
 demand re-read (`rules.demand`), admission closing, rechecks and the periodic
 re-evaluation. What it needs of the simulation (clock, event queue, containers, ledger,
@@ -17,19 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from nodewarden.policy.actions import (
-    CancelPendingShutdown,
-    CloseAdmission,
-    CloseTransition,
-    OpenAdmission,
-    OpenTransition,
-    PollObservedPower,
-    RefreshFacts,
-    RequestPower,
-    RereadDemand,
-    RunReadyProbe,
-    ScheduleRecheck,
-)
+from nodewarden.policy.actions import RequestPower
 from nodewarden.policy.events import (
     AdmissionClosed,
     DeadlineReached,
@@ -45,6 +34,20 @@ from nodewarden.policy.facts import DemandReading, NodeFacts, ReadyReading
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import ON_STATES, PowerState
 from nodewarden.rules.demand import LIVE
+from nodewarden.rules.effects import (
+    AllowAdmission,
+    Effect,
+    Observation,
+    Observe,
+    Recheck,
+    ReEvaluate,
+    SendPowerRequest,
+    ShutdownCancelled,
+    StopAdmission,
+    TransitionClosed,
+    TransitionOpened,
+    effects,
+)
 from nodewarden.simulate.accounting import Ledger
 from nodewarden.simulate.decide import MachineQuery, decide_node
 from nodewarden.simulate.nodes import MachineNode
@@ -208,7 +211,7 @@ class Machines:
         recording = self.w._recordings.get(node.name)
         if recording is not None and self.w._stepped.get(node.name) is not None:
             self.record(node, recording, before, event, result.decision, key[1])
-        self.execute(node, result.actions, result.decision)
+        self.execute(node, effects(result.actions, self.w.at(self.w.now), result.decision))
         self.catch_up(node)
         cause = self.w._machine_cause(node)
         if cause != node.idle_cause:
@@ -265,47 +268,53 @@ class Machines:
         )
         self.w._stepped[node.name] = node.facts
 
-    def execute(self, node: MachineNode, actions: tuple[Any, ...], decision: Decision) -> None:
-        rescheduled = False
-        recheck: ScheduleRecheck | None = None
-        for action in actions:
-            if isinstance(action, ScheduleRecheck):
-                recheck = action
-            elif isinstance(action, CloseAdmission):
-                at = self.w.now + self.w._api
-                event = AdmissionClosed(at=self.w.at(at), source="simulator:dispatcher")
-                self.w._schedule(at, self.deliver, (node, event))
-                self.w._request_round()
-            elif isinstance(action, OpenAdmission):
-                self.w._request_round()
-            elif isinstance(action, RereadDemand):
-                if node.reread_at is None:
-                    node.reread_at = self.w.now + self.w._api
-                    self.w._schedule(node.reread_at, self.reread, node)
-            elif isinstance(action, PollObservedPower):
-                if node.poll_at is None:
-                    node.poll_at = self.poll_time(node)
-                    self.w._schedule(node.poll_at, self.poll, node)
-            elif isinstance(action, RunReadyProbe):
-                if node.probe_at is None:
-                    gap = self.w._probe if node.seen_ready_at is not None else self.w._boot_probe
-                    node.probe_at = max(self.w.now, node.last_probe + gap) + self.w._api
-                    self.w._schedule(node.probe_at, self.probe, node)
-            elif isinstance(action, RefreshFacts):
-                if node.refresh_at is None:
-                    node.refresh_at = (
-                        max(self.w.now, node.last_refresh + self.w._probe) + self.w._api
-                    )
-                    self.w._schedule(node.refresh_at, self.refresh, node)
-            elif isinstance(action, RequestPower):
-                self.request(node, action)
-            elif isinstance(action, OpenTransition):
-                self.w.ledger.transitions[f"{action.kind.value} opened"] += 1
-            elif isinstance(action, CloseTransition):
-                self.w.ledger.transitions[f"{action.kind.value} {action.outcome}"] += 1
-                self.w._look_again("DISRUPTION_BUDGET_EXHAUSTED")
-            elif isinstance(action, CancelPendingShutdown):
-                self.w.ledger.transitions["Shutdown cancelled"] += 1
+    def execute(self, node: MachineNode, fx: tuple[Effect, ...]) -> None:
+        """Carry out a step's effects on the simulated hardware."""
+        recheck: Recheck | None = None
+        reevaluate = False
+        for effect in fx:
+            match effect:
+                case Recheck():
+                    recheck = effect
+                case ReEvaluate():
+                    reevaluate = True
+                case StopAdmission():
+                    at = self.w.now + self.w._api
+                    event = AdmissionClosed(at=self.w.at(at), source="simulator:dispatcher")
+                    self.w._schedule(at, self.deliver, (node, event))
+                    self.w._request_round()
+                case AllowAdmission():
+                    self.w._request_round()
+                case Observe(what=Observation.DEMAND):
+                    if node.reread_at is None:
+                        node.reread_at = self.w.now + self.w._api
+                        self.w._schedule(node.reread_at, self.reread, node)
+                case Observe(what=Observation.POWER):
+                    if node.poll_at is None:
+                        node.poll_at = self.poll_time(node)
+                        self.w._schedule(node.poll_at, self.poll, node)
+                case Observe(what=Observation.READY_PROBE):
+                    if node.probe_at is None:
+                        gap = (
+                            self.w._probe if node.seen_ready_at is not None else self.w._boot_probe
+                        )
+                        node.probe_at = max(self.w.now, node.last_probe + gap) + self.w._api
+                        self.w._schedule(node.probe_at, self.probe, node)
+                case Observe():  # a probe's readings, the capability, the VM list: one refresh
+                    if node.refresh_at is None:
+                        node.refresh_at = (
+                            max(self.w.now, node.last_refresh + self.w._probe) + self.w._api
+                        )
+                        self.w._schedule(node.refresh_at, self.refresh, node)
+                case SendPowerRequest(request=request):
+                    self.request(node, request)
+                case TransitionOpened(kind=kind):
+                    self.w.ledger.transitions[f"{kind.value} opened"] += 1
+                case TransitionClosed(kind=kind, outcome=outcome):
+                    self.w.ledger.transitions[f"{kind.value} {outcome}"] += 1
+                    self.w._look_again("DISRUPTION_BUDGET_EXHAUSTED")
+                case ShutdownCancelled():
+                    self.w.ledger.transitions["Shutdown cancelled"] += 1
         waiting = (
             node.poll_at is not None
             or node.probe_at is not None
@@ -313,12 +322,12 @@ class Machines:
             or node.reread_at is not None
         )
         if recheck is not None:
-            at = self.w.us(recheck.at)
+            # the machine's time, on the simulator's own clock (not the live shell's clamp)
+            at = self.w.us(recheck.asked)
             if at > self.w.now:
                 node.timer += 1
                 node.timer_at = at
                 self.w._schedule(at, self.timer, (node, node.timer))
-                rescheduled = True
             elif not waiting:
                 # A recheck due now while nothing is outstanding: look again one tick
                 # later. While a requested observation is outstanding its answer steps
@@ -326,9 +335,6 @@ class Machines:
                 # passed next-attempt time as its recheck until the probe answers).
                 node.timer += 1
                 self.w._schedule(self.w.now + self.w._tick, self.timer, (node, node.timer))
-                rescheduled = True
-            else:
-                rescheduled = True
         # An idle node that only just came on (its last reasons report progress, nothing
         # holds it) has not been judged yet: nothing else would wake it up.
         unjudged = (
@@ -336,7 +342,7 @@ class Machines:
             and not node.work.running
             and all(r in PROGRESS for r in node.state.last_reasons)
         )
-        if (decision is Decision.DEFER or unjudged) and not rescheduled and not waiting:
+        if (reevaluate or (unjudged and recheck is None)) and not waiting:
             # the shell's periodic re-evaluation
             node.timer += 1
             self.w._schedule(self.w.now + self.w._resync, self.timer, (node, node.timer))
