@@ -262,6 +262,11 @@ def _milestones(seq: list[Milestone], second_drain_step: bool) -> list[Milestone
     return out
 
 
+SIM_ACK = 1.0
+"""The harness acknowledges a closed admission as the simulator's dispatcher does: one
+`controller.apiLatency` (1 s, `_side_fleet`'s default) after the close."""
+
+
 async def _live_cycle(monkeypatch: pytest.MonkeyPatch) -> list[Milestone]:
     seen: list[Milestone] = []
 
@@ -275,9 +280,7 @@ async def _live_cycle(monkeypatch: pytest.MonkeyPatch) -> list[Milestone]:
         return result
 
     monkeypatch.setattr(live_controller, "step", spy)
-    # the harness acknowledges a closed admission as the simulator's dispatcher does:
-    # one controller.apiLatency (1 s, `_side_fleet`'s default) after the close
-    async with PowerHarness(probe_interval=5.0, acknowledge_after=1.0) as h:
+    async with PowerHarness(probe_interval=5.0, acknowledge_after=SIM_ACK) as h:
         h.side_node("side-1")  # On, idle; its BMC applies a request 5 s after accepting it
         t0 = h.clock()
         await h.start()
@@ -428,9 +431,7 @@ EDITED = {**POLICY, "idleThreshold": "120s"}
 async def _live_edit(monkeypatch: pytest.MonkeyPatch) -> list[Fed]:
     seen, spy, t0 = recorder("side-1")
     monkeypatch.setattr(live_controller, "step", spy)
-    # the harness acknowledges a closed admission as the simulator's dispatcher does:
-    # one controller.apiLatency (1 s, `_side_fleet`'s default) after the close
-    async with PowerHarness(probe_interval=5.0, acknowledge_after=1.0) as h:
+    async with PowerHarness(probe_interval=5.0, acknowledge_after=SIM_ACK) as h:
         t0.append(h.clock())
         h.side_node("side-1")
         await h.start()
