@@ -65,7 +65,7 @@ import yaml  # noqa: E402
 from bench_dispatch import proc_sample  # noqa: E402
 from bench_informer import deep_size  # noqa: E402
 from clusterkit import ClusterHandle, OperatorProcess, wait_for  # noqa: E402
-from localcluster import OPERATOR_USER, LocalCluster, free_port  # noqa: E402
+from localcluster import OPERATOR_USER, LocalCluster  # noqa: E402
 from nodewarden.api.kinds import WORKER_NODE  # noqa: E402
 from nodewarden.credentials import LABEL  # noqa: E402
 from nodewarden.kube.client import Kube, api_client_from  # noqa: E402
@@ -74,6 +74,7 @@ from nodewarden.kube.informer import Informer  # noqa: E402
 from nodewarden.kube.store import EventType  # noqa: E402
 from nodewarden.ownership import DISPATCHER_LABEL  # noqa: E402
 from nodewarden.ssh.credentials import SshClientKey  # noqa: E402
+from nodewarden_doubles.ports import unused_loopback_port  # noqa: E402
 
 BMC_USER = "bench-bmc"
 BMC_PASSWORD = "bench-bmc-password-7f3a1"
@@ -438,7 +439,7 @@ def start_operator(
     tracemalloc_out: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> OperatorProcess:
-    port = free_port()
+    port = unused_loopback_port()
     log_path = workdir / "operator.log"
     out = log_path.open("w")
     head = [sys.executable, "-m", "nodewarden"]

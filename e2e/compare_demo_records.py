@@ -69,7 +69,8 @@ from typing import Any
 
 import yaml
 
-from localcluster import REPO, free_port, kubectl_path
+from localcluster import REPO, kubectl_path
+from nodewarden_doubles.ports import unused_loopback_port
 
 NAMESPACE = "nodewarden"
 DEMO_SIDE_NODES = ("demo-side-redfish", "demo-side-wol")
@@ -402,7 +403,7 @@ def run_demo(rev: str, args: argparse.Namespace) -> dict[str, Any]:
         ),
     ):
         state = Path(tmp) / "state"
-        port = free_port()
+        port = unused_loopback_port()
         log = Path(args.log_dir or tmp) / f"demo-{sha[:12]}-{time.strftime('%H%M%S')}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {

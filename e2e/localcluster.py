@@ -25,13 +25,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,14 +40,20 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from nodewarden_doubles.ports import LOOPBACK, bind_failed, unused_loopback_port
+
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "e2e" / "controlplane" / "build.sh"
 CRD_DIR = REPO / "crds"
-LOOPBACK = "127.0.0.1"
+PORT_ATTEMPTS = 3  # starts of one control-plane process before a lost port is fatal
 
 
 class ClusterError(RuntimeError):
     """The local control plane could not be started or stopped."""
+
+
+class PortLostError(ClusterError):
+    """A control-plane process exited because another process bound its port first."""
 
 
 OPERATOR_USER = "nodewarden-operator"
@@ -64,12 +70,6 @@ rules:
 
 def log(msg: str) -> None:
     print(f">> {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def binaries_dir() -> Path:
@@ -354,9 +354,11 @@ class LocalCluster:
         last = ""
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise ClusterError(
+                tail = self._tail(what)
+                error = PortLostError if bind_failed(tail) else ClusterError
+                raise error(
                     f"{what} exited with {proc.returncode}; log: "
-                    f"{self.state_dir / 'logs'}/{what}.log\n{self._tail(what)}"
+                    f"{self.state_dir / 'logs'}/{what}.log\n{tail}"
                 )
             try:
                 if check():  # type: ignore[operator]
@@ -385,8 +387,8 @@ class LocalCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         write_pki(self.pki)
         try:
-            self._start_etcd(timeout)
-            self._start_apiserver(timeout)
+            self._on_fresh_ports("etcd", self._start_etcd, timeout)
+            self._on_fresh_ports("kube-apiserver", self._start_apiserver, timeout)
             self._start_controller_manager()
             self.kubeconfig.write_text(kubeconfig_text(self.server, self.pki, self.namespace))
             self.kubeconfig.chmod(0o600)
@@ -401,9 +403,25 @@ class LocalCluster:
         log(f"control plane up in {time.monotonic() - t0:.1f}s at {self.server}")
         return self
 
+    def _on_fresh_ports(self, name: str, start: Callable[[float], None], timeout: float) -> None:
+        """Start `name`; when it exits because another process took its port between the
+        pick and its bind, start it again on fresh ports (the old log is kept aside)."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                start(timeout)
+                return
+            except PortLostError:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                logs = self.state_dir / "logs"
+                (logs / f"{name}.log").rename(logs / f"{name}.port-lost-{attempt}.log")
+                if name == "etcd":
+                    shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+                log(f"{name} lost its port to another process; starting it on fresh ports")
+
     def _start_etcd(self, timeout: float) -> None:
         assert self.bin_dir is not None
-        client, peer = free_port(), free_port()
+        client, peer = unused_loopback_port(), unused_loopback_port()
         self.etcd_url = f"http://{LOOPBACK}:{client}"
         proc = self._spawn(
             "etcd",
@@ -430,7 +448,7 @@ class LocalCluster:
 
     def _start_apiserver(self, timeout: float) -> None:
         assert self.bin_dir is not None
-        port = free_port()
+        port = unused_loopback_port()
         self.server = f"https://{LOOPBACK}:{port}"
         pki = self.pki
         policy = self.state_dir / "audit-policy.yaml"

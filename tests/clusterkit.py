@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from calibration import scaled
-from localcluster import REPO, LocalCluster, free_port, run_kubectl
+from localcluster import REPO, LocalCluster, run_kubectl
+from nodewarden_doubles.ports import unused_loopback_port
 
 
 @dataclass
@@ -117,7 +118,7 @@ def start_operator(
 ) -> OperatorProcess:
     """`nodewarden run` on a free status port; `op.port` answers /healthz (the status
     port, or `probe_port` when the config gives the probes a listener of their own)."""
-    port = free_port()
+    port = unused_loopback_port()
     log_path = tmp_path / f"{name}.log"
     out = log_path.open("w")
     proc = subprocess.Popen(

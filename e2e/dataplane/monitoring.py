@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from nodewarden_doubles.ports import unused_loopback_port
 
 Kubectl = Callable[..., str]
 
@@ -83,9 +84,7 @@ class Prometheus:
         self.workdir = workdir
         self.kubeconfig = kubeconfig
         self.proc: subprocess.Popen[bytes] | None = None
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
+        self.port = unused_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
 
     @staticmethod

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ import requests
 from pydantic import SecretStr
 
 from clusterkit import wait_for
-from localcluster import REPO, LocalCluster, free_port, kubectl_path
+from localcluster import REPO, LocalCluster, kubectl_path
+from nodewarden_doubles.ports import unused_loopback_port
 from nodewarden_doubles.sidenode.process import SideNodeAdmin
 from nodewarden_doubles.sidenode.server import STATE_FILE, TOKEN_FILE
 
@@ -221,7 +223,7 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
             sys.executable,
             str(REPO / "e2e" / "demo.py"),
             f"--state-dir={state}",
-            f"--http-port={free_port()}",
+            f"--http-port={unused_loopback_port()}",
             "--duration=600",  # a backstop only; the test stops it with SIGINT
         ],
         stdout=log,
@@ -236,8 +238,19 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
     )
     demo = Demo(state, tmp_path)
     pids: dict[str, int] = {}
+
+    def while_running(predicate: Callable[[], Any]) -> Callable[[], Any]:
+        """`predicate`, but a demo that has exited fails the wait now, not at its deadline."""
+
+        def check() -> Any:
+            if proc.poll() is not None:
+                raise AssertionError(f"the demo exited with {proc.returncode} before it was up")
+            return predicate()
+
+        return check
+
     try:
-        wait_for(demo.kubeconfig.exists, timeout=120, what="demo kubeconfig")
+        wait_for(while_running(demo.kubeconfig.exists), timeout=120, what="demo kubeconfig")
         pids.update(json.loads((state / "pids.json").read_text())["pids"])
         assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager"}
 
@@ -248,7 +261,9 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
                 return None
             return recorded if "operator" in recorded else None
 
-        recorded = wait_for(operator_started, timeout=120, what="the demo's operator started")
+        recorded = wait_for(
+            while_running(operator_started), timeout=120, what="the demo's operator started"
+        )
         assert set(recorded) == {"stub-cloud", "side-nodes", "sushy-emulator", "operator"}
         pids.update(recorded)
         admin = demo.admin()

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from clusterkit import ClusterHandle, start_operator, wait_for
-from localcluster import free_port
+from nodewarden_doubles.ports import unused_loopback_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -129,7 +129,11 @@ async def _probe_under_flood(ports: dict[str, int], pid: int) -> dict[str, objec
 def test_300_half_open_connections_per_port_fail_no_probe(
     cluster: ClusterHandle, namespace: str, tmp_path: Path
 ) -> None:
-    ports = {"api": free_port(), "metrics": free_port(), "probes": free_port()}
+    ports = {
+        "api": unused_loopback_port(),
+        "metrics": unused_loopback_port(),
+        "probes": unused_loopback_port(),
+    }
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(

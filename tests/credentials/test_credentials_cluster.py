@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,6 +40,7 @@ from nodewarden.redfish import RedfishClient
 from nodewarden.ssh import LoopbackOnlyResolver, SshClientKey, SshProber
 from nodewarden.wol import WakeOnLanSender
 from nodewarden_doubles.fakebmc import FakeBmc, FakeBmcOptions
+from nodewarden_doubles.ports import unused_loopback_port
 from nodewarden_doubles.stubworker import StubWorker, StubWorkerConfig
 
 pytestmark = pytest.mark.cluster
@@ -58,12 +58,6 @@ class Udp(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self.packets.append(data)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def kubectl_as(cluster: ClusterHandle, ns: str, user: str, *args: str, **kw: Any) -> Any:
@@ -136,7 +130,7 @@ async def listeners() -> AsyncIterator[dict[str, Any]]:
     ssh_port = await worker.start()
     udp = Udp()
     loop = asyncio.get_running_loop()
-    udp_port = free_port()
+    udp_port = unused_loopback_port()
     transport, _ = await loop.create_datagram_endpoint(lambda: udp, ("127.0.0.1", udp_port))
     try:
         yield {

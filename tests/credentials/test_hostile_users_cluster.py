@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from nodewarden.credentials import LABEL
 from nodewarden.credentials.designation import CREDENTIAL_FIELDS, PUBLIC_ROLES
 from nodewarden.ssh import SshClientKey
 from nodewarden_doubles.fakebmc import FakeBmc, FakeBmcOptions
+from nodewarden_doubles.ports import unused_loopback_port
 from nodewarden_doubles.stubworker import StubWorker, StubWorkerConfig
 
 pytestmark = pytest.mark.cluster
@@ -86,12 +86,6 @@ RIGHT = {
     "spec.ssh.knownHostsSecretRef": ("fleet-ssh", "knownHosts"),
     "spec.wakeOnLan.secureOnSecretRef": ("fleet-wol", "secureOn"),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -197,7 +191,7 @@ async def peers() -> AsyncIterator[Peers]:
     keys = (OPERATOR_KEY.public_key, NODE_KEY.public_key)
     worker = StubWorker(StubWorkerConfig(authorized_keys=keys))
     ssh_port = await worker.start()
-    placeholder = Peers("", context, shared, rotating, {}, worker, ssh_port, free_port())
+    placeholder = Peers("", context, shared, rotating, {}, worker, ssh_port, unused_loopback_port())
     for name, _, _, _, own in combo_names():
         if own:
             placeholder.own[name] = await bmc()

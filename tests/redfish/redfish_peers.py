@@ -8,7 +8,6 @@ only what sushy-tools cannot do.
 
 from __future__ import annotations
 
-import socket
 import ssl
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pydantic import SecretStr
 
 from nodewarden.redfish import RedfishEndpointConfig
 from nodewarden_doubles.fakebmc import FakeBmc
+from nodewarden_doubles.ports import unused_loopback_port
 
 SUSHY_BIN = Path(sys.executable).with_name("sushy-emulator")
 SUSHY_USER = "sushy-admin"
@@ -40,12 +40,6 @@ SUSHY_SYSTEMS = {
     "node-wake": "Off",
     "node-nmi": "On",
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -119,7 +113,7 @@ def start_sushy(base: Path, ca: trustme.CA) -> SushyEmulator:
     ]
     log_path = base / "sushy.log"
     for _attempt in range(3):  # the free port may be taken between probe and bind
-        port = free_port()
+        port = unused_loopback_port()
         state_dir = base / f"state-{port}"
         state_dir.mkdir()
         config = base / "sushy.conf"

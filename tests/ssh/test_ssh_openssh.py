@@ -36,6 +36,7 @@ from nodewarden.ssh import (
     SshTarget,
 )
 from nodewarden.ssh.facts import Inhibitor
+from nodewarden_doubles.ports import unused_loopback_port
 from nodewarden_doubles.stubworker import render
 
 SSHD = "/usr/sbin/sshd"
@@ -80,12 +81,6 @@ class Sshd:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_for_banner(port: int, proc: subprocess.Popen[bytes], deadline_s: float = 15) -> None:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
@@ -113,7 +108,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     authorized = work / "authorized_keys"
     authorized.write_text(client_key.public_key + "\n")
     authorized.chmod(0o600)
-    port = _free_port()
+    port = unused_loopback_port()
     log = work / "sshd.log"
     config = work / "sshd_config"
     config.write_text(

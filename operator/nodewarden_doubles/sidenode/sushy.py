@@ -23,7 +23,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 import aiohttp
 from pydantic import SecretStr
 
+from nodewarden_doubles.ports import unused_loopback_port
 from nodewarden_doubles.sidenode.power import Power
 
 _PR_SET_PDEATHSIG = 1
@@ -58,12 +58,6 @@ def default_command() -> str:
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SushyEmulator:
@@ -150,7 +144,7 @@ class SushyEmulator:
         self.workdir.mkdir(parents=True, exist_ok=True)
         htpasswd = self._write_htpasswd()
         for _attempt in range(3):  # the free port may be taken between probe and bind
-            port = _free_port()
+            port = unused_loopback_port()
             config = self._write_config(port, htpasswd)
             with self.log_path.open("ab") as log:
                 process = await asyncio.create_subprocess_exec(
