@@ -29,15 +29,15 @@ _random = random.SystemRandom()
 
 
 def _range() -> tuple[int, int]:
-    """The ports below the kernel's ephemeral range, or the default when unreadable."""
+    """The ports below the kernel's ephemeral range (above it when it starts too low), or
+    the default when the range cannot be read."""
     try:
-        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        low, high = (int(bound) for bound in _EPHEMERAL_RANGE.read_text().split()[:2])
+    except (OSError, ValueError):
         return _FALLBACK
-    high = int(_EPHEMERAL_RANGE.read_text().split()[1])
     if low - 1 - _LOWEST >= 1_000:
         return (_LOWEST, low - 1)
-    if 65_535 - high >= 1_000:  # an ephemeral range reaching this low: use the ports above it
+    if 65_535 - high >= 1_000:
         return (high + 1, 65_535)
     return _FALLBACK
 
