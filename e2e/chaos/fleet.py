@@ -125,6 +125,9 @@ class ChaosFleet:
     """(seconds after t0, WorkerNode, state) at each state change the run loop saw."""
     armed: dict[Trigger, str] = field(default_factory=dict)
     """Each drain trigger's stage (waiting, slowed, fired)."""
+    stages: list[tuple[float, str, str]] = field(default_factory=list)
+    """(seconds after t0, trigger kind, stage) at each stage change: told when a trigger
+    never fired."""
     slowed: str | None = None
     """The side node whose SSH commands a leader-kill slowed, until restored."""
     slowed_at: float = 0.0
@@ -309,8 +312,7 @@ class ChaosFleet:
             self._restart_exited()
             nodes = {n["metadata"]["name"]: n for n in self.cloud.nodes()}
             self._record_states(nodes)
-            for trigger, stage in armed.items():
-                armed[trigger] = self._advance(trigger, stage, nodes, releases)
+            self._advance_all(nodes, releases)
             current = self.holder()
             if current and current != holder:
                 if holder:
@@ -331,7 +333,7 @@ class ChaosFleet:
                 self.drained_at = time.monotonic()
                 self.note("drained", f"{Counter(phases.values())}")
                 return True
-            time.sleep(1.0)  # the run loop's poll interval (bounded by `deadline`)
+            self._watch_slowed(releases, 1.0)  # the run loop's poll interval
 
     def _fire(self, fault: TimedFault, releases: list[tuple[float, str, Any]]) -> TimedFault | None:
         """Inject `fault`; None when done, else what to fire in 3 s (the same fault when
@@ -450,6 +452,50 @@ class ChaosFleet:
         self.cloud.stub.admin.poweroff(vm.id)
         self.note("vm-dies", f"{vm.id} ({len(vm.running_containers)} containers)")
         return True
+
+    def _advance_all(
+        self, nodes: dict[str, dict[str, Any]], releases: list[tuple[float, str, Any]]
+    ) -> None:
+        for trigger, stage in self.armed.items():
+            moved = self._advance(trigger, stage, nodes, releases)
+            if moved != stage:
+                self.armed[trigger] = moved
+                self.stages.append((round(self.now(), 1), trigger.kind, moved))
+
+    def _watch_slowed(self, releases: list[tuple[float, str, Any]], seconds: float) -> None:
+        """Wait `seconds`; while a trigger's node is slowed, read that node every 0.25 s
+        meanwhile. A round of the run loop takes several seconds on a loaded machine, a
+        drain can be shorter, and a drain the loop never saw leaves its trigger armed
+        until the deadline (CI, seed 227255: side-d's inhibitor never injected)."""
+        end = time.monotonic() + seconds
+        while True:
+            watched = sorted({t.node for t, stage in self.armed.items() if stage == "slowed"})
+            if watched:
+                out = self.cluster.kubectl(
+                    "-n", self.namespace, "get", "workernodes", *watched, "-o", "json",
+                    check=False,
+                )  # fmt: skip
+                if out.returncode == 0:
+                    data = json.loads(out.stdout)  # one name: the object itself, not a List
+                    nodes = {n["metadata"]["name"]: n for n in data.get("items", [data])}
+                    self._record_states(nodes)
+                    self._advance_all(nodes, releases)
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.25) if watched else left)
+
+    def trigger_story(self) -> str:
+        """Each drain trigger's stage changes and its node's states, for a failure."""
+        lines = []
+        for trigger, stage in self.armed.items():
+            states = ", ".join(f"{t:g} {s}" for t, n, s in self.node_states if n == trigger.node)
+            moves = ", ".join(f"{t:g} {s}" for t, k, s in self.stages if k == trigger.kind)
+            lines.append(
+                f"  {trigger.kind} on {trigger.node}: {stage}; stages: {moves or '-'}; "
+                f"{trigger.node} states: {states or '-'}"
+            )
+        return "\n".join(lines)
 
     def _advance(
         self,

@@ -139,7 +139,7 @@ def run_chaos(
         failed = {name: v for name, v in results.items() if v}
         assert not failed and not missing, (
             f"{len(failed)} invariant(s) violated; faults never injected: {missing}\n"
-            f"{figures}\n{header}"
+            f"{figures}\ndrain triggers:\n{fleet.trigger_story()}\n{header}"
         )
     except BaseException:
         shout(f"chaos run FAILED\n{header}")
