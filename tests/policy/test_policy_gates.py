@@ -707,3 +707,28 @@ def test_wake_desired_off_or_hold_never_wakes() -> None:
 def test_wake_disruption_budget_defers() -> None:
     ev = wake(off_facts(fleet=fleet(in_progress=1)), pol=BUDGET_1)
     assert ev.decision is Decision.DEFER and R.DISRUPTION_BUDGET_EXHAUSTED in ev.reasons
+
+
+def test_an_evaluation_runs_its_table_once_in_order() -> None:
+    """The gates of an evaluation are the entries of its table, each run once, in order
+    (the table is compiled into one call sequence at import: `gates._in_order`)."""
+    from nodewarden.policy import gates
+
+    shutdown = evaluate_shutdown(idle_facts(), NOW, policy(), on_state())
+    assert [g.gate for g in shutdown.gates] == [name for name, _ in gates.SHUTDOWN_GATES]
+    wake = evaluate_wake(off_facts(), NOW, policy(), off_state())
+    assert [g.gate for g in wake.gates] == [name for name, _ in gates.WAKE_GATES]
+
+    calls: list[str] = []
+
+    def gate(name: str) -> Any:
+        def judge(c: Any) -> str:
+            calls.append(name)
+            return f"{name}:{c}"
+
+        return judge
+
+    table = tuple((GateName(n), gate(n)) for n in ("policy", "work", "power"))
+    run = gates._in_order(table, "probe")
+    assert run("c") == ("policy:c", "work:c", "power:c")
+    assert calls == ["policy", "work", "power"]

@@ -45,6 +45,7 @@ from typing import Literal
 from nodewarden.policy.evaluation import (
     Evaluation,
     Evidence,
+    GateInputs,
     GateName,
     GateResult,
     TimingMeasure,
@@ -55,15 +56,14 @@ from nodewarden.policy.evaluation import (
 )
 from nodewarden.policy.facts import FactName, NodeFacts, Reading, VmReading
 from nodewarden.policy.gateblocks import (
-    SHUTDOWN_ACTIONS,
-    capability_gate,
-    demand_gate_for,
-    desired_gate,
+    control_available,
     drain_context,
+    drained,
     fleet_gate,
-    policy_gate,
+    no_demand,
+    policy_valid,
     power_gate,
-    work_gate_for,
+    transition_wanted,
 )
 from nodewarden.policy.nodemanager import (
     BillingWindowState,
@@ -314,9 +314,13 @@ def evaluate_vm_shutdown(
     facts: NodeFacts, now: datetime, policy: PolicyView, state: NodePowerState | None = None
 ) -> Evaluation:
     """The shutdown evaluation of a cloud VM (see the module docstring)."""
-    pol_gate = policy_gate(policy)
+    admission, admission_since, draining, floor = drain_context(state)
+    c = GateInputs(
+        True, facts, now, policy, state, facts.intent, admission, admission_since, draining, floor
+    )
+    pol_gate = policy_valid(c)
     vm = facts.vm
-    refresh: list[FactName] = []
+    refresh = c.refresh
     if vm is None:
         rule_gate = gate_result(
             GateName.NODE_MANAGER, [R.TELEMETRY_MISSING], (Evidence("vm", "missing", "-", None),)
@@ -337,8 +341,7 @@ def evaluate_vm_shutdown(
             (Evidence("deletion", "requested", "WorkerNode", None),),
         )
     else:
-        wanted, _ = desired_gate(facts.desired, facts.intent, shutdown=True)
-    admission, admission_since, _draining, floor = drain_context(state)
+        wanted = transition_wanted(c)  # its `forced` is not the rule's: set below
     demand = facts.demand
     work = facts.work
     power = facts.power
@@ -353,10 +356,11 @@ def evaluate_vm_shutdown(
             demand_g = _skipped(GateName.DEMAND, "the node takes no new work")
             named = (("work", work), ("power", power), ("vm", vm))
         else:
-            demand_g = demand_gate_for(demand, admission, floor, refresh)
+            demand_g = no_demand(c)
             named = (("demand", demand), ("work", work), ("power", power), ("vm", vm))
         going = fired.rule is not None and fired.code is not R.IDLE_EXCEEDED
-        work_g = work_gate_for(work, admission, admission_since, floor, going, refresh)
+        c.forced = going
+        work_g = drained(c)
         if fired.code is R.IDLE_EXCEEDED:
             # min warm nodes only: the disruption budget protects fixed capacity
             fleet_g = fleet_gate(
@@ -373,7 +377,7 @@ def evaluate_vm_shutdown(
     # a stopped VM is destroyed like a running one (only leaving the list confirms it gone)
     stopped = forced and vm is not None and vm.stopped and power is not None
     pwr_gate = power_gate(power, "Off" if stopped else "On", R.ALREADY_OFF)
-    cap_gate, action = capability_gate(facts.capability, policy, SHUTDOWN_ACTIONS)
+    cap_gate = control_available(c)
     gates = (pol_gate, wanted, rule_gate, demand_g, work_g, tel_gate, pwr_gate, cap_gate, fleet_g)
     # A VM that should go anyway (forced, broken, pinned off, drain) waits for queued
     # demand instead of being kept for it; an idle VM is kept when work fits it.
@@ -387,7 +391,7 @@ def evaluate_vm_shutdown(
         decision=decision,
         reasons=reasons,
         gates=gates,
-        action=action,
+        action=c.action,
         recheck_at=latest_recheck(gates) if decision is Decision.DEFER else None,
         overrides_applied=(),
         timing=_timing(facts, fired, now, policy) if vm is not None else (),

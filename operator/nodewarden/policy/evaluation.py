@@ -188,9 +188,12 @@ class GateInputs:
 
     The gates of a table run in order on one `GateInputs`; a gate may read what an
     earlier gate set (`forced` is set by the desired gate) and adds to `refresh`,
-    `applied`, `action`, `timing` and the telemetry fields. Local to one evaluation.
+    `applied`, `action`, `timing` and the telemetry fields. Local to one evaluation;
+    built positionally (keyword arguments to a class cost twice as much).
     """
 
+    shutdown: bool
+    """The direction evaluated: a shutdown (True) or a wake (False)."""
     facts: NodeFacts
     now: datetime
     policy: PolicyView

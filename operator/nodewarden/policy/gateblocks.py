@@ -2,13 +2,17 @@
 (`cloudvm`): policy, desired, demand, work, power, capability and fleet, and the
 control-method action tables.
 
-Each block takes the readings it judges rather than the whole NodeFacts, and reads each
-reading's fields once into locals: attribute reads on pydantic models cost ~4x those on
-plain objects, and a fleet evaluation makes ~100 per node. Gate results that depend on
-nothing but the policy, or on no input at all (the policy gate, the desired gate when
-neither spec.power nor an intent is supplied, the fleet gate without a fleet reading),
-are built once and shared by every evaluation; gate results are read-only (see
-`evaluation.Evidence`).
+The blocks both callers judge the same way are gates themselves: they take the
+evaluation in progress (`GateInputs`) and are entries of `gates.SHUTDOWN_GATES` /
+`gates.WAKE_GATES` as they are (one call per gate; `cloudvm` builds a `GateInputs` too).
+`power_gate` and `fleet_gate` take their readings and options instead, because the
+cloud-VM rules call them with other ones (a stopped VM must be Off; no disruption
+budget). Each block reads each reading's fields once into locals: attribute reads on
+pydantic models cost ~4x those on plain objects, and a fleet evaluation makes ~100 per
+node. Gate results that depend on nothing but the policy, or on no input at all (the
+policy gate, the desired gate when neither spec.power nor an intent is supplied, the
+fleet gate without a fleet reading), are built once and shared by every evaluation; gate
+results are read-only (see `evaluation.Evidence`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Literal
 from nodewarden.api.powerpolicy import ResetAction
 from nodewarden.policy.evaluation import (
     Evidence,
+    GateInputs,
     GateName,
     GateResult,
     Verdict,
@@ -26,14 +31,8 @@ from nodewarden.policy.evaluation import (
     gate_result,
 )
 from nodewarden.policy.facts import (
-    CapabilityReading,
-    DemandReading,
-    DesiredReading,
-    FactName,
     FleetReading,
-    ManualIntent,
     PowerReading,
-    WorkReading,
 )
 from nodewarden.policy.reasons import ReasonCode
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
@@ -75,7 +74,9 @@ _SHUTDOWN_KIND = TransitionKind.SHUTDOWN
 _ADMISSION_TEXT: dict[AdmissionState, str] = {a: a.value for a in AdmissionState}
 
 
-def policy_gate(policy: PolicyView) -> GateResult:
+def policy_valid(c: GateInputs) -> GateResult:
+    """The policy is valid and not paused (built once per policy version)."""
+    policy = c.policy
     cached: GateResult | None = policy.memo.get("policy_gate")
     if cached is None:
         cached = policy.memo["policy_gate"] = _compute_policy_gate(policy)
@@ -104,17 +105,17 @@ _DEFAULT_DESIRED_EVIDENCE = (
 _DEFAULT_DESIRED_PASS = GateResult(_G_DESIRED, _PASS, (), _DEFAULT_DESIRED_EVIDENCE)
 
 
-def desired_gate(
-    desired: DesiredReading | None, intent: ManualIntent | None, shutdown: bool
-) -> tuple[GateResult, bool]:
-    """Is the transition wanted, and is it forced (manual, or pinned by spec.power)?
+def transition_wanted(c: GateInputs) -> GateResult:
+    """Is the transition wanted? Sets `c.forced` when it is forced (manual, or pinned by
+    spec.power).
 
     A pinned spec.power wins over everything (a node pinned On is never switched off,
     one pinned Off never woken, manual intents included); then a manual intent; then
     spec.power / idleBehavior; then the policy."""
+    desired, intent, shutdown = c.facts.desired, c.intent, c.shutdown
     if desired is None and intent is None:
         # Auto/run and no intent: wanted if the other gates agree, never forced.
-        return _DEFAULT_DESIRED_PASS, False
+        return _DEFAULT_DESIRED_PASS
     power = desired.power if desired is not None else "Auto"
     behavior = desired.idle_behavior if desired is not None else "run"
     evidence: tuple[Evidence, ...] = (
@@ -130,31 +131,35 @@ def desired_gate(
         else _DEFAULT_DESIRED_EVIDENCE
     )
     if shutdown and power == "On":
-        return gate_result(_G_DESIRED, [R.DESIRED_ON], evidence), False
+        return gate_result(_G_DESIRED, [R.DESIRED_ON], evidence)
     if not shutdown and power == "Off":
-        return gate_result(_G_DESIRED, [R.DESIRED_OFF], evidence), False
+        return gate_result(_G_DESIRED, [R.DESIRED_OFF], evidence)
     if intent is not None:
         evidence = (*evidence, evidence_of("intent", f"{intent.action} ({intent.name})", intent))
         action = intent.action
         if action == "Restart":
-            return gate_result(_G_DESIRED, [R.INTENT_NOT_SUPPORTED], evidence), False
+            return gate_result(_G_DESIRED, [R.INTENT_NOT_SUPPORTED], evidence)
         if action == "Drain":
-            return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
+            return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence)
         if (action == "Shutdown") == shutdown:
-            return GateResult(_G_DESIRED, _PASS, (), evidence), True
+            c.forced = True
+            return GateResult(_G_DESIRED, _PASS, (), evidence)
         code = R.DESIRED_ON if shutdown else R.DESIRED_OFF
-        return gate_result(_G_DESIRED, [code], evidence), False
+        return gate_result(_G_DESIRED, [code], evidence)
     if shutdown:
         if power == "Off":
-            return GateResult(_G_DESIRED, _PASS, (), evidence), True
+            c.forced = True
+            return GateResult(_G_DESIRED, _PASS, (), evidence)
         if behavior == "hold":
-            return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
-        return GateResult(_G_DESIRED, _PASS, (), evidence), behavior == "drain"
+            return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence)
+        c.forced = behavior == "drain"
+        return GateResult(_G_DESIRED, _PASS, (), evidence)
     if power == "On":
-        return GateResult(_G_DESIRED, _PASS, (), evidence), True
+        c.forced = True
+        return GateResult(_G_DESIRED, _PASS, (), evidence)
     if behavior != "run":
-        return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence), False
-    return GateResult(_G_DESIRED, _PASS, (), evidence), False
+        return gate_result(_G_DESIRED, [R.IDLE_BEHAVIOR_HOLD], evidence)
+    return GateResult(_G_DESIRED, _PASS, (), evidence)
 
 
 def power_gate(
@@ -174,13 +179,15 @@ def power_gate(
     return GateResult(_G_POWER, _FAIL, (R.POWER_STATE_UNKNOWN,), evidence)
 
 
-def capability_gate(
-    cap: CapabilityReading | None, policy: PolicyView, table: dict[str, tuple[ResetAction, ...]]
-) -> tuple[GateResult, ResetAction | None]:
+def control_available(c: GateInputs) -> GateResult:
+    """The control method exists and an action of the direction evaluated is both
+    allowable on the node and allowed by the policy; sets `c.action` to it."""
+    cap, policy = c.facts.capability, c.policy
+    table = SHUTDOWN_ACTIONS if c.shutdown else WAKE_ACTIONS
     evidence: tuple[Evidence, ...]
     if cap is None:
         evidence = (Evidence("controlMethod", "unknown", "-", None),)
-        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence)
     method = cap.control_method
     allowable = cap.allowable
     source, seen = cap.source, cap.observed_at
@@ -195,24 +202,22 @@ def capability_gate(
     )
     if cap.refusal is not None:
         evidence = (*evidence, Evidence("credentials", cap.refusal, source, seen))
-        return (
-            gate_result(
-                _G_CAPABILITY, [R.CREDENTIALS_REFUSED, R.POWER_CONTROL_UNAVAILABLE], evidence
-            ),
-            None,
+        return gate_result(
+            _G_CAPABILITY, [R.CREDENTIALS_REFUSED, R.POWER_CONTROL_UNAVAILABLE], evidence
         )
     candidates = table.get(method, ())
     if not candidates or allowable is None:
-        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence)
     # The first candidate (in table order) the node allows and the policy permits.
     supported = False
     for candidate in candidates:
         if candidate in allowable:
             supported = True
             if candidate in policy.allowed_actions:
-                return GateResult(_G_CAPABILITY, _PASS, (), evidence), candidate
+                c.action = candidate
+                return GateResult(_G_CAPABILITY, _PASS, (), evidence)
     if not supported:
-        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence), None
+        return gate_result(_G_CAPABILITY, [R.POWER_CONTROL_UNAVAILABLE], evidence)
     evidence = (
         *evidence,
         Evidence(
@@ -222,7 +227,7 @@ def capability_gate(
             None,
         ),
     )
-    return gate_result(_G_CAPABILITY, [R.ACTION_NOT_ALLOWED], evidence), None
+    return gate_result(_G_CAPABILITY, [R.ACTION_NOT_ALLOWED], evidence)
 
 
 _FLEET_NOT_SUPPLIED = GateResult(
@@ -292,13 +297,9 @@ def drain_context(
     return admission, admission_since, draining, floor
 
 
-def demand_gate_for(
-    demand: DemandReading | None,
-    admission: AdmissionState,
-    floor: datetime | None,
-    refresh: list[FactName],
-) -> GateResult:
+def no_demand(c: GateInputs) -> GateResult:
     """No qualified queued demand; once admission is closed, re-read after closing."""
+    demand = c.facts.demand
     if demand is None:
         return GateResult(
             _G_DEMAND, _FAIL, (R.TELEMETRY_MISSING,), (Evidence("queued", "missing", "-", None),)
@@ -306,9 +307,9 @@ def demand_gate_for(
     queued = demand.queued
     demand_seen = demand.observed_at
     d_reasons: tuple[ReasonCode, ...] = (R.DEMAND_PRESENT,) if queued > 0 else ()
-    if admission is _CLOSED and (floor is None or demand_seen < floor):
+    if c.admission is _CLOSED and ((floor := c.floor) is None or demand_seen < floor):
         d_reasons = (*d_reasons, R.DEMAND_NOT_REREAD)
-        refresh.append("demand")
+        c.refresh.append("demand")
     return GateResult(
         _G_DEMAND,
         _FAIL if d_reasons else _PASS,
@@ -317,16 +318,10 @@ def demand_gate_for(
     )
 
 
-def work_gate_for(
-    work: WorkReading | None,
-    admission: AdmissionState,
-    admission_since: datetime | None,
-    floor: datetime | None,
-    forced: bool,
-    refresh: list[FactName],
-) -> GateResult:
+def drained(c: GateInputs) -> GateResult:
     """No active jobs, admission confirmed closed, drain complete (a job count read after
-    admission closed shows 0). `forced`: running work means drain, not "busy"."""
+    admission closed shows 0). `c.forced`: running work means drain, not "busy"."""
+    work, admission, admission_since = c.facts.work, c.admission, c.admission_since
     admission_ev = Evidence("admission", _ADMISSION_TEXT[admission], "nodewarden", admission_since)
     if work is None:
         w_evidence: tuple[Evidence, ...] = (
@@ -338,17 +333,18 @@ def work_gate_for(
     work_seen = work.observed_at
     w_evidence = (Evidence("activeJobs", active, work.source, work_seen), admission_ev)
     if admission is not _CLOSED:
-        code = R.ACTIVE_WORK if active > 0 and not forced else R.ADMISSION_OPEN
+        code = R.ACTIVE_WORK if active > 0 and not c.forced else R.ADMISSION_OPEN
         return GateResult(_G_WORK, _FAIL, (code,), w_evidence)
-    if active > 0 or floor is None or work_seen < floor:
-        refresh.append("work")
+    if active > 0 or (floor := c.floor) is None or work_seen < floor:
+        c.refresh.append("work")
         return GateResult(_G_WORK, _FAIL, (R.DRAIN_INCOMPLETE,), w_evidence)
     return GateResult(_G_WORK, _PASS, (), w_evidence)
 
 
-def wake_demand_gate(demand: DemandReading | None, forced: bool) -> GateResult:
+def demand_present(c: GateInputs) -> GateResult:
     """Qualified demand present (waived for a Wake intent or spec.power On)."""
-    if forced:
+    demand = c.facts.demand
+    if c.forced:
         return GateResult(
             _G_DEMAND,
             _WAIVED,

@@ -1,7 +1,7 @@
 """The gates an audited override may waive, and the override rules themselves.
 
-    inhibitor_gate(inhibitors, intent, policy) -> (GateResult, waived)
-    identity_gate(identity, capability, intent, now, max_age, refresh) -> (GateResult, waived)
+    no_inhibitor(c) -> GateResult   (adds "inhibitors" to c.applied when waived)
+    same_machine(c) -> GateResult   (adds "identity" to c.applied when waived)
     force_off_permitted(facts, policy) -> bool   (ForceOff after a failed GracefulShutdown)
 
 An override is only ever applied for a Manual Shutdown intent whose requester the API
@@ -11,11 +11,10 @@ OVERRIDE_APPLIED, and the evaluation lists the override as applied.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 from nodewarden.policy.base import CLOCK_SKEW_TOLERANCE
 from nodewarden.policy.evaluation import (
     Evidence,
+    GateInputs,
     GateName,
     GateResult,
     Verdict,
@@ -23,10 +22,6 @@ from nodewarden.policy.evaluation import (
     gate_result,
 )
 from nodewarden.policy.facts import (
-    CapabilityReading,
-    FactName,
-    IdentityReading,
-    InhibitorReading,
     ManualIntent,
     NodeFacts,
 )
@@ -71,38 +66,26 @@ def force_off_permitted(facts: NodeFacts, policy: PolicyView) -> bool:
     return cap is not None and cap.allowable is not None and "ForceOff" in cap.allowable
 
 
-def inhibitor_gate(
-    inhibitors: InhibitorReading | None, intent: ManualIntent | None, policy: PolicyView
-) -> tuple[GateResult, bool]:
+def no_inhibitor(c: GateInputs) -> GateResult:
     """No block-mode systemd inhibitor on shutdown, unless an audited override permitted
-    by the policy is present. The gate result and whether the override was applied."""
+    by the policy is present (then "inhibitors" is added to `c.applied`)."""
+    inhibitors, intent = c.facts.inhibitors, c.intent
     if inhibitors is None:
-        return (
-            gate_result(
-                _G_INHIBITORS,
-                [R.TELEMETRY_MISSING],
-                (Evidence("inhibitors", "missing", "-", None),),
-            ),
-            False,
+        return gate_result(
+            _G_INHIBITORS, [R.TELEMETRY_MISSING], (Evidence("inhibitors", "missing", "-", None),)
         )
     held = inhibitors.inhibitors
     blocking = inhibitors.blocking if held else ()
     if not blocking:
-        return (
-            GateResult(
-                _G_INHIBITORS,
-                _PASS,
-                (),
-                (
-                    Evidence(
-                        "blocking",
-                        f"0 of {len(held)} held",
-                        inhibitors.source,
-                        inhibitors.observed_at,
-                    ),
+        return GateResult(
+            _G_INHIBITORS,
+            _PASS,
+            (),
+            (
+                Evidence(
+                    "blocking", f"0 of {len(held)} held", inhibitors.source, inhibitors.observed_at
                 ),
             ),
-            False,
         )
     i_ev = tuple(
         evidence_of("inhibitor", f"{i.what} by {i.who or '?'} ({i.mode}): {i.why}", inhibitors)
@@ -114,7 +97,7 @@ def inhibitor_gate(
         and intent.override is not None
         and intent.override.inhibitors
     )
-    if wants_override and override_allowed(intent, policy):
+    if wants_override and override_allowed(intent, c.policy):
         assert intent is not None
         i_ev = (
             *i_ev,
@@ -124,17 +107,14 @@ def inhibitor_gate(
                 intent,
             ),
         )
-        return (
-            gate_result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_APPLIED], i_ev, waived=True),
-            True,
+        c.applied = (*c.applied, "inhibitors")
+        return gate_result(
+            _G_INHIBITORS, [R.INHIBITOR_ACTIVE, R.OVERRIDE_APPLIED], i_ev, waived=True
         )
     if wants_override:
         assert intent is not None
-        return (
-            gate_result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE, override_refusal(intent)], i_ev),
-            False,
-        )
-    return gate_result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev), False
+        return gate_result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE, override_refusal(intent)], i_ev)
+    return gate_result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev)
 
 
 _IDENTITY_NOT_NEEDED = GateResult(
@@ -145,23 +125,20 @@ _IDENTITY_NOT_NEEDED = GateResult(
 )
 
 
-def identity_gate(
-    identity: IdentityReading | None,
-    cap: CapabilityReading | None,
-    intent: ManualIntent | None,
-    now: datetime,
-    max_age: timedelta,
-    refresh: list[FactName],
-) -> tuple[GateResult, bool]:
+def same_machine(c: GateInputs) -> GateResult:
     """Does the BMC that would switch the node off manage the host whose work, inhibitors
-    and uptime were read? (docs/security.md, "One machine, one BMC"). The gate result and
-    whether an audited override let the recorded match stand in."""
+    and uptime were read? (docs/security.md, "One machine, one BMC"). When an audited
+    override lets the recorded match stand in, "identity" is added to `c.applied`."""
+    facts = c.facts
+    cap = facts.capability
     if cap is None or cap.control_method != "Redfish":
-        return _IDENTITY_NOT_NEEDED, False
+        return _IDENTITY_NOT_NEEDED
+    identity, intent, now, refresh = facts.identity, c.intent, c.now, c.refresh
+    max_age = c.policy.telemetry_max_age
     if identity is None or identity.bmc_uuid is None:
         evidence = (Evidence("bmcUuid", "unknown", "-", None),)
         refresh.append("identity")
-        return gate_result(GateName.IDENTITY, [R.IDENTITY_UNVERIFIED], evidence), False
+        return gate_result(GateName.IDENTITY, [R.IDENTITY_UNVERIFIED], evidence)
     bmc = identity.bmc_uuid
     evidence_list = [Evidence("bmcUuid", bmc, identity.bmc_source, identity.bmc_observed_at)]
     host, host_at = identity.host_uuid, identity.host_observed_at
@@ -174,13 +151,13 @@ def identity_gate(
         )
     )
     if host is not None and host != bmc:
-        return gate_result(GateName.IDENTITY, [R.IDENTITY_MISMATCH], tuple(evidence_list)), False
+        return gate_result(GateName.IDENTITY, [R.IDENTITY_MISMATCH], tuple(evidence_list))
     fresh = (
         host_at is not None and host_at <= now + CLOCK_SKEW_TOLERANCE and now - host_at <= max_age
     )
     if host is not None and fresh:
         evidence_list.append(Evidence("match", True, identity.host_source, host_at))
-        return GateResult(GateName.IDENTITY, _PASS, (), tuple(evidence_list)), False
+        return GateResult(GateName.IDENTITY, _PASS, (), tuple(evidence_list))
     refresh.append("identity")
     # unreadable (the command failed) needs a person; not read yet, or read too long ago,
     # waits for the next probe like any other telemetry
@@ -215,10 +192,8 @@ def identity_gate(
                 "override", f"{intent.name} by {intent.requested_by} (recorded match)", intent
             )
         )
-        return (
-            gate_result(
-                GateName.IDENTITY, [code, R.OVERRIDE_APPLIED], tuple(evidence_list), waived=True
-            ),
-            True,
+        c.applied = (*c.applied, "identity")
+        return gate_result(
+            GateName.IDENTITY, [code, R.OVERRIDE_APPLIED], tuple(evidence_list), waived=True
         )
-    return gate_result(GateName.IDENTITY, [code], tuple(evidence_list)), False
+    return gate_result(GateName.IDENTITY, [code], tuple(evidence_list))

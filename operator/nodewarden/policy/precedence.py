@@ -66,7 +66,7 @@ def decide(
                     failing.append(code)
     if not failing:
         return success, _GATES_PASSED_WITH_OVERRIDE if applied else _GATES_PASSED
-    strongest = min([rank[c] for c in failing])
+    strongest = min(map(rank.__getitem__, failing))  # a list comprehension costs a frame
     if strongest == _NOT_DECISIVE:
         return _DEFER, tuple(failing)
     first: list[ReasonCode] = []

@@ -2,9 +2,9 @@
 idle, on or off, the cooldown since the last transition, and the billing window.
 
     telemetry_gate(named readings, now, max_age) -> (gate, stale, missing, oldest)
-    shutdown_timing(...) -> (timing gate, measures)   idle threshold, min-on, cooldown,
-                                                      billing window (cloud VMs)
-    wake_timing(now, policy, state) -> (timing gate, measures)   min-off, cooldown
+    shutdown_timing(c) -> timing gate (c.timing: the measures)   idle threshold, min-on,
+                                                      cooldown, billing window (cloud VMs)
+    wake_timing(c) -> timing gate (c.timing: the measures)   min-off, cooldown
     timing_measures(facts, now, policy, state)  the measures that matter in `state`
 
 Each timing rule that is not met adds its reason code and the time at which it will be
@@ -16,30 +16,31 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TypeAlias
 
-from nodewarden.api.workernode import NodeType
 from nodewarden.policy.base import CLOCK_SKEW_TOLERANCE
 from nodewarden.policy.evaluation import (
     Evidence,
+    GateInputs,
     GateName,
     GateResult,
     TimingMeasure,
     Verdict,
     gate_result,
 )
-from nodewarden.policy.facts import FactName, NodeFacts, Reading, UptimeReading, WorkReading
+from nodewarden.policy.facts import FactName, NodeFacts, Reading, UptimeReading
 from nodewarden.policy.nodemanager import (
     BillingWindowState,
     billing_window_from,
     next_billing_window_open,
 )
 from nodewarden.policy.reasons import ReasonCode
-from nodewarden.policy.state import NodePowerState, PowerState, TransitionKind
+from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 
 R = ReasonCode
 _PASS, _FAIL = Verdict.PASS, Verdict.FAIL
 _G_TELEMETRY, _G_TIMING = GateName.TELEMETRY, GateName.TIMING
 _SHUTDOWN_KIND = TransitionKind.SHUTDOWN
+_CLOSED = AdmissionState.CLOSED
 
 _Freshness: TypeAlias = tuple[
     GateResult, tuple[FactName, ...], tuple[FactName, ...], datetime | None
@@ -137,18 +138,12 @@ def _on_since(
     return None, "-", None
 
 
-def shutdown_timing(
-    work: WorkReading | None,
-    uptime: UptimeReading | None,
-    node_type: NodeType,
-    now: datetime,
-    policy: PolicyView,
-    state: NodePowerState | None,
-    draining: bool,
-    forced: bool,
-) -> tuple[GateResult, tuple[TimingMeasure, ...]]:
-    """Idle threshold, min-on, cooldown and (cloud VMs) the billing window. `draining`:
-    a shutdown transition is in progress; `forced`: a manual or pinned shutdown."""
+def shutdown_timing(c: GateInputs) -> GateResult:
+    """Idle threshold, min-on, cooldown and (cloud VMs) the billing window; sets
+    `c.timing`. `c.own_transition`: a shutdown transition is in progress; `c.forced`: a
+    manual or pinned shutdown."""
+    facts, now, policy, state = c.facts, c.now, c.policy, c.state
+    work, draining, forced = facts.work, c.own_transition, c.forced
     reasons: list[ReasonCode] = []
     rechecks: list[datetime] = []
     evidence: list[Evidence] = []
@@ -183,7 +178,7 @@ def shutdown_timing(
             reasons.append(R.IDLE_WINDOW_NOT_MET)
             rechecks.append(idle_since + policy.idle_threshold)
     # min-on
-    on_since, on_source, on_seen = _on_since(uptime, state)
+    on_since, on_source, on_seen = _on_since(facts.uptime, state)
     if on_since is None:
         min_on = TimingMeasure("minOn", seconds.min_on, None, None, None)
         reasons.append(R.TELEMETRY_MISSING)
@@ -208,7 +203,7 @@ def shutdown_timing(
     )
     measures: tuple[TimingMeasure, ...] = (idle, min_on, cool)
     # billing window (cloud VMs, automatic shutdowns only)
-    if node_type == "CloudVM" and not forced and policy.valid and on_since is not None:
+    if facts.node_type == "CloudVM" and not forced and policy.valid and on_since is not None:
         state_bw = billing_window_from(
             booted_at=on_since,
             period=policy.billing_period,
@@ -239,17 +234,17 @@ def shutdown_timing(
                     now=now,
                 )
             )
+    c.timing = measures
     recheck = max(rechecks) if rechecks else None
-    return gate_result(_G_TIMING, reasons, tuple(evidence), recheck), measures
+    return gate_result(_G_TIMING, reasons, tuple(evidence), recheck)
 
 
 # -- wake -------------------------------------------------------------------------------
 
 
-def wake_timing(
-    now: datetime, policy: PolicyView, state: NodePowerState | None
-) -> tuple[GateResult, tuple[TimingMeasure, ...]]:
-    """Min-off and cooldown, both measured from the state."""
+def wake_timing(c: GateInputs) -> GateResult:
+    """Min-off and cooldown, both measured from the state; sets `c.timing`."""
+    now, policy, state = c.now, c.policy, c.state
     reasons: list[ReasonCode] = []
     rechecks: list[datetime] = []
     evidence: list[Evidence] = []
@@ -272,8 +267,8 @@ def wake_timing(
             reasons.append(R.MIN_OFF_NOT_MET)
             rechecks.append(off_since + min_off)
     cool = cooldown(last_transition_at, now, policy, evidence, reasons, rechecks)
-    gate = gate_result(_G_TIMING, reasons, tuple(evidence), max(rechecks) if rechecks else None)
-    return gate, (off_measure, cool)
+    c.timing = (off_measure, cool)
+    return gate_result(_G_TIMING, reasons, tuple(evidence), max(rechecks) if rechecks else None)
 
 
 def timing_measures(
@@ -282,10 +277,12 @@ def timing_measures(
     """The timing values and measurements that matter in `state` (for records of steps
     that made no gate evaluation): min-off and cooldown while off or waking, else idle
     threshold, min-on and cooldown."""
-    if state.state in (PowerState.OFF, PowerState.WAKING):
-        return wake_timing(now, policy, state)[1]
     transition = state.transition
-    draining = transition is not None and transition.kind is _SHUTDOWN_KIND
-    return shutdown_timing(
-        facts.work, facts.uptime, facts.node_type, now, policy, state, draining, forced=False
-    )[1]
+    if state.state in (PowerState.OFF, PowerState.WAKING):
+        c = GateInputs(False, facts, now, policy, state, None, _CLOSED, None, False, None)
+        wake_timing(c)
+    else:
+        draining = transition is not None and transition.kind is _SHUTDOWN_KIND
+        c = GateInputs(True, facts, now, policy, state, None, _CLOSED, None, draining, None)
+        shutdown_timing(c)
+    return c.timing
