@@ -81,7 +81,7 @@ from nodewarden.policy.nodemanager import (
 from nodewarden.policy.precedence import FORCED_SHUTDOWN_RANK, RANK, decide, latest_recheck
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import NodePowerState
-from nodewarden.policy.timing import telemetry_gate
+from nodewarden.policy.timing import telemetry_gate, to_refresh
 from nodewarden.policy.view import PolicyView
 
 R = ReasonCode
@@ -371,9 +371,7 @@ def evaluate_vm_shutdown(
                 GateName.FLEET, "cloud VMs: the disruption budget protects fixed capacity only"
             )
     tel_gate, stale, missing, oldest = telemetry_gate(named, now, policy.telemetry_max_age)
-    for name in stale + missing:
-        if name not in refresh:
-            refresh.append(name)
+    to_refresh(refresh, stale, missing)
     # a stopped VM is destroyed like a running one (only leaving the list confirms it gone)
     stopped = forced and vm is not None and vm.stopped and power is not None
     pwr_gate = power_gate(power, "Off" if stopped else "On", R.ALREADY_OFF)

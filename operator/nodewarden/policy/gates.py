@@ -88,7 +88,7 @@ from nodewarden.policy.overrides import no_inhibitor, same_machine
 from nodewarden.policy.precedence import FORCED_SHUTDOWN_RANK, RANK, decide, latest_recheck
 from nodewarden.policy.reasons import Decision, ReasonCode
 from nodewarden.policy.state import AdmissionState, NodePowerState, TransitionKind
-from nodewarden.policy.timing import shutdown_timing, telemetry_gate, wake_timing
+from nodewarden.policy.timing import shutdown_timing, telemetry_gate, to_refresh, wake_timing
 from nodewarden.policy.view import PolicyView
 
 R = ReasonCode
@@ -120,14 +120,6 @@ def _in_order(table: tuple[tuple[GateName, Gate], ...], name: str) -> GateRun:
     return cast(GateRun, run)
 
 
-def _to_refresh(c: GateInputs) -> None:
-    """The stale and missing readings the telemetry gate found are to be refreshed."""
-    refresh = c.refresh
-    for name in c.stale + c.missing:
-        if name not in refresh:
-            refresh.append(name)
-
-
 # -- the blocks the cloud-VM rules call with their own readings ------------------------
 # (the other gates are the building blocks themselves: gateblocks, overrides, timing)
 
@@ -140,7 +132,7 @@ def shutdown_telemetry(c: GateInputs) -> GateResult:
         c.policy.telemetry_max_age,
     )
     if c.stale or c.missing:
-        _to_refresh(c)
+        to_refresh(c.refresh, c.stale, c.missing)
     return gate
 
 
@@ -151,7 +143,7 @@ def wake_telemetry(c: GateInputs) -> GateResult:
     )
     gate, c.stale, c.missing, c.oldest = telemetry_gate(named, c.now, c.policy.telemetry_max_age)
     if c.stale or c.missing:
-        _to_refresh(c)
+        to_refresh(c.refresh, c.stale, c.missing)
     return gate
 
 

@@ -2,6 +2,7 @@
 idle, on or off, the cooldown since the last transition, and the billing window.
 
     telemetry_gate(named readings, now, max_age) -> (gate, stale, missing, oldest)
+    to_refresh(refresh, stale, missing)   what telemetry_gate found, to be read again
     shutdown_timing(c) -> timing gate (c.timing: the measures)   idle threshold, min-on,
                                                       cooldown, billing window (cloud VMs)
     wake_timing(c) -> timing gate (c.timing: the measures)   min-off, cooldown
@@ -94,6 +95,15 @@ def telemetry_gate(
         reasons.append(R.TELEMETRY_FROM_FUTURE)
     gate = GateResult(_G_TELEMETRY, _FAIL, tuple(reasons), tuple(evidence))
     return gate, tuple(stale), tuple(missing), oldest
+
+
+def to_refresh(
+    refresh: list[FactName], stale: tuple[FactName, ...], missing: tuple[FactName, ...]
+) -> None:
+    """Add the stale and missing readings the telemetry gate found to `refresh`, once each."""
+    for name in stale + missing:
+        if name not in refresh:
+            refresh.append(name)
 
 
 def cooldown(
