@@ -39,6 +39,8 @@ class MemoryKube:
         self.events: list[dict[str, Any]] = []
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self._versions = itertools.count(1)
+        self.writes = 0
+        """Writes by the code under test (create, patch, patch_status, delete)."""
 
     def put(self, kind: Kind, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Store `body` as the API server would after a create (or a spec update)."""
@@ -76,6 +78,7 @@ class MemoryKube:
         ]
 
     async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
         name = body["metadata"]["name"]
         if (kind.kind, namespace, name) in self.objects:
             raise Conflict(f"{kind.kind} {name} already exists", 409)
@@ -84,6 +87,7 @@ class MemoryKube:
     async def patch(
         self, kind: Kind, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
+        self.writes += 1
         obj = self.objects.get((kind.kind, namespace, name))
         if obj is None:
             raise NotFound(f"{kind.kind} {namespace}/{name} not found", 404)
@@ -97,6 +101,7 @@ class MemoryKube:
         status: Mapping[str, Any],
         resource_version: str | None = None,
     ) -> dict[str, Any]:
+        self.writes += 1
         obj = self.objects.get((kind.kind, namespace, name))
         if obj is None:
             raise NotFound(f"{kind.kind} {namespace}/{name} not found", 404)
@@ -107,6 +112,7 @@ class MemoryKube:
         return copy.deepcopy(obj)
 
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        self.writes += 1
         return self.objects.pop((kind.kind, namespace, name), None) is not None
 
     async def read_secret(self, namespace: str, name: str, key: str) -> SecretStr:

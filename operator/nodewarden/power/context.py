@@ -20,9 +20,11 @@ from nodewarden.fleet.policies import Policy, PolicyBook
 from nodewarden.fleet.ports import PoolPort
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
+from nodewarden.power.agenda import Agenda
 from nodewarden.power.control import PowerControl
 from nodewarden.power.intents import IntentBook
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime
+from nodewarden.rules.freshness import expires_at
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 
 
@@ -53,12 +55,48 @@ class PowerContext:
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the controller holds the whole fleet (`PowerController.start`)."""
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    agenda: Agenda = field(default_factory=Agenda)
+    """The nodes with events and the due times (`power.agenda`)."""
+    demand_confirmed_at: datetime | None = None
+    """The dispatcher's last word that its plan did not change (`plan_unchanged`): every
+    node's demand reading holds at that time too."""
+    arrivals: int = 0
+    """Nodes that arrived so far (each one's `NodeRuntime.order`)."""
 
     def spawn(self, coro: Awaitable[Any]) -> None:
         """Run `coro` beside the round (awaited by `stop` through `nodewarden.drain`)."""
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def admit(self, rt: NodeRuntime) -> None:
+        """Node `rt` joins the fleet: on the agenda, in arrival order."""
+        self.arrivals += 1
+        self.nodes[rt.name] = rt
+        rt.bind(self.agenda, self.arrivals)
+        self.agenda.roster_changed = True
+
+    def dismiss(self, name: str) -> NodeRuntime | None:
+        """Node `name` leaves the fleet (its agenda entries go stale)."""
+        rt = self.nodes.pop(name, None)
+        if rt is not None:
+            rt.unbind()
+            self.agenda.roster_changed = True
+        return rt
+
+    def expiry(self, rt: NodeRuntime) -> datetime | None:
+        """When `rt`'s decisive telemetry turns stale (`rules.freshness.expires_at`)."""
+        view = self.policy(rt).view
+        return expires_at(
+            rt.facts, view.telemetry_max_age, view.heartbeat_stale_after, self.demand_confirmed_at
+        )
+
+    def confirmed(self, rt: NodeRuntime) -> None:
+        """An observation refreshed `rt`'s evidence without a step: its expiry moves
+        later, found when the due time it holds comes (`Round._expired`), so no heap
+        entry is pushed per confirmation."""
+        if rt.expires_at is None:
+            rt.expires_at = self.expiry(rt)
 
     def policy(self, rt: NodeRuntime) -> Policy:
         return self.policies.for_node(rt.policy_name)

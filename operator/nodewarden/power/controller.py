@@ -8,7 +8,8 @@ PowerIntent, summarised on the WorkerNode, and as an Event when the decision cha
 The loop (`run`), each round:
 
 1. take the dispatcher's admission acknowledgements (AdmissionClosed events);
-2. step every node that has events or whose recheck time has come, in event order:
+2. step every node that has events or whose recheck time or telemetry expiry has come
+   (`power.agenda`: a dirty set and heaps of due times, never a scan of the fleet):
    a step that is the same decision as before costs no record and no write;
 3. for a step whose actions include a power request, persist the new power state
    (resourceVersion precondition) *before* sending it: a replica that resumes from
@@ -17,7 +18,11 @@ The loop (`run`), each round:
    that asked to be stepped again at once (a recheck due now, e.g. the wake evaluation
    that follows an observed Off) writes one round later, both steps in one patch (never
    held two rounds in a row);
-5. sleep until an event arrives or the next recheck time.
+5. sleep until an event arrives or the agenda's next due time.
+
+An observation that only confirms what a node at rest holds (the same probe, the same BMC
+power, the same cloud state; `rules.freshness.only_time_moved`) refreshes its facts and
+its expiry without a step.
 
 Observations arrive as they happen: probe results (`probed`), the cloud list (`listed`,
 `gone`), BMC reads and request outcomes (adapter tasks), the dispatcher's plan (demand),
@@ -63,6 +68,7 @@ from nodewarden.fleet.ports import PoolPort, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
 from nodewarden.kube.requesters import RequesterAdmission
+from nodewarden.power.agenda import Timer
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import PowerControl
 from nodewarden.power.explain import explain_node
@@ -164,6 +170,7 @@ class PowerController:
         self._observations = Observations(ctx, validation)
         self._poolfacts = PoolFacts(ctx, self._observations, recorder)
         sensing = Sensing(ctx, self._observations, recorder)
+        self._sensing = sensing
         self._round = Round(
             ctx,
             recorder=recorder,
@@ -212,6 +219,16 @@ class PowerController:
         """The dispatcher's round: its capacity ledger (each node's work) and queued
         demand for every node, by the plan's fit rules."""
         self._poolfacts.planned(containers, plan, now)
+
+    def plan_unchanged(self, now: datetime) -> None:
+        """The dispatcher did not plan: nothing its plan reads changed, so every node's
+        demand reading still holds at `now` (no node is stepped for it)."""
+        self._poolfacts.plan_unchanged(now)
+
+    @property
+    def quiet(self) -> int:
+        """Observations that only confirmed a node at rest (folded in without a step)."""
+        return self._poolfacts.quiet + self._sensing.quiet
 
     # -- what validation asks (handlers.validation.NodeIndex) ---------------------------
 
@@ -298,8 +315,8 @@ class PowerController:
             except Exception:
                 log.exception("power controller round failed; retrying in a second")
                 await asyncio.sleep(1.0)  # not in a tight loop while, say, the API is away
-            # a round scans the whole fleet: after one that took T, the next waits T (at
-            # most a second), so a stream of observations cannot hold the event loop
+            # after a round that took T, the next waits T (at most a second), so a stream
+            # of observations cannot hold the event loop
             await asyncio.sleep(min(loop.time() - started, MAX_PAUSE))
             timeout = self._sleep_for(self.clock())
             with contextlib.suppress(TimeoutError):
@@ -344,13 +361,22 @@ class PowerController:
         await self._round.process(rt, now, due=due)
 
     def _sleep_for(self, now: datetime) -> float:
+        """Seconds until the agenda's next due time (none: a few seconds; events: none)."""
+        agenda = self._ctx.agenda
+        if agenda.dirty:
+            return 0.0
         soonest = 5.0
-        for rt in self.nodes.values():
-            if rt.events:
-                return 0.0
-            for at in (rt.due_at, rt.next_poll, rt.next_discovery):
-                if at is not None:
-                    soonest = min(soonest, (at - now).total_seconds())
+        nodes = self.nodes
+        for timer in Timer:
+            attribute = timer.value
+
+            def current(name: str, attribute: str = attribute) -> datetime | None:
+                rt = nodes.get(name)
+                return None if rt is None else getattr(rt, attribute)
+
+            at = agenda.soonest(timer, current)
+            if at is not None:
+                soonest = min(soonest, (at - now).total_seconds())
         return max(0.05, soonest)
 
 

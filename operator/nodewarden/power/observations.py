@@ -77,7 +77,7 @@ class Observations:
             rt = self._new_runtime(
                 name, spec if spec is not None else _spec(body), meta, body.get("status") or {}, now
             )
-            ctx.nodes[name] = rt
+            ctx.admit(rt)
             rt.events.append(Evaluate())
         else:
             changed = rt.generation != meta.get("generation")
@@ -87,6 +87,7 @@ class Observations:
                 rt.spec = spec if spec is not None else _spec(body)
                 rt.spec_seen_at = now
                 rt.next_discovery = now
+                rt.next_poll = now  # a BMC added by the edit is read at once
                 ctx.control.last_error.pop(name, None)
             if changed or deleting:
                 rt.events.append(Evaluate())
@@ -171,7 +172,7 @@ class Observations:
 
     def _forget(self, name: str) -> None:
         ctx = self.ctx
-        rt = ctx.nodes.pop(name, None)
+        rt = ctx.dismiss(name)
         self.validation.release_bmc(name)
         ctx.board.forget(name)
         ctx.status.observe(name, None)

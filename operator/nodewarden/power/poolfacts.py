@@ -40,6 +40,7 @@ from nodewarden.rules.demand import (
     queued_from_bodies,
     reread_demand,
 )
+from nodewarden.rules.freshness import only_time_moved
 from nodewarden.rules.readings import cloud_capability, cloud_gone, work_reading
 from nodewarden.rules.vm import vm_reading
 from nodewarden.scheduling.caps import Admission
@@ -63,6 +64,8 @@ class PoolFacts:
         self._overcommitted: set[str] = set()
         """Nodes the dispatcher's last plan found running more than they hold."""
         self._reread_wanted: set[str] = set()
+        self.quiet = 0
+        """Probes and listings that only confirmed a node at rest (no step)."""
 
     # -- the worker pool's observations (WorkerObserver) -------------------------------
 
@@ -73,6 +76,7 @@ class PoolFacts:
         rt = ctx.nodes.get(worker.name)
         if rt is None:
             return
+        held = rt.facts
         if rt.node_type == "CloudVM":
             self._update_vm(rt, worker)
         if report is None:
@@ -107,15 +111,27 @@ class PoolFacts:
             # the first SSH login: what the node allows may now include SshPoweroff (and
             # ethtool's Wake-on), which the discovery made before the login could not know
             rt.next_discovery = ctx.clock()
+        ready = ready_reading(report.ready)
         if updates:
             rt.facts = facts.model_copy(update=updates)
         if news:
             self.observations.identity_observed(rt)  # the host's UUID: enrolment, BMC claim
-        rt.events.append(ReadyProbeResult(reading=ready_reading(report.ready)))
+        elif (
+            rt.at_rest() and held.ready is not None and ready.observed_at >= held.ready.observed_at
+        ):
+            confirmed = rt.facts.model_copy(update={"ready": ready})
+            if only_time_moved(held, confirmed):
+                # the same probe again at rest: fresher evidence, the same decision
+                rt.facts = confirmed
+                ctx.confirmed(rt)
+                self.quiet += 1
+                return
+        rt.events.append(ReadyProbeResult(reading=ready))
         ctx.wake.set()
 
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         ctx = self.ctx
+        stepped = False
         for name, inst in instances.items():
             rt = ctx.nodes.get(name)
             if rt is None or rt.node_type != "CloudVM":
@@ -137,7 +153,13 @@ class PoolFacts:
                 rt.state.state is PowerState.OFF and rt.facts.vm is not None and rt.facts.vm.stopped
             ):
                 rt.events.append(Evaluate())  # a stopped VM is destroyed (rule 'down')
-        ctx.wake.set()
+            else:  # the list confirms what the node holds: fresher evidence, no step
+                ctx.confirmed(rt)
+                self.quiet += 1
+                continue
+            stepped = True
+        if stepped:
+            ctx.wake.set()
 
     def gone(self, worker: WorkerSnapshot, at: datetime) -> NodeRuntime | None:
         """The instance left the cloud list: its Off is observed (the node to step now)."""
@@ -190,6 +212,13 @@ class PoolFacts:
         self._update_placed(now)
         self._update_overcommit(plan.over_capacity)
         self.ctx.wake.set()
+
+    def plan_unchanged(self, now: datetime) -> None:
+        """The dispatcher skipped a plan (nothing it reads changed): the demand of the last
+        plan holds at `now` (`PowerContext.demand_confirmed_at`; O(1), no node touched:
+        each node's expiry reads the confirmation when it comes due)."""
+        if self._plan is not None:
+            self.ctx.demand_confirmed_at = now
 
     def _update_overcommit(self, over: Mapping[str, str]) -> None:
         """The condition Overcommitted of a node the dispatcher found running more than it

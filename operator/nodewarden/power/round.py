@@ -1,4 +1,5 @@
-"""The power round: each node with events (or whose recheck time has come) is stepped
+"""The power round: each node with events (or whose recheck time or telemetry expiry has
+come: `power.agenda`, no scan of the fleet) is stepped
 through `policy.machine.step`, and what the step returns is carried out -- the power state
 persisted before a request is sent, the records written, the step's effects carried out
 (`rules.effects` says what each action means; here: requests, reads, probes, admission,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +31,7 @@ from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
+from nodewarden.power.agenda import Timer
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
 from nodewarden.power.nodestatus import board_view
@@ -99,10 +102,18 @@ class Round:
             for intent in ctx.intents.abandoned(self._transition_intent):
                 ctx.spawn(ctx.intents.abandon(intent, now))
         self.sensing.schedule(now)
+        agenda = ctx.agenda
+        names = agenda.take_dirty()
+        names |= agenda.due(Timer.STEP, now, self._current("due_at"))
+        expired = {n for n in agenda.due(Timer.EXPIRY, now, self._current("expires_at"))}
+        for name in expired - names:
+            if self._expired(ctx.nodes[name], now):
+                names.add(name)
+        stepping = sorted((ctx.nodes[n] for n in names if n in ctx.nodes), key=_arrival)
         fleet: dict[str | None, FleetReading] | None = None  # counted once a node steps
-        for rt in list(ctx.nodes.values()):
+        for rt in stepping:
             due = rt.due_at is not None and now >= rt.due_at
-            if not rt.events and not due:
+            if not rt.events and not due and rt.name not in expired:
                 continue
             if due:
                 rt.due_at = None
@@ -122,6 +133,7 @@ class Round:
                 if rt.failure is not None:
                     rt.failure = None
                     self.recorder.contribute_conditions(rt)
+            self._expire_after(rt, now)
             after = fleet_marks(rt.node_type, rt.state)
             if after != before:  # the next node of this policy counts this one's change
                 reading = fleet.get(rt.policy_name)
@@ -130,7 +142,40 @@ class Round:
         held, self._hold_writes = self._hold_writes, set()
         await ctx.status.flush(hold=held)
         self._held = held
-        gauges.publish(ctx.nodes.values(), now)
+        if stepping or agenda.roster_changed:
+            agenda.roster_changed = False
+            gauges.publish(ctx.nodes.values(), now)
+        agenda.compact(len(ctx.nodes), self._timers)
+
+    def _current(self, attribute: str) -> Callable[[str], datetime | None]:
+        nodes = self.ctx.nodes
+
+        def current(name: str) -> datetime | None:
+            rt = nodes.get(name)
+            return None if rt is None else getattr(rt, attribute)
+
+        return current
+
+    def _timers(self, timer: Timer) -> Iterator[tuple[str, datetime]]:
+        for rt in self.ctx.nodes.values():
+            at = getattr(rt, timer.value)
+            if at is not None:
+                yield rt.name, at
+
+    def _expired(self, rt: NodeRuntime, now: datetime) -> bool:
+        """`rt`'s expiry came: stale evidence is stepped now; evidence refreshed since
+        (without a step) moves the expiry instead."""
+        at = self.ctx.expiry(rt)
+        if at is not None and at > now:
+            rt.expires_at = at
+            return False
+        return at is not None
+
+    def _expire_after(self, rt: NodeRuntime, now: datetime) -> None:
+        """After a step: the node's next expiry (None when its evidence is already stale
+        or missing: the step that found it so asked for what it needs)."""
+        at = self.ctx.expiry(rt)
+        rt.expires_at = at if at is not None and at > now else None
 
     def _transition_intent(self, node: str) -> str | bool | None:
         """The intent of `node`'s current transition (None: none; False: not our node)."""
@@ -145,6 +190,7 @@ class Round:
         log.error("power step of WorkerNode %s failed", rt.name, exc_info=exc)
         rt.failure = f"{type(exc).__name__}: {exc}"[:1000]
         rt.events.clear()
+        rt.settled = False
         rt.due_at = self.ctx.clock() + timedelta(seconds=self.ctx.settings.evaluate_interval)
         self.recorder.contribute_conditions(rt)
 
@@ -156,11 +202,13 @@ class Round:
         policy = self.ctx.policy(rt)
         view = policy.view
         self._static_facts(rt, now)
+        self._confirmed_demand(rt)
         events: list[Event] = list(rt.events)
         rt.events.clear()
         if not events:
             t = rt.state.transition
-            events = [DeadlineReached(transition_id=t.id) if t is not None else Evaluate()]
+            # a recheck of a transition is its deadline; an expiry is an evaluation
+            events = [DeadlineReached(transition_id=t.id) if t is not None and due else Evaluate()]
         for event in events:
             # the last record written is the previous one: a step that reaches the same
             # decision gets it back re-evaluated (no full record is built)
@@ -188,6 +236,7 @@ class Round:
     ) -> None:
         """Record what would have happened (PowerIntent phase Shadow), do nothing."""
         key = (result.decision, result.reasons)
+        rt.settled = False
         rt.due_at = now + timedelta(seconds=self.ctx.settings.evaluate_interval)
         if key == rt.shadow_key:
             return
@@ -215,6 +264,7 @@ class Round:
         ctx.board.set(rt.name, board_view(rt, ctx.policy(rt).view.valid))
         ctx.status.contribute(rt.name, recorder.power_status(rt, record))
         requested = any(isinstance(e, SendPowerRequest) for e in fx)
+        rt.settled = not any(isinstance(e, _UNSETTLED) for e in fx)
         if requested:
             ctx.status.contribute(
                 rt.name, {"powerState": state.model_dump(mode="json", by_alias=True)}
@@ -252,6 +302,16 @@ class Round:
                 ",".join(r.value for r in result.reasons),
             )
         return True
+
+    def _confirmed_demand(self, rt: NodeRuntime) -> None:
+        """The dispatcher confirmed its plan unchanged since `rt`'s demand reading: the
+        reading holds at that time (`PowerContext.demand_confirmed_at`)."""
+        demand = rt.facts.demand
+        at = self.ctx.demand_confirmed_at
+        if demand is not None and at is not None and at > demand.observed_at:
+            rt.facts = rt.facts.model_copy(
+                update={"demand": demand.model_copy(update={"observed_at": at})}
+            )
 
     def _static_facts(self, rt: NodeRuntime, now: datetime) -> None:
         """The facts that come from the spec (and the active intent)."""
@@ -330,6 +390,14 @@ class Round:
         if rt.has_bmc_side:
             rt.next_poll = self.ctx.clock()  # look at the BMC soon
         self.ctx.wake.set()
+
+
+def _arrival(rt: NodeRuntime) -> int:
+    return rt.order
+
+
+_UNSETTLED = (Observe, ReEvaluate, SendPowerRequest, StopAdmission, TransitionOpened)
+"""Effects after which the node waits for something: its next observations are stepped."""
 
 
 def _acts(fx: tuple[Effect, ...]) -> bool:

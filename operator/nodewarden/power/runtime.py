@@ -14,6 +14,7 @@ from nodewarden.policy.events import Event
 from nodewarden.policy.facts import NodeFacts
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState
+from nodewarden.power.agenda import TIMER_OF_ATTRIBUTE, Agenda, EventQueue
 from nodewarden.power.control import NodeRef
 from nodewarden.power.enrolment import IdentityState
 from nodewarden.validation import Verdict
@@ -27,7 +28,11 @@ class ControllerSettings:
     """Timing of the controller (operator config `power`)."""
 
     power_poll_interval: float = 15.0
-    """Seconds between BMC PowerState reads of a side node outside transitions."""
+    """Seconds between BMC PowerState reads of a side node whose state is moving (a
+    transition, an unsettled decision)."""
+    power_poll_interval_at_rest: float = 60.0
+    """Seconds between BMC PowerState reads of a side node at rest (never longer than
+    half the policy's telemetry max age, so its power reading stays fresh)."""
     capability_interval: float = 600.0
     """Seconds between re-discoveries of a node's power control (and after errors)."""
     evaluate_interval: float = 30.0
@@ -52,8 +57,15 @@ class NodeRuntime:
     state: NodePowerState
     facts: NodeFacts
     spec_seen_at: datetime
-    events: deque[Event] = field(default_factory=deque)
+    events: deque[Event] = field(default_factory=EventQueue)
     due_at: datetime | None = None
+    """When the node is stepped again (a recheck; `Timer.STEP` of the agenda)."""
+    expires_at: datetime | None = None
+    """When the node's oldest decisive reading turns stale (`Timer.EXPIRY`): it is
+    stepped then, even with no new event, so stale evidence is judged on time."""
+    settled: bool = False
+    """The node's last step asked for nothing (no read, probe, re-evaluation, request):
+    an observation that only confirms what it holds needs no step (`quiet`)."""
     headline: tuple[Any, ...] | None = None
     record: SafetyRecord | None = None
     busy: set[str] = field(default_factory=set)
@@ -87,6 +99,45 @@ class NodeRuntime:
     """The BMC's and the host's UUIDs and the enrolment (`power.enrolment`)."""
     failure: str | None = None
     """The error of this node's last power step, if it raised (condition `Reconciled`)."""
+    order: int = 0
+    """The node's place in the fleet (its arrival): the order in which a round steps."""
+    agenda: Agenda | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        timer = TIMER_OF_ATTRIBUTE.get(name)
+        if timer is not None and value is not None:
+            agenda = self.__dict__.get("agenda")
+            if agenda is not None:
+                agenda.push(timer, value, self.name)
+
+    def bind(self, agenda: Agenda, order: int) -> None:
+        """Put the node on `agenda`: its events mark it dirty, its timers are pushed."""
+        self.order = order
+        self.agenda = agenda
+        events = self.events
+        if not isinstance(events, EventQueue):
+            events = EventQueue(events)
+            self.events = events
+        events.agenda, events.name = agenda, self.name
+        if events:
+            agenda.mark(self.name)
+        for attribute, timer in TIMER_OF_ATTRIBUTE.items():
+            at = getattr(self, attribute)
+            if at is not None:
+                agenda.push(timer, at, self.name)
+
+    def unbind(self) -> None:
+        """Take the node off its agenda (it left the fleet)."""
+        events = self.events
+        if isinstance(events, EventQueue):
+            events.agenda = None
+        self.agenda = None
+
+    def at_rest(self) -> bool:
+        """Not in a transition, its last step asked for nothing: a confirmation of what it
+        already holds (a probe, a read with the same values) needs no step."""
+        return self.settled and self.state.transition is None and not self.events
 
     @property
     def node_type(self) -> str:

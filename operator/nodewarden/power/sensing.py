@@ -9,12 +9,14 @@ capability written to status).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from nodewarden.credentials import Refusal
 from nodewarden.policy.events import Evaluate, PowerObserved
-from nodewarden.policy.facts import CapabilityReading
+from nodewarden.policy.facts import CapabilityReading, PowerReading
+from nodewarden.power.agenda import Timer
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
 from nodewarden.power.observations import Observations
@@ -35,34 +37,46 @@ class Sensing:
         self.ctx = ctx
         self.observations = observations
         self.recorder = recorder
+        self.quiet = 0
+        """BMC reads that only confirmed a node at rest (folded in without a step)."""
 
     def schedule(self, now: datetime) -> None:
-        """Start the reads and discoveries that are due (every round)."""
+        """Start the reads and discoveries that are due (every round; the agenda's heaps
+        name them, no scan of the fleet)."""
         ctx = self.ctx
-        for rt in ctx.nodes.values():  # every round, over the whole fleet: keep it cheap
-            discover = rt.next_discovery is not None and now >= rt.next_discovery
-            poll = rt.next_poll is not None and now >= rt.next_poll and rt.has_bmc_side
-            ref = rt.ref() if discover or poll else None
+        agenda = ctx.agenda
+        nodes = ctx.nodes
+        for name in agenda.due(Timer.DISCOVER, now, _current(nodes, "next_discovery")):
+            rt = nodes[name]
+            ref = rt.ref()
             if ref is None:
-                continue
-            if discover:
-                rt.next_discovery = now + timedelta(seconds=ctx.settings.capability_interval)
-                ctx.spawn(self._discover(rt, ref))
-            if poll:
-                interval = self._poll_interval(rt)
-                if not rt.polled:
-                    rt.polled = True
-                    interval *= poll_phase(rt.name)
-                rt.next_poll = now + timedelta(seconds=interval)
-                self.poll(rt, ref)
+                continue  # no spec: a spec that parses sets the discovery again
+            rt.next_discovery = now + timedelta(seconds=ctx.settings.capability_interval)
+            ctx.spawn(self._discover(rt, ref))
+        for name in agenda.due(Timer.POLL, now, _current(nodes, "next_poll")):
+            rt = nodes[name]
+            ref = rt.ref()
+            if ref is None or not rt.has_bmc_side:
+                continue  # no BMC: an edit that adds one sets the poll again
+            interval = self._poll_interval(rt)
+            if not rt.polled:
+                rt.polled = True
+                interval *= poll_phase(rt.name)
+            rt.next_poll = now + timedelta(seconds=interval)
+            self.poll(rt, ref)
 
     def _poll_interval(self, rt: NodeRuntime) -> float:
+        """Fast while the node moves (a transition, a step waiting for evidence), slow at
+        rest; never so slow that the power reading turns stale between two reads."""
         capability = rt.facts.capability
         if capability is not None and capability.refusal is not None:
             # nothing may be sent: the read only notices a repaired designation
             return REFUSED_POLL_INTERVAL
+        settings = self.ctx.settings
         max_age = self.ctx.policy(rt).view.telemetry_max_age.total_seconds()
-        return max(1.0, min(self.ctx.settings.power_poll_interval, max_age / 3))
+        if rt.at_rest():
+            return max(1.0, min(settings.power_poll_interval_at_rest, max_age / 2))
+        return max(1.0, min(settings.power_poll_interval, max_age / 3))
 
     def poll(self, rt: NodeRuntime, ref: NodeRef) -> None:
         """Read the node's power from its BMC (one read under way per node)."""
@@ -90,10 +104,17 @@ class Sensing:
                     self.observations.identity_observed(rt)
                 else:
                     rt.facts = rt.facts.model_copy(update={"identity": rt.identity.reading()})
-            if reading is not None:
-                rt.events.append(PowerObserved(reading=reading))
             self.recorder.announce_power_source_error(rt)
             self.recorder.contribute_conditions(rt)
+            if reading is None:
+                return
+            if _confirms(rt, reading):
+                # the same power, read again at rest: fresher evidence, the same decision
+                rt.facts = rt.facts.model_copy(update={"power": reading})
+                ctx.confirmed(rt)
+                self.quiet += 1
+                return
+            rt.events.append(PowerObserved(reading=reading))
             ctx.wake.set()
 
         ctx.spawn(poll())
@@ -141,6 +162,26 @@ class Sensing:
         if not same:
             rt.events.append(Evaluate())
             ctx.wake.set()
+
+
+def _current(nodes: dict[str, NodeRuntime], attribute: str) -> Callable[[str], datetime | None]:
+    def current(name: str) -> datetime | None:
+        rt = nodes.get(name)
+        return None if rt is None else getattr(rt, attribute)
+
+    return current
+
+
+def _confirms(rt: NodeRuntime, reading: PowerReading) -> bool:
+    """A read of node `rt` at rest that finds what it holds (the same power, source)."""
+    held = rt.facts.power
+    return (
+        rt.at_rest()
+        and held is not None
+        and held.power == reading.power
+        and held.source == reading.source
+        and reading.observed_at >= held.observed_at
+    )
 
 
 def rediscovery_delay(retries: int, capability_interval: float) -> float:

@@ -116,6 +116,15 @@ class PowerHarness:
         """False: the pool probes only on its own schedule (`probe_interval`), not when
         the controller asks (a slow pool)."""
         self._last_probe: dict[str, datetime] = {}
+        self.silent: set[str] = set()
+        """Hosts the pool no longer hears from (no probe report at all: a stream that
+        stopped, a probe that hangs)."""
+        self.plan_changes = False
+        """True: the dispatcher plans only when its containers changed, and otherwise
+        says its plan is unchanged (`plan_unchanged`), as the real loop does at rest.
+        False: it plans every round."""
+        self.plans = 0
+        self._plan_key: object = None
         self._last_list: datetime | None = None
         self._seen: dict[tuple[str, str], str] = {}
         self.containers: dict[str, ContainerView] = {}
@@ -346,6 +355,11 @@ class PowerHarness:
 
     def plan(self) -> None:
         """Hand the controller the dispatcher's plan of the containers now."""
+        self.plans += 1
+        self._plan_key = (
+            tuple(self.containers.values()),
+            tuple(sorted(self._wakes.items(), key=str)),
+        )
         wakes: dict[str, list[str]] = {}
         for uuid, node in self._wakes.items():
             c = self.containers.get(uuid)
@@ -481,9 +495,15 @@ class PowerHarness:
             last = self._last_probe.get(name)
             due = last is None or (now - last).total_seconds() >= self.probe_interval
             asked_now = name in asked and self.answer_probe_requests
+            if name in self.silent:
+                continue
             if (due or asked_now) and self.ctrl.should_probe(name):
                 self.probe(name)
-        self.plan()  # the dispatcher plans every round of its own
+        key = (tuple(self.containers.values()), tuple(sorted(self._wakes.items(), key=str)))
+        if not self.plan_changes or key != self._plan_key:
+            self.plan()  # the dispatcher plans every round of its own
+        else:
+            self.ctrl.plan_unchanged(now)
         self._acknowledge_closed(now)
         for name in list(self.vms):
             if self.hosts[name].power == "Off":  # destroyed: it leaves the cloud list

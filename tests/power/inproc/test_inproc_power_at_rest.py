@@ -1,0 +1,128 @@
+"""Work at rest is proportional to change (issue 23): a fleet where nothing changes for
+ten fake minutes costs no step, no write and no plan; what still arrives (probes, BMC
+reads, the cloud list) only confirms, and a node whose evidence stops is stepped at the
+due time its telemetry expires. Counted, not timed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from harness import POLICY, PowerHarness
+
+from nodewarden.power.runtime import ControllerSettings
+
+pytestmark = pytest.mark.asyncio
+
+REST_POLICY: dict[str, Any] = {**POLICY, "idleThreshold": "2h"}
+"""Idle nodes stay on for the whole test (their shutdown is a due time two hours out)."""
+
+TEN_MINUTES = 600.0
+TICK = 5.0
+PROBE_INTERVAL = 5.0
+
+
+async def _fleet(h: PowerHarness, n: int) -> list[str]:
+    """n nodes: a quarter idle side nodes, a quarter busy ones, a quarter switched off
+    (no demand: they stay off), a quarter busy cloud VMs; settled (every first decision
+    made, every first write done)."""
+    names = []
+    for i in range(n):
+        name = f"n{i:04d}"
+        names.append(name)
+        kind = i % 4
+        if kind == 0:
+            h.side_node(name)
+        elif kind == 1:
+            h.side_node(name, runners=1)
+        elif kind == 2:
+            h.side_node(name, power="Off")
+        else:
+            h.cloud_vm(name)
+            h.hosts[name].runners = 1
+    await h.start()
+
+    def settled() -> bool:
+        return all(h.state(name) in ("Active", "Idle", "Off") for name in names)
+
+    await h.run_until(settled, within=300.0, tick=TICK, what="the fleet settles")
+    await h.run_for(120.0, tick=TICK)  # the writes of the first decisions are done
+    return names
+
+
+@pytest.mark.parametrize("n", [50, 500])
+async def test_nothing_changing_for_ten_minutes_costs_no_step_write_or_plan(n: int) -> None:
+    settings = ControllerSettings(power_poll_interval=15.0, power_poll_interval_at_rest=15.0)
+    async with PowerHarness(
+        policy=REST_POLICY, settings=settings, probe_interval=PROBE_INTERVAL
+    ) as h:
+        h.plan_changes = True
+        names = await _fleet(h, n)
+        steps, writes, plans = h.ctrl.steps, h.kube.writes, h.plans
+        quiet, reads = h.ctrl.quiet, len(h.control.reads)
+        events = len(h.kube.events)
+        await h.run_for(TEN_MINUTES, tick=TICK)
+        assert h.ctrl.steps - steps == 0, "a node was evaluated with nothing due"
+        assert h.kube.writes - writes == 0, "an API write with nothing changed"
+        assert h.plans - plans == 0, "a re-plan with nothing changed"
+        assert len(h.kube.events) - events == 0
+        # what still arrives only confirms: every probe of an On node and every BMC read
+        rounds = TEN_MINUTES / PROBE_INTERVAL
+        on_nodes = sum(1 for name in names if h.state(name) != "Off")
+        confirmations = h.ctrl.quiet - quiet
+        assert confirmations >= on_nodes * rounds * 0.9, (confirmations, on_nodes * rounds)
+        bmc_nodes = sum(1 for i in range(n) if i % 4 != 3)
+        polls = len(h.control.reads) - reads
+        # 15 s at rest: 40 reads per BMC node in ten minutes (a round's tick apart)
+        assert bmc_nodes * 30 <= polls <= bmc_nodes * 41, (polls, bmc_nodes)
+
+
+async def test_the_bmc_is_read_less_often_at_rest_than_while_the_node_moves() -> None:
+    settings = ControllerSettings(power_poll_interval=5.0, power_poll_interval_at_rest=60.0)
+    policy = {**REST_POLICY, "telemetryMaxAge": "150s"}
+    async with PowerHarness(policy=policy, settings=settings, probe_interval=PROBE_INTERVAL) as h:
+        h.plan_changes = True
+        await _fleet(h, 4)
+        reads = len(h.control.reads)
+        await h.run_for(TEN_MINUTES, tick=TICK)
+        per_node = (len(h.control.reads) - reads) / 3  # three BMC nodes
+        assert 9 <= per_node <= 11, per_node  # every 60 s at rest (≤ max age / 2 = 75 s)
+        steps = h.ctrl.steps
+        assert steps > 0
+        h.hosts["n0000"].power = "Off"  # someone switched it off: seen at the next read
+        await h.run_until(lambda: h.state("n0000") == "Off", within=75.0, tick=TICK)
+
+
+async def test_a_node_that_goes_silent_is_stepped_when_its_telemetry_expires() -> None:
+    async with PowerHarness(policy=REST_POLICY, probe_interval=PROBE_INTERVAL) as h:
+        h.plan_changes = True
+        await _fleet(h, 8)
+        h.silent.add("n0001")  # a busy side node: its probes stop (its BMC still answers)
+        steps = h.ctrl.steps
+        last = h.clock()
+        max_age = timedelta(seconds=30)  # the harness policy's telemetryMaxAge
+
+        def stale() -> bool:
+            return "TELEMETRY_STALE" in h.reasons("n0001")
+
+        took = await h.run_until(stale, within=120.0, tick=1.0, what="stale on time")
+        # judged at its expiry (the last probe + max age), not at a later scan
+        assert took <= (max_age + timedelta(seconds=PROBE_INTERVAL + 2)).total_seconds()
+        assert h.clock() - last >= max_age
+        stepped = h.ctrl.steps - steps
+        assert 1 <= stepped <= 3, stepped  # that node alone; nobody else was evaluated
+        assert h.decision("n0001") != "SHUTDOWN"  # stale evidence never acts
+        for name in ("n0000", "n0002", "n0003"):
+            assert "TELEMETRY_STALE" not in h.reasons(name)
+
+
+async def test_a_change_at_rest_is_stepped_at_once() -> None:
+    async with PowerHarness(policy=REST_POLICY, probe_interval=PROBE_INTERVAL) as h:
+        h.plan_changes = True
+        await _fleet(h, 8)
+        steps = h.ctrl.steps
+        h.hosts["n0001"].runners = 0  # its work ended: the next probe shows it
+        await h.run_until(lambda: h.state("n0001") == "Idle", within=15.0, tick=1.0)
+        h.queue("job", gpus=1)  # demand: a plan, the nodes it fits are stepped
+        assert h.ctrl.steps > steps
