@@ -234,6 +234,7 @@ def build_controller(
     )
     settings = ControllerSettings(
         power_poll_interval=config.power.power_poll_interval,
+        power_poll_interval_at_rest=config.power.power_poll_interval_at_rest,
         capability_interval=config.power.capability_interval,
         evaluate_interval=config.power.evaluate_interval,
         resync_interval=parse_duration(config.resync_interval).total_seconds(),

@@ -227,8 +227,16 @@ class PowerSettings(_Config):
     power_poll_interval: float = Field(
         default=15.0,
         gt=0,
-        description="Seconds between BMC PowerState reads of a side node (at most "
-        "telemetryMaxAge/3, so the reading stays fresh).",
+        description="Seconds between BMC PowerState reads of a side node while it moves "
+        "(a transition, a decision waiting for evidence; at most telemetryMaxAge/3, so the "
+        "reading stays fresh).",
+    )
+    power_poll_interval_at_rest: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between BMC PowerState reads of a side node at rest (no "
+        "transition, its last decision waiting for nothing; at most telemetryMaxAge/2). "
+        "Ironic's default power-state sync is 60 s.",
     )
     capability_interval: float = Field(
         default=600.0, gt=0, description="Seconds between re-discoveries of power control."

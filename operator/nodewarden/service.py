@@ -343,8 +343,10 @@ async def _act(
         await asyncio.gather(*stops)
 
     async def act() -> None:
-        """The dispatcher recovers first (queue, cloud, a first probe of every node); then
-        the dispatcher and the power controller run side by side."""
+        """The power controller starts at once and decides from what it has (a node whose
+        telemetry is missing is a DEFER; until the dispatcher's first plan, every node's
+        work is unknown, never idle: `await_ledger`); the dispatcher recovers beside it
+        (queue, cloud, a first probe of every node) and then runs its rounds."""
         starting = asyncio.ensure_future(ready.wait())
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -354,11 +356,17 @@ async def _act(
             return
         try:
             await feed.start()
-            if dispatcher is not None:
-                await dispatcher.start()
             controller.requester_admission(await check_requesters(kube, namespace, username))
+            if dispatcher is not None:
+                controller.await_ledger()  # work is unknown until the first plan
             await controller.start()
             loops = [asyncio.create_task(controller.run())]
+            if dispatcher is not None:
+                try:
+                    await dispatcher.start()
+                except BaseException:
+                    await wind_down(loops)
+                    raise
             tasks.append(
                 asyncio.create_task(
                     keep_checking(

@@ -220,6 +220,12 @@ class PowerController:
         demand for every node, by the plan's fit rules."""
         self._poolfacts.planned(containers, plan, now)
 
+    def await_ledger(self) -> None:
+        """A dispatcher places work here and has not planned yet (it recovers): until its
+        first plan, no node's work is known (a node with no runner listed may hold a start
+        in flight), so no node is judged idle (`PoolFacts.await_ledger`)."""
+        self._poolfacts.await_ledger()
+
     def plan_unchanged(self, now: datetime) -> None:
         """The dispatcher did not plan: nothing its plan reads changed, so every node's
         demand reading still holds at `now` (no node is stepped for it)."""

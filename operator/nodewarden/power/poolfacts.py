@@ -19,7 +19,7 @@ from nodewarden.cloud.model import CloudInstance
 from nodewarden.fleet.ports import WorkerSnapshot
 from nodewarden.kube.client import KubeError
 from nodewarden.policy.events import DemandReread, Evaluate, PowerObserved, ReadyProbeResult
-from nodewarden.policy.facts import CapabilityReading
+from nodewarden.policy.facts import CapabilityReading, WorkReading
 from nodewarden.policy.state import NON_TERMINAL_STATES, PowerState
 from nodewarden.power.context import PowerContext
 from nodewarden.power.observations import Observations
@@ -46,7 +46,7 @@ from nodewarden.rules.vm import vm_reading
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.views import ContainerView, Plan
 from nodewarden.ssh.errors import SshError
-from nodewarden.ssh.facts import ProbeReport
+from nodewarden.ssh.facts import ProbeReport, RunnersFact
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,10 @@ class PoolFacts:
         self._reread_wanted: set[str] = set()
         self.quiet = 0
         """Probes and listings that only confirmed a node at rest (no step)."""
+        self.ledger_known = True
+        """False from `await_ledger` until the dispatcher's first plan: the work on each
+        node is unknown (its runners listed are kept in `_runners_unplanned`)."""
+        self._runners_unplanned: dict[str, RunnersFact] = {}
 
     # -- the worker pool's observations (WorkerObserver) -------------------------------
 
@@ -87,13 +91,10 @@ class PoolFacts:
         facts = rt.facts
         updates: dict[str, Any] = {}
         runners = report.runners
-        if runners is not None:
-            active = max(len(runners.runners), self._placed.get(worker.name, 0))
-            reading = work_reading(
-                active, runners.source, runners.observed_at, rt.idle_since if active == 0 else None
-            )
-            rt.idle_since = reading.idle_since
-            updates["work"] = reading
+        if runners is not None and not self.ledger_known:
+            self._runners_unplanned[worker.name] = runners  # judged once the ledger is known
+        elif runners is not None:
+            updates["work"] = self._work(rt, runners)
             unowned = tuple(sorted(r.uuid for r in runners.unowned))
             if unowned != rt.unowned_runners:
                 rt.unowned_runners = unowned
@@ -128,6 +129,19 @@ class PoolFacts:
                 return
         rt.events.append(ReadyProbeResult(reading=ready))
         ctx.wake.set()
+
+    def _work(self, rt: NodeRuntime, runners: RunnersFact) -> WorkReading:
+        """The node's work: its runners listed, or the containers the ledger holds on it."""
+        active = max(len(runners.runners), self._placed.get(rt.name, 0))
+        reading = work_reading(
+            active, runners.source, runners.observed_at, rt.idle_since if active == 0 else None
+        )
+        rt.idle_since = reading.idle_since
+        return reading
+
+    def await_ledger(self) -> None:
+        """Until the dispatcher's first plan, no node's work is known (`ledger_known`)."""
+        self.ledger_known = False
 
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         ctx = self.ctx
@@ -209,9 +223,22 @@ class PoolFacts:
         self._plan = (containers, plan, now)
         self._update_demand(now)
         self._placed = placed_counts(containers)
+        if not self.ledger_known:
+            self._ledger_known()
         self._update_placed(now)
         self._update_overcommit(plan.over_capacity)
         self.ctx.wake.set()
+
+    def _ledger_known(self) -> None:
+        """The first plan: the runners each node listed meanwhile become its work."""
+        self.ledger_known = True
+        for name, runners in self._runners_unplanned.items():
+            rt = self.ctx.nodes.get(name)
+            if rt is None:
+                continue
+            rt.facts = rt.facts.model_copy(update={"work": self._work(rt, runners)})
+            rt.events.append(Evaluate())
+        self._runners_unplanned.clear()
 
     def plan_unchanged(self, now: datetime) -> None:
         """The dispatcher skipped a plan (nothing it reads changed): the demand of the last

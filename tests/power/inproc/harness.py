@@ -124,6 +124,8 @@ class PowerHarness:
         says its plan is unchanged (`plan_unchanged`), as the real loop does at rest.
         False: it plans every round."""
         self.plans = 0
+        self.recovering = False
+        """True: the dispatcher is still recovering (no plan at all yet)."""
         self._plan_key: object = None
         self._last_list: datetime | None = None
         self._seen: dict[tuple[str, str], str] = {}
@@ -500,7 +502,9 @@ class PowerHarness:
             if (due or asked_now) and self.ctrl.should_probe(name):
                 self.probe(name)
         key = (tuple(self.containers.values()), tuple(sorted(self._wakes.items(), key=str)))
-        if not self.plan_changes or key != self._plan_key:
+        if self.recovering:
+            pass
+        elif not self.plan_changes or key != self._plan_key:
             self.plan()  # the dispatcher plans every round of its own
         else:
             self.ctrl.plan_unchanged(now)

@@ -126,3 +126,24 @@ async def test_a_change_at_rest_is_stepped_at_once() -> None:
         await h.run_until(lambda: h.state("n0001") == "Idle", within=15.0, tick=1.0)
         h.queue("job", gpus=1)  # demand: a plan, the nodes it fits are stepped
         assert h.ctrl.steps > steps
+
+
+async def test_no_node_is_idle_before_the_dispatchers_first_plan() -> None:
+    """Start-up in parallel: the controller decides while the dispatcher recovers, but a
+    node whose runner list is empty may hold a start in flight that only the ledger knows:
+    until the first plan its work is unknown (DEFER), never idle."""
+    policy = {**POLICY, "idleThreshold": "30s"}
+    async with PowerHarness(policy=policy, probe_interval=PROBE_INTERVAL) as h:
+        h.recovering = True
+        h.ctrl.await_ledger()
+        for i in range(6):
+            h.side_node(f"s{i}", runners=i % 2)
+        await h.start()
+        await h.run_for(300.0, tick=TICK)  # five minutes of recovery: ten idle thresholds
+        assert h.control.requests == []
+        for i in range(6):
+            assert h.state(f"s{i}") != "Off"
+            assert "TELEMETRY_MISSING" in h.reasons(f"s{i}"), h.reasons(f"s{i}")
+        h.recovering = False  # the first plan: s0, s2, s4 hold nothing and list nothing
+        await h.run_until(lambda: h.state("s0") == "Off", within=300.0, tick=TICK)
+        assert h.state("s1") == "Active"
