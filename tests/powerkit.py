@@ -218,7 +218,12 @@ class PowerEnv:
                 "wake_on_lan_targets": [f"127.0.0.1:{self.side.wol_port}"],
                 "secret_ttl": "2s",
             },
-            "power": {"power_poll_interval": 2, "power_poll_interval_at_rest": 2, "evaluate_interval": 3, "request_timeout": 5},
+            "power": {
+                "power_poll_interval": 2,
+                "power_poll_interval_at_rest": 2,
+                "evaluate_interval": 3,
+                "request_timeout": 5,
+            },
             "dispatch": {
                 "tick_interval": 0.5,
                 "probe_interval": 1,

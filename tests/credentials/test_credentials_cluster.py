@@ -165,7 +165,11 @@ def operator_config(path: Path, ns: str, bmc: list[str], ssh: list[str], wol: li
                     "wake_on_lan_targets": wol,
                     "secret_ttl": "1s",
                 },
-                "power": {"power_poll_interval": 1, "power_poll_interval_at_rest": 1, "evaluate_interval": 1},
+                "power": {
+                    "power_poll_interval": 1,
+                    "power_poll_interval_at_rest": 1,
+                    "evaluate_interval": 1,
+                },
             }
         )
     )

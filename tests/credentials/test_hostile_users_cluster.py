@@ -221,7 +221,11 @@ def operator_config(path: Path, ns: str, peers: Peers) -> Path:
                     "wake_on_lan_targets": [f"127.0.0.1:{peers.udp_port}"],
                     "secret_ttl": "1s",
                 },
-                "power": {"power_poll_interval": 1, "power_poll_interval_at_rest": 1, "evaluate_interval": 2},
+                "power": {
+                    "power_poll_interval": 1,
+                    "power_poll_interval_at_rest": 1,
+                    "evaluate_interval": 2,
+                },
             }
         )
     )

@@ -58,6 +58,12 @@ class StubFaults(BaseModel):
     destroy_delay: float = Field(
         default=0.0, ge=0, description="Seconds a destroyed VM stays listed as stopping."
     )
+    list_delay: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds every list call takes (a slow cloud list: a large account, a "
+        "throttled API).",
+    )
 
     # VM faults
     ssh_start_delay: float = Field(

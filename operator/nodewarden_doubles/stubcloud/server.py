@@ -264,6 +264,9 @@ class StubCloudServer:
         for key in request.query:
             values = request.query.getall(key)
             filters[key] = values[0] if len(values) == 1 else list(values)
+        delay = self.cloud.faults.list_delay
+        if delay > 0:
+            await asyncio.sleep(delay)
         vms = self.cloud.api_list(filters)
         return _json({"instances": [wire.vm_to_json(vm) for vm in vms]})
 
