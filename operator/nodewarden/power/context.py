@@ -24,6 +24,7 @@ from nodewarden.power.agenda import Agenda
 from nodewarden.power.control import PowerControl
 from nodewarden.power.intents import IntentBook
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime
+from nodewarden.rules.fleet import FleetTally
 from nodewarden.rules.freshness import expires_at
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 
@@ -60,6 +61,8 @@ class PowerContext:
     demand_confirmed_at: datetime | None = None
     """The dispatcher's last word that its plan did not change (`plan_unchanged`): every
     node's demand reading holds at that time too."""
+    tally: FleetTally = field(default_factory=FleetTally)
+    """Every node's fleet marks, kept as nodes change (`rules.fleet.FleetTally`)."""
     arrivals: int = 0
     """Nodes that arrived so far (each one's `NodeRuntime.order`)."""
 
@@ -73,7 +76,7 @@ class PowerContext:
         """Node `rt` joins the fleet: on the agenda, in arrival order."""
         self.arrivals += 1
         self.nodes[rt.name] = rt
-        rt.bind(self.agenda, self.arrivals)
+        rt.bind(self.agenda, self.arrivals, self.tally)
         self.agenda.roster_changed = True
 
     def dismiss(self, name: str) -> NodeRuntime | None:

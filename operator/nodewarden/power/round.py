@@ -25,7 +25,7 @@ from nodewarden.kube.client import KubeError
 from nodewarden.metrics import POWER_REQUESTS
 from nodewarden.policy.actions import RequestPower
 from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate, Event
-from nodewarden.policy.facts import DesiredReading, FleetReading
+from nodewarden.policy.facts import DesiredReading
 from nodewarden.policy.machine import Step, step
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState, TransitionKind
@@ -53,7 +53,6 @@ from nodewarden.rules.effects import (
     TransitionOpened,
     effects,
 )
-from nodewarden.rules.fleet import fleet_marks, fleet_readings, recounted
 
 log = logging.getLogger(__name__)
 
@@ -110,19 +109,14 @@ class Round:
             if self._expired(ctx.nodes[name], now):
                 names.add(name)
         stepping = sorted((ctx.nodes[n] for n in names if n in ctx.nodes), key=_arrival)
-        fleet: dict[str | None, FleetReading] | None = None  # counted once a node steps
+        tally = ctx.tally  # kept as each step changes a state: the next node reads it
         for rt in stepping:
             due = rt.due_at is not None and now >= rt.due_at
             if not rt.events and not due and rt.name not in expired:
                 continue
             if due:
                 rt.due_at = None
-            if fleet is None:
-                fleet = fleet_readings(
-                    ((n.policy_name, n.node_type, n.state) for n in ctx.nodes.values()), now
-                )
-            rt.facts = rt.facts.model_copy(update={"fleet": fleet.get(rt.policy_name)})
-            before = fleet_marks(rt.node_type, rt.state)
+            rt.facts = rt.facts.model_copy(update={"fleet": tally.reading(rt.policy_name, now)})
             try:
                 await self.process(rt, now, due=due)
             except asyncio.CancelledError:
@@ -134,10 +128,6 @@ class Round:
                     rt.failure = None
                     self.recorder.contribute_conditions(rt)
             self._expire_after(rt, now)
-            after = fleet_marks(rt.node_type, rt.state)
-            if after != before:  # the next node of this policy counts this one's change
-                reading = fleet.get(rt.policy_name)
-                fleet[rt.policy_name] = recounted(reading, before, after, now)
         self.poolfacts.reread_wanted()
         held, self._hold_writes = self._hold_writes, set()
         await ctx.status.flush(hold=held)

@@ -17,6 +17,7 @@ from nodewarden.policy.state import NodePowerState
 from nodewarden.power.agenda import TIMER_OF_ATTRIBUTE, Agenda, EventQueue
 from nodewarden.power.control import NodeRef
 from nodewarden.power.enrolment import IdentityState
+from nodewarden.rules.fleet import FleetTally
 from nodewarden.validation import Verdict
 
 HISTORY = 10
@@ -103,6 +104,8 @@ class NodeRuntime:
     """The node's place in the fleet (its arrival): the order in which a round steps."""
     agenda: Agenda | None = field(default=None, repr=False, compare=False)
 
+    tally: FleetTally | None = field(default=None, repr=False, compare=False)
+
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         timer = TIMER_OF_ATTRIBUTE.get(name)
@@ -110,11 +113,18 @@ class NodeRuntime:
             agenda = self.__dict__.get("agenda")
             if agenda is not None:
                 agenda.push(timer, value, self.name)
+        elif name in _TALLIED:
+            tally = self.__dict__.get("tally")
+            if tally is not None:
+                tally.set(self.name, self.policy_name, self.node_type, self.state)
 
-    def bind(self, agenda: Agenda, order: int) -> None:
-        """Put the node on `agenda`: its events mark it dirty, its timers are pushed."""
+    def bind(self, agenda: Agenda, order: int, tally: FleetTally) -> None:
+        """Put the node on `agenda` (its events mark it dirty, its timers are pushed) and
+        in the fleet's `tally` (kept as its state or spec changes)."""
         self.order = order
         self.agenda = agenda
+        self.tally = tally
+        tally.set(self.name, self.policy_name, self.node_type, self.state)
         events = self.events
         if not isinstance(events, EventQueue):
             events = EventQueue(events)
@@ -133,6 +143,9 @@ class NodeRuntime:
         if isinstance(events, EventQueue):
             events.agenda = None
         self.agenda = None
+        if self.tally is not None:
+            self.tally.forget(self.name)
+            self.tally = None
 
     def at_rest(self) -> bool:
         """Not in a transition, its last step asked for nothing: a confirmation of what it
@@ -175,6 +188,9 @@ def poll_phase(name: str) -> float:
     the same moment. Never longer than the interval: telemetry freshness is unchanged."""
     return 0.5 + 0.5 * zlib.crc32(name.encode()) / 2**32
 
+
+_TALLIED = frozenset({"state", "spec"})
+"""The attributes a node's fleet marks come from (its policy, type and power state)."""
 
 _UNPERSISTED = frozenset({"seq", "recheck_at"})
 

@@ -1,6 +1,10 @@
 """The fleet counts the core reads per policy: side-node transitions in progress (the
 disruption budget) and warm idle nodes (min warm). Pure: callers pass each node's
-policy, type and power state."""
+policy, type and power state.
+
+`fleet_readings` counts a whole fleet at once (the reference); `FleetTally` keeps the same
+counts as nodes change, one node at a time (the power controller's: a round that steps a
+few nodes never counts the fleet)."""
 
 from __future__ import annotations
 
@@ -34,22 +38,6 @@ def fleet_marks(node_type: str, state: NodePowerState) -> tuple[bool, bool]:
     return in_budget(node_type, state), warm_idle(state)
 
 
-def recounted(
-    reading: FleetReading | None,
-    before: tuple[bool, bool],
-    after: tuple[bool, bool],
-    now: datetime,
-) -> FleetReading:
-    """`reading` once one node's marks went from `before` to `after` (a step opened or
-    closed a transition, or the node left or joined the warm idle nodes): the next node
-    stepped in the same round reads the budget with this node's transition counted."""
-    transitions = reading.transitions_in_progress if reading is not None else 0
-    warm = reading.warm_idle_nodes if reading is not None else 0
-    transitions += int(after[0]) - int(before[0])
-    warm += int(after[1]) - int(before[1])
-    return fleet_reading(max(transitions, 0), max(warm, 0), now)
-
-
 def fleet_reading(transitions: int, warm: int, now: datetime) -> FleetReading:
     return FleetReading(
         source=SOURCE, observed_at=now, transitions_in_progress=transitions, warm_idle_nodes=warm
@@ -66,3 +54,47 @@ def fleet_readings(nodes: Iterable[FleetMember], now: datetime) -> dict[str | No
         if warm_idle(state):
             c[1] += 1
     return {key: fleet_reading(c[0], c[1], now) for key, c in counts.items()}
+
+
+class FleetTally:
+    """The counts of `fleet_readings`, kept as each node changes (`set`, `forget`)."""
+
+    def __init__(self) -> None:
+        self._marks: dict[str, tuple[str | None, bool, bool]] = {}
+        self._counts: dict[str | None, list[int]] = {}
+        """Per policy: [members, in the budget, warm idle]."""
+
+    def set(self, name: str, policy: str | None, node_type: str, state: NodePowerState) -> None:
+        """Node `name` is under `policy` with this type and state now."""
+        budget, warm = fleet_marks(node_type, state)
+        new = (policy, budget, warm)
+        old = self._marks.get(name)
+        if old == new:
+            return
+        if old is not None:
+            self._add(old, -1)
+        self._marks[name] = new
+        self._add(new, 1)
+
+    def forget(self, name: str) -> None:
+        """Node `name` left the fleet."""
+        old = self._marks.pop(name, None)
+        if old is not None:
+            self._add(old, -1)
+
+    def reading(self, policy: str | None, now: datetime) -> FleetReading | None:
+        """The fleet reading of `policy` (None: no node is under it)."""
+        c = self._counts.get(policy)
+        return fleet_reading(c[1], c[2], now) if c is not None else None
+
+    def readings(self, now: datetime) -> dict[str | None, FleetReading]:
+        return {policy: fleet_reading(c[1], c[2], now) for policy, c in self._counts.items()}
+
+    def _add(self, marks: tuple[str | None, bool, bool], sign: int) -> None:
+        policy, budget, warm = marks
+        c = self._counts.setdefault(policy, [0, 0, 0])
+        c[0] += sign
+        c[1] += sign * int(budget)
+        c[2] += sign * int(warm)
+        if c[0] == 0:
+            del self._counts[policy]
