@@ -17,6 +17,8 @@ from nodewarden.api.base import DNS_LABEL_PATTERN, SecretKeyReference
 from nodewarden.cliargs import yaml_mistake
 from nodewarden.cloud.config import CloudConfig
 from nodewarden.credentials.settings import CredentialsConfig
+from nodewarden.kube.pacing import KubeApiSettings
+from nodewarden.limits import OPEN_FILES
 from nodewarden.listener import ListenerLimits
 from nodewarden.scheduling.caps import Ceilings
 from nodewarden.ssh.settings import ProbeSettings
@@ -324,6 +326,13 @@ class OperatorConfig(_Config):
     power: PowerSettings = Field(default_factory=PowerSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
     requesters: RequestersConfig = Field(default_factory=RequestersConfig)
+    kube_api: KubeApiSettings = Field(default_factory=KubeApiSettings)
+    open_files: int = Field(
+        default=OPEN_FILES,
+        ge=1024,
+        description="The soft RLIMIT_NOFILE the operator raises itself to at start-up (at "
+        "most the hard limit): one kept connection per node, and room for bursts.",
+    )
 
     @model_validator(mode="after")
     def _metrics_token(self) -> OperatorConfig:

@@ -170,6 +170,12 @@ KUBE_REQUESTS = Counter(
     ["verb"],
     registry=REGISTRY,
 )
+KUBE_THROTTLED = Counter(
+    "nodewarden_kube_throttled_total",
+    "API requests the API server refused with 429 Too Many Requests and nodewarden retried "
+    "after its Retry-After (kube_api.retries_on_429).",
+    registry=REGISTRY,
+)
 
 LOOP_LAG = Gauge(
     "nodewarden_event_loop_lag_seconds",

@@ -46,8 +46,10 @@ from nodewarden.kube.client import Kube, KubeError, api_client_from
 from nodewarden.kube.discovery import wait_for_crds
 from nodewarden.kube.identity import username_of
 from nodewarden.kube.lease import LeaderElector
+from nodewarden.kube.pacing import pace
 from nodewarden.kube.requesters import check as check_requesters
 from nodewarden.kube.requesters import keep_checking
+from nodewarden.limits import raise_open_files
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
 from nodewarden.units import parse_duration
@@ -112,7 +114,11 @@ async def run(config: OperatorConfig) -> int:
     """Run one operator process until SIGINT/SIGTERM (0) or loss of leadership (1)."""
     setup_logging(config.log_format, config.log_level)
     tune_heap()
+    files = raise_open_files(config.open_files)
+    if files is not None:
+        log.info("open-files limit", extra={"before": files[0], "after": files[1]})
     api = await api_client_from(config.kubeconfig)
+    pace(api, config.kube_api)  # the writes' client; the feed's watches have their own
     kube = Kube(api, field_manager=f"nodewarden-{config.dispatcher_id}")
     kube_default = None
     if config.kubeconfig is not None:
