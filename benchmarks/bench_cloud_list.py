@@ -194,7 +194,9 @@ async def main_async(args: argparse.Namespace) -> None:
         await measure("process", in_process, args.runs),
         await measure("process+diff", in_process_diff, args.runs),
     ]
-    print(f"{'way':<14}{'wall ms':>9}{'cpu ms':>9}{'max stall ms':>14}{'p99 stall ms':>14}{'back':>7}")
+    print(
+        f"{'way':<14}{'wall ms':>9}{'cpu ms':>9}{'max stall ms':>14}{'p99 stall ms':>14}{'back':>7}"
+    )
     for name, wall, cpu, worst, p99, count in rows:
         print(
             f"{name:<14}{wall * 1e3:>9.0f}{cpu * 1e3:>9.0f}{worst * 1e3:>14.1f}"
