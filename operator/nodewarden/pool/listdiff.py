@@ -1,8 +1,8 @@
 """The cloud list against the last one: which instances are new, changed or vanished.
 
-An instance is the same as before when what the pool acts on is: its state, tags,
-addresses, name, type and launch time (`observed_at` changes with every list and is no
-change). Pure.
+An instance is the same as before when what the pool acts on is
+(`CloudInstance.same_as`: state, tags, addresses, name, type and launch time;
+`observed_at` changes with every list and is no change). Pure.
 """
 
 from __future__ import annotations
@@ -36,16 +36,8 @@ class ListChange:
 
 
 def same(before: CloudInstance, after: CloudInstance) -> bool:
-    """What the pool acts on is unchanged (module docstring)."""
-    return before is after or (
-        before.state == after.state
-        and before.tags == after.tags
-        and before.private_ips == after.private_ips
-        and before.public_ips == after.public_ips
-        and before.name == after.name
-        and before.instance_type == after.instance_type
-        and before.created_at == after.created_at
-    )
+    """What the pool acts on is unchanged (`CloudInstance.same_as`)."""
+    return before.same_as(after)
 
 
 def diff_list(previous: Mapping[str, CloudInstance], listed: Iterable[CloudInstance]) -> ListChange:
