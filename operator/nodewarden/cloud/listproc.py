@@ -46,7 +46,7 @@ from nodewarden.cloud.model import CloudInstance, CreateRequest
 
 log = logging.getLogger(__name__)
 
-RESTAMP_CHUNK = 500
+RESTAMP_CHUNK = 200
 """Instances re-stamped between two yields to the event loop."""
 
 
