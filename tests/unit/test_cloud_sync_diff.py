@@ -198,3 +198,20 @@ def test_a_foreign_instance_is_claimed_when_its_takeover_comes_due_not_before() 
     assert rig.claims == ["dead"]
     claimed_at = rig.now
     assert T0 + TAKEOVER <= claimed_at <= T0 + TAKEOVER + timedelta(seconds=10)
+
+
+def test_a_vm_that_stopped_answering_probes_keeps_the_fast_pace() -> None:
+    rig = Rig([_vm("v0")])
+    rig.round()
+    worker = rig.pool.ctx.workers["v0"]
+    worker.last_success = T0
+    worker.attempts_since_success = 2
+    rig.pool.request_sync()
+    rig.round(1)
+    lists = rig.lists
+    rig.round(10)
+    assert rig.lists == lists + 1  # fast: the list tells whether it stopped or is gone
+    worker.attempts_since_success = 0
+    rig.round(10)
+    rig.round(10)
+    assert rig.lists == lists + 2  # answering again: back at rest after that list

@@ -11,9 +11,9 @@ a vanished worker's WorkerNode is removed, that its instance is gone (`observer.
 destroy confirmed).
 
 When to list (`due`, `pool/syncpace.py`): `sync_interval` after the last attempt while
-a create or destroy is outstanding, a list failed or a takeover comes due, else
-`sync_interval_at_rest`; `busy()` (a create or destroy asked for) switches to the fast
-pace at once.
+a create or destroy is outstanding, a VM that answered probes stopped answering, a list
+failed or a takeover comes due, else `sync_interval_at_rest`; `busy()` (a create or
+destroy asked for) switches to the fast pace at once.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class CloudSync:
                 continue
             await self.ctx.observer.gone(self.ctx.snapshot_of(worker), listed_at)
             await self.lifecycle.forget(worker, "instance is gone from the cloud list")
-        if any(w.creating or w.destroy_requested_at is not None for w in workers.values()):
+        if any(_unsettled(w) for w in workers.values()):
             self.outstanding = True
         self.ctx.on_change()
 
@@ -265,3 +265,13 @@ class CloudSync:
             update={"tags": {**inst.tags, **tags, self.ctx.tags.dispatcher: self.ctx.dispatcher_id}}
         )
         await self._adopt(claimed, name)
+
+
+def _unsettled(worker: Worker) -> bool:
+    """A VM the next list should confirm soon: its create or destroy is under way, or it
+    stopped answering probes (the list tells whether it is stopped or gone)."""
+    return not worker.side and (
+        worker.creating
+        or worker.destroy_requested_at is not None
+        or (worker.last_success is not None and worker.attempts_since_success > 0)
+    )
