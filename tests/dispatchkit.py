@@ -152,6 +152,7 @@ class DispatchEnv:
             "dispatch": {
                 "tick_interval": 0.5,
                 "sync_interval": 2,
+                "sync_interval_at_rest": 2,
                 "probe_interval": 1,
                 "boot_probe_interval": 0.5,
                 "max_probes_per_second": 0,

@@ -175,7 +175,20 @@ class DispatchSettings(_Config):
         default=1.0, gt=0, description="Seconds between planning rounds (also woken by events)."
     )
     sync_interval: float = Field(
-        default=10.0, gt=0, description="Seconds between cloud instance listings [1 m]."
+        default=10.0,
+        gt=0,
+        description=(
+            "Seconds between cloud instance listings while creates or destroys are "
+            "outstanding or a takeover is pending."
+        ),
+    )
+    sync_interval_at_rest: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Seconds between cloud instance listings when nothing is outstanding [1 m]; "
+            "never shorter than sync_interval (pool/syncpace.py)."
+        ),
     )
     probe_interval: float = Field(
         default=10.0, gt=0, description="Seconds between probes of a ready node [10 s]."
@@ -207,10 +220,13 @@ class DispatchSettings(_Config):
     max_new_nodes_per_round: int = Field(
         default=50, ge=1, description="Instances the dispatcher asks for per planning round."
     )
-    probe_tag_interval: float = Field(
-        default=60.0,
+    probe_tag_interval: float | None = Field(
+        default=None,
         gt=0,
-        description="Seconds between refreshes of the last-probe tag on an instance.",
+        description=(
+            "Seconds between refreshes of the last-probe tag on an instance (a heartbeat "
+            "for takeover); unset: a quarter of the policy's takeoverAfter (pool/probetag.py)."
+        ),
     )
     ssh_user: str = Field(default="root", description="Login user on cloud nodes.")
     ssh_private_key_secret: SecretKeyReference | None = Field(

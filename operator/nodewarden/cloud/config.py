@@ -154,6 +154,13 @@ class CloudConfig(_Config):
     max_threads: int = Field(
         default=8, ge=1, le=256, description="Threads running libcloud calls (bounds concurrency)."
     )
+    list_in_process: bool = Field(
+        default=True,
+        description=(
+            "Decode the instance list in a worker process that sends back only what "
+            "changed (cloud/listproc.py); false: in a libcloud thread."
+        ),
+    )
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
     instance_types: list[InstanceType] = Field(
         default_factory=list, description="The instance-type catalogue."

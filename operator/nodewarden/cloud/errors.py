@@ -26,6 +26,7 @@ import socket
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from libcloud.common.exceptions import BaseHTTPError, RateLimitReachedError
 from libcloud.common.types import (
@@ -82,6 +83,18 @@ class CloudError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self!s})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its fields (a worker process's list error crosses to the operator;
+        the message is already redacted)."""
+        return (_restore_error, (type(self), dict(self.__dict__)))
+
+
+def _restore_error(cls: type[CloudError], fields: dict[str, Any]) -> CloudError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, fields.get("message", ""))
+    error.__dict__.update(fields)
+    return error
 
 
 class QuotaExceeded(CloudError):

@@ -5,6 +5,9 @@ in `CloudConfig.driver` and composes
 
     TagFilterLayer(DefaultTagsLayer(RateLimitLayer(MetricsLayer(LibcloudInstanceSet))))
 
+(with the driver made from the config, the innermost list goes through a worker process
+that sends back only changes: `cloud/listproc.py`, `cloud.list_in_process`)
+
 The resulting `CloudFacade` is an `InstanceSet` (list / create / set_tags / destroy /
 close) that only sees and creates instances tagged `<prefix>dispatcher=<dispatcher_id>`;
 `list_managed_instances()` also shows other dispatchers' instances (takeover). It
@@ -20,9 +23,11 @@ answers:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
+from typing import Any
 
 from libcloud.compute.base import NodeDriver
 from libcloud.compute.providers import get_driver
@@ -43,6 +48,7 @@ from nodewarden.cloud.layers import (
     TagFilterLayer,
 )
 from nodewarden.cloud.libcloudset import Clock, LibcloudInstanceSet
+from nodewarden.cloud.listproc import ProcessListLayer
 from nodewarden.cloud.model import CloudInstance, CreateRequest
 from nodewarden.cloud.plugins import load_plugin
 from nodewarden.cloud.protocol import CloudMetricsHook, InstanceSet
@@ -212,22 +218,22 @@ def build_cloud(
     anyone: dict[str, str | None] = {tag_keys.dispatcher: None}
     redactor = Redactor(credentials.values() if credentials else ())
     _register_for_log_redaction(credentials)
-    if driver_factory is None:
-
-        def driver_factory() -> NodeDriver:
-            return instantiate_driver(config, credentials)
-
+    # a driver made from the config can be made again in a worker process (the list)
+    maker = functools.partial(instantiate_driver, config, credentials)
+    in_process = driver_factory is None and config.list_in_process
     backoff = backoff or CloudBackoff(config.backoff)
-    base = LibcloudInstanceSet(
-        driver_factory,
-        image=config.image,
-        catalogue=config.instance_types,
-        tag_keys=tag_keys,
-        list_filter=anyone,
-        max_threads=config.max_threads,
-        redactor=redactor,
-        clock=clock,
+    options: dict[str, Any] = {
+        "image": config.image,
+        "catalogue": config.instance_types,
+        "tag_keys": tag_keys,
+        "list_filter": anyone,
+        "redactor": redactor,
+    }
+    threads = LibcloudInstanceSet(
+        driver_factory or maker, max_threads=config.max_threads, clock=clock, **options
     )
+    in_process = in_process and not threads.process_local
+    base: InstanceSet = ProcessListLayer(threads, maker, options, clock) if in_process else threads
     shared: InstanceSet = RateLimitLayer(
         FenceLayer(MetricsLayer(base, metrics or NoMetrics()), fence or Unfenced(), clock),
         backoff,

@@ -42,6 +42,19 @@ class CloudInstance(BaseModel):
     observed_at: datetime = Field(description="When this view was read from the cloud.")
     source: str = Field(description="Which cloud reported it, e.g. 'cloud:ec2'.")
 
+    def same_as(self, other: CloudInstance) -> bool:
+        """What the dispatcher acts on is unchanged: state, tags, addresses, name, type
+        and launch time (`observed_at`, new with every list, is no change)."""
+        return self is other or (
+            self.state == other.state
+            and self.tags == other.tags
+            and self.private_ips == other.private_ips
+            and self.public_ips == other.public_ips
+            and self.name == other.name
+            and self.instance_type == other.instance_type
+            and self.created_at == other.created_at
+        )
+
     def address(self, prefer_public: bool = False) -> str | None:
         """The address to reach the instance at: private first unless `prefer_public`."""
         first, second = (

@@ -1,11 +1,19 @@
 """The pool against the cloud's instance list.
 
-Each sync lists the instances; it adopts those tagged as ours (creating their
-WorkerNode), claims or destroys instances of a dispatcher that stopped probing them
-(`takeover_after`), and removes the WorkerNode of an instance that disappeared. The
-power controller hears the list (`observer.listed`: the trusted power source of every
-VM) and, before a vanished worker's WorkerNode is removed, that its instance is gone
-(`observer.gone`: destroy confirmed).
+Each sync lists the instances and diffs the list against the last one
+(`pool/listdiff.py`): an instance of another dispatcher is looked at when it is new or
+changed and again when its takeover comes due (`takeover_after` after its last-probe
+tag): then it is claimed or destroyed; an instance tagged as ours without a worker is
+adopted (its WorkerNode created); the WorkerNode of an instance that disappeared is
+removed. The power controller hears every list (`observer.listed`: the trusted power
+source of every VM, unchanged ones included, stamped with this list's time) and, before
+a vanished worker's WorkerNode is removed, that its instance is gone (`observer.gone`:
+destroy confirmed).
+
+When to list (`due`, `pool/syncpace.py`): `sync_interval` after the last attempt while
+a create or destroy is outstanding, a VM that answered probes stopped answering, a list
+failed or a takeover comes due, else `sync_interval_at_rest`; `busy()` (a create or
+destroy asked for) switches to the fast pace at once.
 """
 
 from __future__ import annotations
@@ -23,12 +31,17 @@ from nodewarden.kube.client import KubeError
 from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.pool.context import PoolContext
 from nodewarden.pool.lifecycle import Lifecycle
+from nodewarden.pool.listdiff import ListChange, diff_list
 from nodewarden.pool.nodes import NodeStore
 from nodewarden.pool.probes import ProbeLoop
+from nodewarden.pool.syncpace import SyncPace, next_sync_at
 from nodewarden.pool.times import iso, parse_time
 from nodewarden.pool.worker import PoolState, Worker
 
 log = logging.getLogger(__name__)
+
+SYNC_CHUNK = 2000
+"""Listed instances folded in between two yields to the event loop."""
 
 
 class CloudSync:
@@ -41,39 +54,89 @@ class CloudSync:
         self.nodes = nodes
         self.probes = probes
         self.lifecycle = lifecycle
+        self.view: dict[str, CloudInstance] = {}
+        """The last list by instance id (terminated instances left out)."""
+        self.foreign: dict[str, CloudInstance] = {}
+        """Instances of other dispatchers in the last list, by id, whose takeover is not
+        due yet (looked at again when it is)."""
+        self.takeover_due: datetime | None = None
+        """The earliest time one of `foreign` may be claimed."""
+        self.attempted_at: datetime | None = None
+        self.outstanding = True
+        """A create or destroy not yet confirmed by a list, or the last list failed."""
+        self.last_change: ListChange | None = None
+
+    def busy(self) -> None:
+        """A create or destroy was asked for: list at the fast pace from now on."""
+        self.outstanding = True
+
+    def next_sync_at(self) -> datetime | None:
+        """When the next list is due (None: at once)."""
+        pace = SyncPace.of_seconds(
+            self.ctx.settings.sync_interval, self.ctx.settings.sync_interval_at_rest
+        )
+        return next_sync_at(
+            self.attempted_at,
+            outstanding=self.outstanding,
+            takeover_due=self.takeover_due,
+            pace=pace,
+        )
+
+    def due(self) -> bool:
+        at = self.next_sync_at()
+        return at is None or self.ctx.clock() >= at
 
     async def sync(self) -> None:
-        """List instances; adopt ours, take over stale foreign ones, drop vanished workers.
-
-        The power controller hears the list (`observer.listed`: the trusted power source
-        of every VM) and, before a vanished worker's WorkerNode is removed, that its
-        instance is gone (`observer.gone`: destroy confirmed)."""
-        if self.ctx.cloud is None:
-            return
+        """List instances; adopt ours, take over stale foreign ones, drop vanished workers
+        (module docstring)."""
         now = self.ctx.clock()
+        self.attempted_at = now
+        if self.ctx.cloud is None:
+            self.outstanding = False
+            return
+        self.outstanding = False  # a create or destroy asked for from here on sets it again
         try:
             managed = await self.ctx.cloud_.list_managed_instances()
         except CloudError as exc:
             log.warning("cloud list failed: %s", exc)
+            self.outstanding = True  # retried at the fast pace
             return
         listed_at = self.ctx.clock()
         self.ctx.last_sync = now
+        change = diff_list(
+            self.view, (i for i in managed if i.state is not InstanceState.TERMINATED)
+        )
+        self.view = change.view
+        self.last_change = change
+        for inst in change.vanished:
+            self.foreign.pop(inst.id, None)
+        for inst in change.arrivals:
+            if inst.tags.get(self.ctx.tags.dispatcher) == self.ctx.dispatcher_id:
+                self.foreign.pop(inst.id, None)
+            else:
+                self.foreign[inst.id] = inst
+        await self._take_over_due(now)
         seen: set[str] = set()
         ours: dict[str, CloudInstance] = {}
         adopt: list[tuple[CloudInstance, str]] = []
-        for inst in managed:
-            if inst.state is InstanceState.TERMINATED:
+        owner_key, node_key, me = (
+            self.ctx.tags.dispatcher,
+            self.ctx.tags.node,
+            self.ctx.dispatcher_id,
+        )
+        workers = self.ctx.workers
+        for n, inst in enumerate(list(change.view.values()), 1):
+            if n % SYNC_CHUNK == 0:
+                await asyncio.sleep(0)  # ~1.5 ms of work between yields to the loop
+            if inst.tags.get(owner_key) != me:
                 continue
-            owner = inst.tags.get(self.ctx.tags.dispatcher)
-            if owner != self.ctx.dispatcher_id:
-                await self._maybe_take_over(inst, now)
-                continue
-            name = inst.tags.get(self.ctx.tags.node) or f"adopted-{inst.id}".lower()
+            name = inst.tags.get(node_key) or f"adopted-{inst.id}".lower()
             seen.add(name)
-            if name not in self.ctx.workers:
+            worker = workers.get(name)
+            if worker is None:
                 adopt.append((inst, name))
                 continue
-            self._listed(self.ctx.workers[name], inst, ours)
+            self._listed(worker, inst, ours)
         # adoptions (a restart: the whole fleet) run side by side, each a GET and a create
         gate = asyncio.Semaphore(16)
 
@@ -85,17 +148,48 @@ class CloudSync:
 
         await asyncio.gather(*(adopt_one(inst, name) for inst, name in adopt))
         self.ctx.observer.listed(ours, listed_at)
-        for worker in list(self.ctx.workers.values()):
-            if worker.side or worker.name in seen or worker.creating:
+        for name in list(workers.keys() - seen):
+            worker = workers[name]
+            if worker.side or worker.creating:
                 continue
             if worker.instance is None and now - worker.created_at < timedelta(seconds=60):
+                self.outstanding = True
                 continue  # created moments ago; the instance may not be listed yet
             if worker.instance_known_at is not None and worker.instance_known_at >= now:
                 # its create returned while this list was on its way: not in it, not gone
+                self.outstanding = True
                 continue
             await self.ctx.observer.gone(self.ctx.snapshot_of(worker), listed_at)
             await self.lifecycle.forget(worker, "instance is gone from the cloud list")
+        if any(_unsettled(w) for w in workers.values()):
+            self.outstanding = True
         self.ctx.on_change()
+
+    async def _take_over_due(self, now: datetime) -> None:
+        """Claim (or destroy) each foreign instance whose takeover is due; keep the rest
+        with the earliest time one comes due."""
+        earliest: datetime | None = None
+        for iid, inst in list(self.foreign.items()):
+            due = self._takeover_at(inst)
+            if due is None:
+                continue  # no stamp and no launch time: never claimable (as before)
+            if due <= now:
+                # out of the view too: if it is still another's at the next list (claim
+                # and destroy both failed) it arrives again and is looked at again
+                del self.foreign[iid]
+                self.view.pop(iid, None)
+                self.outstanding = True  # the claimed instance is ours at the next list
+                await self._take_over(inst, now)
+            elif earliest is None or due < earliest:
+                earliest = due
+        self.takeover_due = earliest
+
+    def _takeover_at(self, inst: CloudInstance) -> datetime | None:
+        """When `inst` may be claimed: `takeover_after` after its last probe stamp (or
+        its launch), None when it has neither."""
+        stamp = parse_time(inst.tags.get(self.ctx.tags.last_probe))
+        reference = stamp or inst.created_at
+        return reference + self.ctx.takeover_after() if reference is not None else None
 
     def _listed(self, worker: Worker, inst: CloudInstance, ours: dict[str, CloudInstance]) -> None:
         worker.instance = inst
@@ -146,12 +240,9 @@ class CloudSync:
         self.probes.ensure(worker)
         return worker
 
-    async def _maybe_take_over(self, inst: CloudInstance, now: datetime) -> None:
+    async def _take_over(self, inst: CloudInstance, now: datetime) -> None:
         """Claim an instance whose dispatcher has not probed it for `takeover_after`."""
-        stamp = parse_time(inst.tags.get(self.ctx.tags.last_probe))
-        reference = stamp or inst.created_at
-        if reference is None or now - reference < self.ctx.takeover_after():
-            return
+        reference = parse_time(inst.tags.get(self.ctx.tags.last_probe)) or inst.created_at
         owner = inst.tags.get(self.ctx.tags.dispatcher)
         # keep the node name: the per-instance secret is derived from it
         name = inst.tags.get(self.ctx.tags.node) or f"claimed-{inst.id}".lower()
@@ -160,7 +251,7 @@ class CloudSync:
             "claiming instance %s of dispatcher %s: no probe since %s",
             inst.id,
             owner,
-            reference.isoformat(),
+            reference.isoformat() if reference else "never",
         )
         tags = {
             **{k: v for k, v in inst.tags.items() if self.ctx.tags.owns(k)},
@@ -179,3 +270,13 @@ class CloudSync:
             update={"tags": {**inst.tags, **tags, self.ctx.tags.dispatcher: self.ctx.dispatcher_id}}
         )
         await self._adopt(claimed, name)
+
+
+def _unsettled(worker: Worker) -> bool:
+    """A VM the next list should confirm soon: its create or destroy is under way, or it
+    stopped answering probes (the list tells whether it is stopped or gone)."""
+    return not worker.side and (
+        worker.creating
+        or worker.destroy_requested_at is not None
+        or (worker.last_success is not None and worker.attempts_since_success > 0)
+    )

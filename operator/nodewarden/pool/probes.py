@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from nodewarden.cloud.errors import CloudError
 from nodewarden.credentials import Refusal
 from nodewarden.metrics import PROBE_SECONDS, UNOWNED_RUNNERS
 from nodewarden.pool.context import PoolContext
 from nodewarden.pool.identity import instance_secret
-from nodewarden.pool.times import iso
+from nodewarden.pool.probetag import tag_due, tag_interval
+from nodewarden.pool.times import iso, parse_time
 from nodewarden.pool.worker import PoolState, Worker
 from nodewarden.ssh.credentials import InstanceSecretTrust, KnownHostKeys, SshTarget
 from nodewarden.ssh.errors import SshError
@@ -204,10 +205,11 @@ class ProbeLoop:
         )
 
     async def _maybe_tag_probe(self, worker: Worker, now: datetime) -> None:
-        interval = timedelta(seconds=self.ctx.settings.probe_tag_interval)
-        if worker.instance is None or (
-            worker.last_tag_at is not None and now - worker.last_tag_at < interval
-        ):
+        if worker.instance is None:
+            return
+        interval = tag_interval(self.ctx.settings.probe_tag_interval, self.ctx.takeover_after())
+        listed = parse_time(worker.instance.tags.get(self.ctx.tags.last_probe))
+        if not tag_due(now, written_at=worker.last_tag_at, listed_stamp=listed, interval=interval):
             return
         tags = {
             **{k: v for k, v in worker.instance.tags.items() if self.ctx.tags.owns(k)},

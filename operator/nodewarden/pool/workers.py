@@ -88,6 +88,7 @@ class WorkerPool:
         self.lifecycle = Lifecycle(self.ctx, self.nodes, self.probes, self.admissions)
         self.sync = CloudSync(self.ctx, self.nodes, self.probes, self.lifecycle)
         self._sync_wanted = False
+        self._list_next = False
 
     # --- wiring (the composition root and the feed set these) ---------------------------
 
@@ -135,15 +136,24 @@ class WorkerPool:
         self.nodes.observe_node(body, deleted, spec)
 
     def sync_requested(self) -> bool:
-        """Someone asked for a cloud list since the last call (this answer clears it)."""
+        """A cloud list is wanted now: someone asked for one since the last call (this
+        answer clears it) or the pace says it is due (`CloudSync.due`)."""
         wanted, self._sync_wanted = self._sync_wanted, False
-        return wanted
+        self._list_next = self._list_next or wanted
+        return wanted or self.sync.due()
 
     async def sync_cloud(self) -> None:
-        await self.sync.sync()
+        """List the cloud if one was asked for or is due (the loop also calls this every
+        `sync_interval`: at rest that is skipped until `sync_interval_at_rest`)."""
+        asked, self._list_next = self._list_next, False
+        if asked or self.sync.due():
+            await self.sync.sync()
 
     async def adopt_declared(self) -> None:
+        known = len(self.ctx.workers)
         await self.lifecycle.adopt_declared()
+        if len(self.ctx.workers) > known:  # it asked for instances
+            self.sync.busy()
 
     async def probe_once(self, worker: Worker) -> ProbeReport | None:
         return await self.probes.probe_once(worker)
@@ -155,7 +165,10 @@ class WorkerPool:
         return await self.probes.target(worker)
 
     def create(self, itype: InstanceType) -> Worker | None:
-        return self.lifecycle.create(itype)
+        worker = self.lifecycle.create(itype)
+        if worker is not None:
+            self.sync.busy()
+        return worker
 
     def pending_creates(self) -> int:
         return self.lifecycle.pending_creates()
@@ -164,6 +177,7 @@ class WorkerPool:
         self.nodes.contribute_statuses(containers_by_node)
 
     async def destroy(self, worker: Worker, reason: str) -> None:
+        self.sync.busy()
         await self.lifecycle.destroy(worker, reason)
 
     # --- what the power controller asks (fleet.ports.PoolPort) --------------------------
@@ -191,6 +205,7 @@ class WorkerPool:
     async def destroy_node(self, node: str, reason: str) -> None:
         """Destroy a cloud node's instance for the power controller (raises CloudError
         when the cloud refused; the next attempt retries)."""
+        self.sync.busy()
         await self.lifecycle.destroy_node(node, reason)
 
     def request_sync(self) -> None:

@@ -53,6 +53,9 @@ class StubNodeDriver(NodeDriver):
     type = STUB_PROVIDER
     connectionCls: builtins.type[Connection] = StubConnection
     features: dict[str, list[str]] = {"create_node": []}
+    process_local = True
+    """Its instances live in this process: no worker process can list them
+    (nodewarden/cloud/listproc.py)."""
 
     def __new__(cls, *args: Any, cloud: str = "default", **kwargs: Any) -> StubNodeDriver:
         if cls is StubNodeDriver and is_stub_url(cloud):

@@ -95,6 +95,7 @@ class RemoteStubNodeDriver(StubNodeDriver):
     """libcloud driver of a stub cloud server reached over loopback HTTP."""
 
     connectionCls = StubApiConnection
+    process_local = False  # a server: any process may list it
 
     @staticmethod
     def server_address(cloud: str) -> tuple[str, int]:
