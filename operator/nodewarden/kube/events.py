@@ -1,0 +1,313 @@
+"""Events a user can read: aggregated the way Kubernetes' own event recorder aggregates,
+and never in the hot path of a decision.
+
+`EventRecorder.record` is synchronous and never waits: it decides, in memory, what the
+API server should hold and queues one write for the background drainer.
+
+- **Aggregation** (client-go's `EventCorrelator`): the same involved object, reason, type
+  and message key within `window` of the last occurrence is the same Event: its core/v1
+  `count` grows and `lastTimestamp` moves (a PATCH), no new Event is created. While the
+  first write of a series is still queued, a repeat only bumps that queued write: no
+  request at all.
+- **Rate per object** (client-go's spam filter): a token bucket per involved object,
+  `burst` Events then one every `refill_seconds`; an Event over it is dropped.
+- **Bounded queue**: at most `queue_size` writes wait; one more is dropped. Every drop is
+  counted in `nodewarden_events_dropped_total{why}` -- an Event is information, a
+  decision never waits for one.
+
+The drainer is one task, started at the first `record` on a running loop and stopped by
+`close` (which first sends what is queued, within a deadline). The writes go through a
+sink (`Kube.send_event`): this module does no I/O of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from nodewarden.metrics import EVENTS_DROPPED
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE = 4096
+"""Writes that may wait for the drainer; one more is dropped (counted)."""
+WINDOW_SECONDS = 600.0
+"""client-go's aggregation window: a repeat within it joins the Event's series."""
+BURST = 25
+"""client-go's spam filter: Events per involved object before the refill rate applies."""
+REFILL_SECONDS = 300.0
+"""client-go's spam filter: one more Event per object every this many seconds."""
+MAX_SERIES = 20_000
+"""Series remembered (least recently seen forgotten first); each is a few hundred bytes."""
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """What makes two occurrences the same Event."""
+
+    namespace: str
+    kind: str
+    name: str
+    uid: str
+    reason: str
+    type: str
+    message_key: str
+
+
+@dataclass
+class EventWrite:
+    """One request the drainer sends: the first of a series (`create`) or its new count."""
+
+    name: str
+    namespace: str
+    involved: dict[str, Any]
+    reason: str
+    message: str
+    type: str
+    action: str
+    component: str
+    first: datetime
+    last: datetime
+    count: int
+    create: bool
+    series: _Series | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class _Series:
+    name: str
+    first: datetime
+    last: datetime
+    count: int
+    pending: EventWrite | None
+    """The write still queued for this series (a repeat bumps it in place)."""
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: datetime
+
+
+EventSink = Callable[[EventWrite], Awaitable[None]]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+@dataclass
+class EventRecorder:
+    """See the module docstring."""
+
+    sink: EventSink
+    clock: Callable[[], datetime] = _utcnow
+    queue_size: int = QUEUE_SIZE
+    window_seconds: float = WINDOW_SECONDS
+    burst: int = BURST
+    refill_seconds: float = REFILL_SECONDS
+    max_series: int = MAX_SERIES
+    queue: deque[EventWrite] = field(default_factory=deque)
+    sent: int = 0
+    """Writes the sink has been handed (creates and patches)."""
+    _series: OrderedDict[SeriesKey, _Series] = field(default_factory=OrderedDict)
+    _buckets: OrderedDict[tuple[str, str, str], _Bucket] = field(default_factory=OrderedDict)
+    _wake: asyncio.Event | None = None
+    _idle: asyncio.Event | None = None
+    _task: asyncio.Task[None] | None = None
+    _closed: bool = False
+
+    # -- the caller's side: never waits -------------------------------------------------
+
+    def record(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        action: str = "Reconcile",
+        component: str = "nodewarden",
+        message_key: str | None = None,
+    ) -> bool:
+        """Queue (or fold into its series) an Event about `obj`. Returns False when it
+        was dropped (rate per object, full queue, recorder closed)."""
+        if self._closed:
+            return False
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        name = str(meta.get("name") or "nodewarden")
+        kind = str(obj.get("kind") or "")
+        key = SeriesKey(
+            namespace,
+            kind,
+            name,
+            str(meta.get("uid") or ""),
+            reason,
+            type_,
+            message if message_key is None else message_key,
+        )
+        now = self.clock()
+        series = self._series.get(key)
+        if series is not None and (now - series.last).total_seconds() <= self.window_seconds:
+            series.count += 1
+            series.last = now
+            self._series.move_to_end(key)
+            if series.pending is not None:  # not sent yet: the queued write carries it
+                series.pending.count = series.count
+                series.pending.last = now
+                series.pending.message = message
+                return True
+            return self._enqueue(
+                key, series, obj, meta, reason, message, type_, action, component, False
+            )
+        if not self._allowed((namespace, kind, name), now):
+            EVENTS_DROPPED.labels("rate_limited").inc()
+            return False
+        series = _Series(
+            name=f"{name}.{int(now.timestamp() * 1e9):x}", first=now, last=now, count=1,
+            pending=None,
+        )  # fmt: skip
+        self._series[key] = series
+        self._series.move_to_end(key)
+        while len(self._series) > self.max_series:
+            self._series.popitem(last=False)
+        return self._enqueue(
+            key, series, obj, meta, reason, message, type_, action, component, True
+        )
+
+    def _allowed(self, obj_key: tuple[str, str, str], now: datetime) -> bool:
+        """The per-object token bucket (a new Event, not a repeat, spends a token)."""
+        bucket = self._buckets.get(obj_key)
+        if bucket is None:
+            bucket = self._buckets[obj_key] = _Bucket(float(self.burst), now)
+            while len(self._buckets) > self.max_series:
+                self._buckets.popitem(last=False)
+        else:
+            elapsed = max(0.0, (now - bucket.at).total_seconds())
+            refill = elapsed / self.refill_seconds if self.refill_seconds > 0 else self.burst
+            bucket.tokens = min(float(self.burst), bucket.tokens + refill)
+            bucket.at = now
+            self._buckets.move_to_end(obj_key)
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
+
+    def _enqueue(
+        self,
+        key: SeriesKey,
+        series: _Series,
+        obj: Mapping[str, Any],
+        meta: Mapping[str, Any],
+        reason: str,
+        message: str,
+        type_: str,
+        action: str,
+        component: str,
+        create: bool,
+    ) -> bool:
+        if len(self.queue) >= self.queue_size:
+            EVENTS_DROPPED.labels("queue_full").inc()
+            if create:  # never created: a repeat must not patch what does not exist
+                self._series.pop(key, None)
+            return False
+        write = EventWrite(
+            name=series.name,
+            namespace=key.namespace,
+            involved={
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": key.namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            reason=reason,
+            message=message,
+            type=type_,
+            action=action,
+            component=component,
+            first=series.first,
+            last=series.last,
+            count=series.count,
+            create=create,
+            series=series,
+        )
+        series.pending = write
+        self.queue.append(write)
+        self._kick()
+        return True
+
+    def _kick(self) -> None:
+        """Wake the drainer, starting it on the running loop if there is one."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: the writes wait for the first record (or flush) on one
+        if self._wake is None:
+            self._wake = asyncio.Event()
+            self._idle = asyncio.Event()
+        assert self._idle is not None
+        if self.queue:
+            self._idle.clear()
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="nodewarden-events")
+
+    # -- the drainer ----------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        assert self._wake is not None and self._idle is not None
+        while True:
+            while self.queue:
+                self._idle.clear()
+                write = self.queue.popleft()
+                self._release(write)
+                self.sent += 1
+                try:
+                    await self.sink(write)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # one Event's failure is a log line, nothing more
+                    log.warning("could not post event %s: %s", write.reason, exc)
+            self._idle.set()
+            self._wake.clear()
+            await self._wake.wait()
+
+    @staticmethod
+    def _release(write: EventWrite) -> None:
+        """The write leaves the queue: a repeat from now on is a new (patch) write."""
+        series = write.series
+        if series is not None and series.pending is write:
+            series.pending = None
+
+    async def flush(self, within: float = 5.0) -> None:
+        """Wait (at most `within` seconds) until every queued write has been sent."""
+        if not self.queue and (self._task is None or self._idle is None or self._idle.is_set()):
+            return
+        self._kick()
+        assert self._idle is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                while self.queue or not self._idle.is_set():
+                    await self._idle.wait()
+                    if self.queue:
+                        self._idle.clear()
+                        self._kick()
+
+    async def close(self, within: float = 5.0) -> None:
+        """Send what is queued (within `within` seconds), then stop the drainer."""
+        await self.flush(within)
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
