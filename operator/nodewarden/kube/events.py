@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -118,6 +119,7 @@ class EventRecorder:
     """Writes the sink has been handed (creates and patches)."""
     _series: OrderedDict[SeriesKey, _Series] = field(default_factory=OrderedDict)
     _buckets: OrderedDict[tuple[str, str, str], _Bucket] = field(default_factory=OrderedDict)
+    _sequence: Iterator[int] = field(default_factory=itertools.count)
     _wake: asyncio.Event | None = None
     _idle: asyncio.Event | None = None
     _task: asyncio.Task[None] | None = None
@@ -171,8 +173,10 @@ class EventRecorder:
             EVENTS_DROPPED.labels("rate_limited").inc()
             return False
         series = _Series(
-            name=f"{name}.{int(now.timestamp() * 1e9):x}", first=now, last=now, count=1,
-            pending=None,
+            # client-go's name (object.nanoseconds in hex), made unique within this
+            # recorder by a sequence: two series opened at the same instant differ
+            name=f"{name}.{int(now.timestamp() * 1e9) + next(self._sequence):x}",
+            first=now, last=now, count=1, pending=None,
         )  # fmt: skip
         self._series[key] = series
         self._series.move_to_end(key)

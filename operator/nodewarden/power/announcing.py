@@ -10,8 +10,9 @@ The rule:
   announced;
 - while a node is *starting* (this process has not yet reached a settled decision for
   it), the decisions that only gather evidence again -- a DEFER whose every reason is
-  evidence not known yet (power, readiness, telemetry), and a START confirming the
-  machine is on and ready -- are not announced: restarting the operator is not a
+  evidence not known yet (power, readiness, telemetry), a START confirming the machine
+  is on and ready, and a NONE confirming the power observed (unless it closes a
+  transition this process took over) -- are not announced: restarting the operator is not a
   transition of the node. The first other decision (a DEFER for time, a BLOCK, a
   request, NONE) ends the start-up: announced only if it differs from what was shown;
 - after start-up, every change of headline is announced (today's decision history);
@@ -42,6 +43,7 @@ GATHERING = {
     Decision.START.value: frozenset(
         r.value for r in (R.READY_CONFIRMED, R.POWER_ON_CONFIRMED, R.ALREADY_ON)
     ),
+    Decision.NONE.value: frozenset(r.value for r in (R.POWER_OFF_CONFIRMED, R.POWER_ON_CONFIRMED)),
 }
 """Per decision, the reasons that (all of them) make it evidence being gathered again."""
 
@@ -88,15 +90,18 @@ def stored_condition_message(status: dict[str, Any] | Any, type_: str) -> str | 
     return None
 
 
-def gathering(new: Headline) -> bool:
-    """Whether `new` only gathers evidence again (see the module docstring)."""
+def gathering(new: Headline, closes: bool = False) -> bool:
+    """Whether `new` only gathers evidence again (see the module docstring); a decision
+    that closes a transition never does."""
     quiet = GATHERING.get(new.decision)
-    return quiet is not None and all(r in quiet for r in new.reasons)
+    return not closes and quiet is not None and all(r in quiet for r in new.reasons)
 
 
-def announce_decision(shown: Headline | None, new: Headline, starting: bool) -> Announcement:
-    """See the module docstring."""
-    if starting and gathering(new):
+def announce_decision(
+    shown: Headline | None, new: Headline, starting: bool, closes: bool = False
+) -> Announcement:
+    """See the module docstring. `closes`: the decision closes a transition."""
+    if starting and gathering(new, closes):
         return Announcement(announce=False, starting=True)
     return Announcement(announce=new != shown, starting=False)
 

@@ -154,7 +154,7 @@ class Recorder:
             )
         )
 
-    def _announce(self, rt: NodeRuntime, record: SafetyRecord) -> None:
+    def _announce(self, rt: NodeRuntime, record: SafetyRecord, closes: bool) -> None:
         """The decision's Event, if `power.announcing` says a user should read it."""
         self._baseline(rt)
         new = Headline(
@@ -163,7 +163,8 @@ class Recorder:
             state=api_state_of(rt),
             admission=api_admission(rt.state.admission),
         )
-        verdict = announce_decision(self.shown.get(rt.name), new, rt.name in self.starting)
+        starting = rt.name in self.starting
+        verdict = announce_decision(self.shown.get(rt.name), new, starting, closes)
         if not verdict.starting:
             self.starting.discard(rt.name)
         if verdict.announce:
@@ -277,7 +278,7 @@ class Recorder:
             POWER_DECISIONS.labels(
                 record.decision.value, record.reasons[0].value if record.reasons else ""
             ).inc()
-        self._announce(rt, record)
+        self._announce(rt, record, closed)
 
     async def _blocked_without_transition(
         self, rt: NodeRuntime, record: SafetyRecord, now: datetime
