@@ -95,7 +95,7 @@ async def test_a_full_queue_drops_counts_and_never_blocks_the_caller() -> None:
     accepted = [
         rec.record(
             {**NODE, "metadata": {"name": f"n{i}", "namespace": "ns"}}, reason="R", message="m"
-        )  # fmt: skip
+        )
         for i in range(10)
     ]  # synchronous: returns with the sink stuck on its first write
     # the drainer takes its first write and waits at the gate
