@@ -49,7 +49,7 @@ def dropped(why: str) -> float:
 
 async def test_a_repeat_within_the_window_patches_the_series_not_a_new_event() -> None:
     sink, clock = Sink(), Clock()
-    rec = EventRecorder(sink, clock=clock)
+    rec = EventRecorder(sink, clock=clock, patch_interval=0.0)
     rec.record(NODE, reason="PowerNoAction", message="NONE [ACTIVE_WORK]")
     await rec.flush()
     for _ in range(3):
@@ -72,6 +72,21 @@ async def test_repeats_while_the_first_write_is_queued_cost_no_request() -> None
     (write,) = sink.writes
     assert write.create and write.count == 5
     await rec.close()
+
+
+async def test_repeats_after_the_first_write_are_patched_once_per_interval() -> None:
+    sink, clock = Sink(), Clock()
+    rec = EventRecorder(sink, clock=clock, patch_interval=3600.0)
+    rec.record(NODE, reason="PowerDeferred", message="first")
+    await rec.flush()
+    for i in range(5):
+        clock.now += timedelta(seconds=10)
+        rec.record(NODE, reason="PowerDeferred", message="first")
+    await rec.flush()
+    assert len(sink.writes) == 1  # not due: the count waits
+    await rec.close()  # what is not sent goes out at the end
+    assert [(w.create, w.count) for w in sink.writes] == [(True, 1), (False, 6)]
+    assert sink.writes[-1].last == clock.now
 
 
 async def test_another_reason_or_an_expired_window_is_a_new_event() -> None:

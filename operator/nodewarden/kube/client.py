@@ -380,11 +380,19 @@ class Kube:
         type_: str = "Normal",
         action: str = "Reconcile",
         component: str = "nodewarden",
+        message_key: str | None = None,
     ) -> None:
         """Hand an Event about `obj` to the recorder (`kube.events`): aggregated into its
-        series, queued, sent by the background drainer. Returns at once; never raises."""
+        series (same object, reason, type and `message_key`, the message by default),
+        queued, sent by the background drainer. Returns at once; never raises."""
         self.events.record(
-            obj, reason=reason, message=message, type_=type_, action=action, component=component
+            obj,
+            reason=reason,
+            message=message,
+            type_=type_,
+            action=action,
+            component=component,
+            message_key=message_key,
         )
 
     async def send_event(self, write: EventWrite) -> None:

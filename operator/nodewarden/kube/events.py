@@ -15,8 +15,9 @@ API server should hold and queues one write for the background drainer.
   counted in `nodewarden_events_dropped_total{why}` -- an Event is information, a
   decision never waits for one.
 
-The drainer is one task, started at the first `record` on a running loop and stopped by
-`close` (which first sends what is queued, within a deadline). The writes go through a
+The drainer is one task, started by a `record` on a running loop when none runs; it ends
+when the queue is empty (nothing lingers between Events). `close` sends what is queued
+(within a deadline) and refuses more. The writes go through a
 sink (`Kube.send_event`): this module does no I/O of its own.
 """
 
@@ -44,6 +45,8 @@ BURST = 25
 """client-go's spam filter: Events per involved object before the refill rate applies."""
 REFILL_SECONDS = 300.0
 """client-go's spam filter: one more Event per object every this many seconds."""
+PATCH_INTERVAL_SECONDS = 60.0
+"""A series' count is patched at most this often (loop time); close sends the rest."""
 MAX_SERIES = 20_000
 """Series remembered (least recently seen forgotten first); each is a few hundred bytes."""
 
@@ -88,6 +91,11 @@ class _Series:
     count: int
     pending: EventWrite | None
     """The write still queued for this series (a repeat bumps it in place)."""
+    sent_at: float | None = None
+    """Loop time its last write left the queue."""
+    dirty: tuple[Any, ...] | None = None
+    """A repeat not yet sent (its `_enqueue` arguments): sent when its patch is due."""
+    scheduled: bool = False
 
 
 @dataclass
@@ -114,14 +122,13 @@ class EventRecorder:
     burst: int = BURST
     refill_seconds: float = REFILL_SECONDS
     max_series: int = MAX_SERIES
+    patch_interval: float = PATCH_INTERVAL_SECONDS
     queue: deque[EventWrite] = field(default_factory=deque)
     sent: int = 0
     """Writes the sink has been handed (creates and patches)."""
     _series: OrderedDict[SeriesKey, _Series] = field(default_factory=OrderedDict)
     _buckets: OrderedDict[tuple[str, str, str], _Bucket] = field(default_factory=OrderedDict)
     _sequence: Iterator[int] = field(default_factory=itertools.count)
-    _wake: asyncio.Event | None = None
-    _idle: asyncio.Event | None = None
     _task: asyncio.Task[None] | None = None
     _closed: bool = False
 
@@ -166,9 +173,8 @@ class EventRecorder:
                 series.pending.last = now
                 series.pending.message = message
                 return True
-            return self._enqueue(
-                key, series, obj, meta, reason, message, type_, action, component, False
-            )
+            args = (key, series, obj, meta, reason, message, type_, action, component, False)
+            return self._repeat(series, args)
         if not self._allowed((namespace, kind, name), now):
             EVENTS_DROPPED.labels("rate_limited").inc()
             return False
@@ -185,6 +191,29 @@ class EventRecorder:
         return self._enqueue(
             key, series, obj, meta, reason, message, type_, action, component, True
         )
+
+    def _repeat(self, series: _Series, args: tuple[Any, ...]) -> bool:
+        """A repeat of a series already sent: its count goes out at most once per
+        `patch_interval` seconds (client-go's events library updates a series on a
+        heartbeat too), the latest occurrence carrying the total."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._enqueue(*args)
+        due = (series.sent_at or 0.0) + self.patch_interval - loop.time()
+        if due <= 0 and not series.scheduled:
+            return self._enqueue(*args)
+        series.dirty = args
+        if not series.scheduled:
+            series.scheduled = True
+            loop.call_later(max(due, 0.0), self._patch_due, series)
+        return True
+
+    def _patch_due(self, series: _Series) -> None:
+        series.scheduled = False
+        args, series.dirty = series.dirty, None
+        if args is not None and not self._closed:
+            self._enqueue(*args)
 
     def _allowed(self, obj_key: tuple[str, str, str], now: datetime) -> bool:
         """The per-object token bucket (a new Event, not a repeat, spends a token)."""
@@ -250,40 +279,28 @@ class EventRecorder:
         return True
 
     def _kick(self) -> None:
-        """Wake the drainer, starting it on the running loop if there is one."""
+        """Start the drainer on the running loop if it is not running (it ends when the
+        queue is empty: no task lingers between Events)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop yet: the writes wait for the first record (or flush) on one
-        if self._wake is None:
-            self._wake = asyncio.Event()
-            self._idle = asyncio.Event()
-        assert self._idle is not None
-        if self.queue:
-            self._idle.clear()
-        self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain(), name="nodewarden-events")
 
     # -- the drainer ----------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        assert self._wake is not None and self._idle is not None
-        while True:
-            while self.queue:
-                self._idle.clear()
-                write = self.queue.popleft()
-                self._release(write)
-                self.sent += 1
-                try:
-                    await self.sink(write)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # one Event's failure is a log line, nothing more
-                    log.warning("could not post event %s: %s", write.reason, exc)
-            self._idle.set()
-            self._wake.clear()
-            await self._wake.wait()
+        while self.queue:
+            write = self.queue.popleft()
+            self._release(write)
+            self.sent += 1
+            try:
+                await self.sink(write)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one Event's failure is a log line, nothing more
+                log.warning("could not post event %s: %s", write.reason, exc)
 
     @staticmethod
     def _release(write: EventWrite) -> None:
@@ -291,27 +308,28 @@ class EventRecorder:
         series = write.series
         if series is not None and series.pending is write:
             series.pending = None
+            series.sent_at = asyncio.get_running_loop().time()
 
     async def flush(self, within: float = 5.0) -> None:
         """Wait (at most `within` seconds) until every queued write has been sent."""
-        if not self.queue and (self._task is None or self._idle is None or self._idle.is_set()):
+        if not self.queue and (self._task is None or self._task.done()):
             return
         self._kick()
-        assert self._idle is not None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(within):
-                while self.queue or not self._idle.is_set():
-                    await self._idle.wait()
-                    if self.queue:
-                        self._idle.clear()
-                        self._kick()
+        task = self._task
+        if task is not None:
+            await asyncio.wait([task], timeout=within)
 
     async def close(self, within: float = 5.0) -> None:
-        """Send what is queued (within `within` seconds), then stop the drainer."""
+        """Send what is queued and every series' count not sent yet (within `within`
+        seconds), then stop the drainer."""
+        for series in list(self._series.values()):
+            args, series.dirty = series.dirty, None
+            if args is not None:
+                self._enqueue(*args)
         await self.flush(within)
         self._closed = True
         task, self._task = self._task, None
-        if task is not None:
+        if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

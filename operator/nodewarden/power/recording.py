@@ -109,6 +109,9 @@ class Recorder:
                 message=message[:1024],
                 type_=summary.type,
                 action=summary.decision.value.capitalize(),
+                # one series per decision and state reached: reasons that flap within
+                # it (a reading going stale and fresh) raise its count, not new Events
+                message_key=f"{summary.decision.value} {record.state_after.value}",
             )
         )
 
