@@ -79,7 +79,7 @@ async def test_repeats_after_the_first_write_are_patched_once_per_interval() -> 
     rec = EventRecorder(sink, clock=clock, patch_interval=3600.0)
     rec.record(NODE, reason="PowerDeferred", message="first")
     await rec.flush()
-    for i in range(5):
+    for _ in range(5):
         clock.now += timedelta(seconds=10)
         rec.record(NODE, reason="PowerDeferred", message="first")
     await rec.flush()
