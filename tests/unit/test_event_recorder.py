@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from calibration import scaled
+from nodewarden.kube.client import Kube
 from nodewarden.kube.events import EventRecorder, EventWrite
 from nodewarden.metrics import EVENTS_DROPPED
 
@@ -148,3 +151,53 @@ async def test_close_sends_what_is_queued_then_refuses() -> None:
     await rec.close()
     assert len(sink.writes) == 1
     assert not rec.record(NODE, reason="R", message="n")
+
+
+class FakeCore:
+    """The two Event calls `Kube.send_event` makes, answered like the API server."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, dict[str, object]] = {}
+        self.calls: list[str] = []
+
+    async def create_namespaced_event(self, namespace: str, body: object, **_: object) -> object:
+        self.calls.append("create")
+        name = body.metadata.name  # type: ignore[attr-defined]
+        self.events[name] = {"count": body.count}  # type: ignore[attr-defined]
+
+        class Resp:
+            status = 201
+
+            async def read(self) -> bytes:
+                return b"{}"
+
+            def release(self) -> None:
+                return None
+
+        return Resp()
+
+    async def patch_namespaced_event(
+        self, name: str, namespace: str, patch: dict[str, object], **_: object
+    ) -> None:
+        self.calls.append("patch")
+        if name not in self.events:
+            raise ApiException(status=404)
+        self.events[name].update(count=patch["count"])
+
+
+async def test_kube_emits_through_its_recorder_and_recreates_an_expired_series() -> None:
+    kube = Kube.__new__(Kube)
+    core = FakeCore()
+    kube.core = core  # type: ignore[assignment]
+    kube.events = EventRecorder(kube.send_event, clock=Clock(), patch_interval=0.0)
+    await kube.emit_event(NODE, reason="PowerNoAction", message="m")  # returns at once
+    await kube.events.flush()
+    await kube.emit_event(NODE, reason="PowerNoAction", message="m")
+    await kube.events.flush()
+    (name,) = core.events
+    assert core.events[name]["count"] == 2 and core.calls == ["create", "patch"]
+    core.events.clear()  # the API server's TTL removed it
+    await kube.emit_event(NODE, reason="PowerNoAction", message="m")
+    await kube.events.close()
+    assert core.calls == ["create", "patch", "patch", "create"]
+    assert core.events[name]["count"] == 3
