@@ -177,6 +177,14 @@ KUBE_THROTTLED = Counter(
     registry=REGISTRY,
 )
 
+EVENTS_DROPPED = Counter(
+    "nodewarden_events_dropped_total",
+    "Kubernetes Events not posted, by why: queue_full (the bounded queue the background "
+    "sender drains was full) or rate_limited (too many for one object).",
+    ["why"],
+    registry=REGISTRY,
+)
+
 LOOP_LAG = Gauge(
     "nodewarden_event_loop_lag_seconds",
     "How late the operator's event loop ran a 1-second timer, last sample.",

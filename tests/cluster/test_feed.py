@@ -32,7 +32,7 @@ from powerkit import PowerEnv, side_node_entry
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 HOT = ("workernodes", "containerdispatches")
-WRITES = ("patch_status", "patch", "create", "delete", "create_event")
+WRITES = ("patch_status", "patch", "create", "delete", "create_event", "patch_event")
 
 
 @pytest.fixture

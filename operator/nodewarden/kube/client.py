@@ -13,7 +13,6 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from pydantic import SecretStr
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import Kind
 from nodewarden.fence import Fence, NotLeader, Unfenced
+from nodewarden.kube.events import EventRecorder, EventWrite
 from nodewarden.kube.kubeconfig import (
     KubeconfigError,
     default_kubeconfig,
@@ -155,6 +155,8 @@ class Kube:
         self.field_manager = field_manager
         self.fence: Fence = Unfenced()
         """Asked before every write (`guard`); its token rides in every status write."""
+        self.events = EventRecorder(self.send_event)
+        """Every Event goes through it: aggregated, queued, sent off the decision path."""
 
     # --- fencing ------------------------------------------------------------------------
 
@@ -189,6 +191,7 @@ class Kube:
         return err
 
     async def close(self) -> None:
+        await self.events.close()  # what is queued goes out first (within its deadline)
         await self.api.close()
 
     # --- nodewarden objects -----------------------------------------------------------
@@ -377,42 +380,74 @@ class Kube:
         type_: str = "Normal",
         action: str = "Reconcile",
         component: str = "nodewarden",
+        message_key: str | None = None,
     ) -> None:
-        """Create a core/v1 Event about `obj` (registered secrets masked in the message).
-        Failures are logged, never raised."""
-        meta = obj.get("metadata", {})
-        namespace = meta.get("namespace") or "default"
-        now = datetime.now(tz=UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{meta.get('name', 'nodewarden')}.", namespace=namespace
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=obj.get("apiVersion"),
-                kind=obj.get("kind"),
-                name=meta.get("name"),
-                namespace=namespace,
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            ),
+        """Hand an Event about `obj` to the recorder (`kube.events`): aggregated into its
+        series (same object, reason, type and `message_key`, the message by default),
+        queued, sent by the background drainer. Returns at once; never raises."""
+        self.events.record(
+            obj,
             reason=reason,
-            message=redact(message)[:1024],
-            type=type_,
+            message=message,
+            type_=type_,
             action=action,
-            source=client.V1EventSource(component=component),
-            reporting_component=component,
-            reporting_instance=component,
-            first_timestamp=now,
-            last_timestamp=now,
-            event_time=now,
-            count=1,
+            component=component,
+            message_key=message_key,
+        )
+
+    async def send_event(self, write: EventWrite) -> None:
+        """The recorder's sink: create the first Event of a series, or PATCH its core/v1
+        `count` and `lastTimestamp` (created instead when it is gone). Registered secrets
+        are masked in the message. Failures are logged, never raised."""
+        if not write.create:
+            patch = {
+                "count": write.count,
+                "lastTimestamp": write.last.isoformat().replace("+00:00", "Z"),
+                "message": redact(write.message)[:1024],
+            }
+            KUBE_REQUESTS.labels("patch_event").inc()
+            try:
+                await self.core.patch_namespaced_event(
+                    write.name, write.namespace, patch, _preload_content=False
+                )
+                return
+            except UNREACHABLE as exc:
+                log.warning("could not post event %s: %s", write.reason, unreachable(exc))
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.warning("could not post event %s: HTTP %s", write.reason, exc.status)
+                    return
+                # expired or never created: the series starts again under the same name
+        inv = write.involved
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=write.name, namespace=write.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=inv.get("apiVersion"),
+                kind=inv.get("kind"),
+                name=inv.get("name"),
+                namespace=write.namespace,
+                uid=inv.get("uid"),
+                resource_version=inv.get("resourceVersion"),
+            ),
+            reason=write.reason,
+            message=redact(write.message)[:1024],
+            type=write.type,
+            action=write.action,
+            source=client.V1EventSource(component=write.component),
+            reporting_component=write.component,
+            reporting_instance=write.component,
+            first_timestamp=write.first,
+            last_timestamp=write.last,
+            event_time=write.first,
+            count=write.count,
         )
         KUBE_REQUESTS.labels("create_event").inc()
         try:
             # the created Event is not read back: parsing it (times with dateutil) costs
             # more than the request at one Event per decision for thousands of nodes
             resp: Any = await self.core.create_namespaced_event(
-                namespace,
+                write.namespace,
                 body,
                 _preload_content=False,
             )
@@ -422,9 +457,9 @@ class Kube:
             finally:
                 resp.release()
         except UNREACHABLE as exc:
-            log.warning("could not post event %s: %s", reason, unreachable(exc))
+            log.warning("could not post event %s: %s", write.reason, unreachable(exc))
             return
         except ApiException as exc:
             status = exc.status
         if not 200 <= int(status or 0) <= 299:
-            log.warning("could not post event %s: HTTP %s", reason, status)
+            log.warning("could not post event %s: HTTP %s", write.reason, status)

@@ -3,6 +3,10 @@ transition's PowerIntent (policy-made ones opened and closed here, manual ones r
 the node's decision history, Events, and the status fields and conditions each node
 contributes to the status writer.
 
+Events follow `power.announcing`: what the user was last shown starts as the node's stored
+status (read once, when this process first handles the node), so a restart announces
+nothing for a node whose state, decision and reasons did not change.
+
 `Recorder` writes; it decides nothing (the round hands it each step's record) and calls no
 other collaborator of the controller.
 """
@@ -20,10 +24,17 @@ from nodewarden.policy.actions import CloseTransition, OpenTransition
 from nodewarden.policy.machine import Step
 from nodewarden.policy.reasons import Decision, DecisionClass, ReasonCode, decision_class
 from nodewarden.policy.record import SafetyRecord, event_summary
-from nodewarden.policy.state import PowerState, TransitionKind
+from nodewarden.policy.state import PowerState, TransitionKind, api_admission
+from nodewarden.power.announcing import (
+    Headline,
+    announce_decision,
+    announce_error,
+    stored_condition_message,
+    stored_headline,
+)
 from nodewarden.power.context import PowerContext
 from nodewarden.power.intents import record_fields
-from nodewarden.power.nodestatus import conditions, power_status
+from nodewarden.power.nodestatus import api_state_of, conditions, power_status
 from nodewarden.power.phases import manual_phase, phase_message
 from nodewarden.power.runtime import NodeRuntime, iso
 
@@ -35,6 +46,24 @@ class Recorder:
 
     def __init__(self, ctx: PowerContext) -> None:
         self.ctx = ctx
+        self.shown: dict[str, Headline | None] = {}
+        """Per node: the headline a user was last shown (stored, or announced since)."""
+        self.starting: set[str] = set()
+        """Nodes without a settled decision since this process first handled them."""
+        self.shown_error: dict[str, str | None] = {}
+        """Per node, until its first power-source report: the stored PowerSource error."""
+        self.shown_invalid: dict[str, str | None] = {}
+        """Per node, until its first verdict: the stored Valid=False message."""
+
+    def _baseline(self, rt: NodeRuntime) -> None:
+        """Once per node: what its stored status already shows a user."""
+        if rt.name in self.shown:
+            return
+        stored = self.ctx.status.server_status(rt.name)
+        self.shown[rt.name] = stored_headline(stored)
+        self.starting.add(rt.name)
+        self.shown_error[rt.name] = stored_condition_message(stored, "PowerSource")
+        self.shown_invalid[rt.name] = stored_condition_message(stored, "Valid")
 
     # -- status ----------------------------------------------------------------------------
 
@@ -54,6 +83,7 @@ class Recorder:
         self.ctx.status.contribute(rt.name, {"conditions": self.conditions(rt)})
 
     def power_status(self, rt: NodeRuntime, record: SafetyRecord | None) -> dict[str, Any]:
+        self._baseline(rt)  # before this process's first decision for the node is written
         out = power_status(rt, record, self.conditions(rt))
         if "powerState" in out:
             rt.persisted = rt.state
@@ -79,6 +109,9 @@ class Recorder:
                 message=message[:1024],
                 type_=summary.type,
                 action=summary.decision.value.capitalize(),
+                # one series per decision and state reached: reasons that flap within
+                # it (a reading going stale and fresh) raise its count, not new Events
+                message_key=f"{summary.decision.value} {record.state_after.value}",
             )
         )
 
@@ -86,12 +119,15 @@ class Recorder:
         """A Warning Event when the node's power source starts failing or fails
         differently (the PowerSource condition carries the same text); none while the
         same error repeats."""
+        self._baseline(rt)
         error = self.ctx.control.last_error.get(rt.name)
         if error == rt.reported_error:
             return
+        shown = self.shown_error.pop(rt.name, rt.reported_error)
         rt.reported_error = error
-        if error is None:
+        if not announce_error(shown, error):
             return
+        assert error is not None
         self.ctx.spawn(
             self.ctx.kube.emit_event(
                 self.event_object(rt),
@@ -101,6 +137,42 @@ class Recorder:
                 action="Observe",
             )
         )
+
+    def announce_invalid(self, rt: NodeRuntime, previous: str | None) -> None:
+        """A Warning Event for an invalid spec, unless the same problem is what the user
+        already sees (`previous`: the last verdict's message, or after a restart the
+        stored Valid condition's)."""
+        self._baseline(rt)
+        verdict = rt.verdict
+        shown = self.shown_invalid.pop(rt.name, previous)
+        if verdict is None or verdict.valid or not announce_error(shown, verdict.message):
+            return
+        self.ctx.spawn(
+            self.ctx.kube.emit_event(
+                self.event_object(rt),
+                reason=verdict.reason,
+                message=verdict.message,
+                type_="Warning",
+                action="Validate",
+            )
+        )
+
+    def _announce(self, rt: NodeRuntime, record: SafetyRecord, closes: bool) -> None:
+        """The decision's Event, if `power.announcing` says a user should read it."""
+        self._baseline(rt)
+        new = Headline(
+            decision=record.decision.value,
+            reasons=tuple(r.value for r in record.reasons),
+            state=api_state_of(rt),
+            admission=api_admission(rt.state.admission),
+        )
+        starting = rt.name in self.starting
+        verdict = announce_decision(self.shown.get(rt.name), new, starting, closes)
+        if not verdict.starting:
+            self.starting.discard(rt.name)
+        if verdict.announce:
+            self.shown[rt.name] = new
+            self.event(rt, record)
 
     # -- intents and records ---------------------------------------------------------------
 
@@ -209,7 +281,7 @@ class Recorder:
             POWER_DECISIONS.labels(
                 record.decision.value, record.reasons[0].value if record.reasons else ""
             ).inc()
-            self.event(rt, record)
+        self._announce(rt, record, closed)
 
     async def _blocked_without_transition(
         self, rt: NodeRuntime, record: SafetyRecord, now: datetime

@@ -87,13 +87,8 @@ class Validation:
         )
         if not verdict.valid and (previous is None or previous.message != verdict.message):
             log.warning("WorkerNode %s is invalid: %s", rt.name, verdict.message)
-            await ctx.kube.emit_event(
-                self.recorder.event_object(rt),
-                reason=verdict.reason,
-                message=verdict.message,
-                type_="Warning",
-                action="Validate",
-            )
+        # its Event unless the stored Valid condition already says the same (a restart)
+        self.recorder.announce_invalid(rt, previous.message if previous is not None else None)
         ctx.wake.set()
 
     async def _judge(self, name: str, spec: WorkerNodeSpec) -> Verdict:
