@@ -54,7 +54,12 @@ POLICY_SPEC: dict[str, Any] = {
     "retry": {"budget": 2, "initialBackoff": "1s", "maxBackoff": "2s", "jitter": 0.1},
     "disruptionBudget": {"maxConcurrentTransitions": 2},
 }
-POWER_TIMING = {"power_poll_interval": 2, "power_poll_interval_at_rest": 2, "evaluate_interval": 5, "request_timeout": 10}
+POWER_TIMING = {
+    "power_poll_interval": 2,
+    "power_poll_interval_at_rest": 2,
+    "evaluate_interval": 5,
+    "request_timeout": 10,
+}
 
 
 def new_bmc_password() -> str:
