@@ -147,3 +147,41 @@ async def test_no_node_is_idle_before_the_dispatchers_first_plan() -> None:
         h.recovering = False  # the first plan: s0, s2, s4 hold nothing and list nothing
         await h.run_until(lambda: h.state("s0") == "Off", within=300.0, tick=TICK)
         assert h.state("s1") == "Active"
+
+
+async def test_status_writes_per_node_from_start_to_settled_are_at_most_two() -> None:
+    """A first start and a restart on the stored statuses: each WorkerNode is written at
+    most twice until the fleet settles (the first decision; the settled one)."""
+    n = 40
+    async with PowerHarness(policy=REST_POLICY, probe_interval=PROBE_INTERVAL) as h:
+        h.plan_changes = True
+        per_node = _count_status_writes(h.kube)
+        names = await _fleet(h, n)
+        assert max(per_node.get(name, 0) for name in names) <= 2, per_node
+        kube, hosts, clock, vms, pool = h.kube, h.hosts, h.clock, h.vms, h.pool
+        await h.ctrl.stop()
+    async with PowerHarness(
+        policy=REST_POLICY, probe_interval=PROBE_INTERVAL, kube=kube, hosts=hosts, clock=clock
+    ) as again:
+        again.plan_changes = True
+        again.vms.update(vms)
+        again.pool.snapshots.update(pool.snapshots)
+        per_node.clear()
+        await again.start()
+        await again.run_for(180.0, tick=TICK)
+        assert all(again.state(name) in ("Active", "Idle", "Off") for name in names)
+        assert max(per_node.get(name, 0) for name in names) <= 2, per_node
+
+
+def _count_status_writes(kube: Any) -> dict[str, int]:
+    """Count the WorkerNode status writes `kube` takes from now on, per node."""
+    counts: dict[str, int] = {}
+    original = kube.patch_status
+
+    async def patch_status(kind: Any, namespace: str, name: str, *args: Any, **kw: Any) -> Any:
+        if kind.kind == "WorkerNode":
+            counts[name] = counts.get(name, 0) + 1
+        return await original(kind, namespace, name, *args, **kw)
+
+    kube.patch_status = patch_status
+    return counts
