@@ -379,10 +379,10 @@ class StubWorker:
         self.watch_lines += 1
         process.stdout.write(line)
 
-    async def _watch_wait(self, timeout: float, closed: asyncio.Future[None]) -> bool:
-        """Wait `timeout` seconds, a change, or the channel's close; True if a change woke it."""
+    async def _watch_wait(self, seconds: float, closed: asyncio.Future[None]) -> bool:
+        """Wait `seconds`, a change, or the channel's close; True if a change woke it."""
         changed = asyncio.ensure_future(self._changed.wait())
-        slept = asyncio.ensure_future(self._sleep(timeout))
+        slept = asyncio.ensure_future(self._sleep(seconds))
         try:
             await asyncio.wait((changed, slept, closed), return_when=asyncio.FIRST_COMPLETED)
         finally:
