@@ -41,6 +41,7 @@ from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.facts import (
     HostUuidFact,
     InhibitorsFact,
+    LearnedHostKey,
     PoweroffRequested,
     ProbeReport,
     ReadyFact,
@@ -313,6 +314,10 @@ class SshProber:
 
     def connected(self, node: str) -> bool:
         return self._connections.connected(node)
+
+    def take_learned(self, node: str) -> LearnedHostKey | None:
+        """The host key learned on first use since the last call (e.g. by a stream), once."""
+        return self._connections.take_learned(node)
 
     def pinned_host_key(self, node: str) -> str | None:
         """The OpenSSH public key trusted on first use for ``node``, if any."""

@@ -62,7 +62,7 @@ class ProbeSettings(BaseModel):
     )
     stream_heartbeat: float = Field(
         default=10.0,
-        ge=1,
+        gt=0,
         le=3600,
         description=(
             "Seconds between the watch command's heartbeats; no line for 3 x this = the "
