@@ -139,11 +139,12 @@ async def fleet_of(manual: ManualTime) -> AsyncIterator[Callable[..., Any]]:
             await stub.stop()
 
 
-@pytest.mark.parametrize("nodes", [10])
+@pytest.mark.parametrize("nodes", [10, 50])
 async def test_at_rest_heartbeats_are_minutes_times_60_over_n_and_no_probe_command_runs(
     fleet_of: Callable[..., Any], manual: ManualTime, nodes: int
 ) -> None:
-    fleet: Fleet = await fleet_of(nodes)
+    # the probe loops run every 50 ms of real time meanwhile: each finds the stream up
+    fleet: Fleet = await fleet_of(nodes, probe_interval=0.05)
     counters = fleet.pool.probes.stream_counters
     await _until(lambda: counters.changes == nodes and manual.sleeping == nodes)
     assert all(w.state is PoolState.READY for w in fleet.pool.ctx.workers.values())
