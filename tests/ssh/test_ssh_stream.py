@@ -145,6 +145,14 @@ async def test_a_runner_without_watch_is_unsupported_and_the_command_probe_still
     assert [c for c in worker.commands if "--list" in c] == ["nodewarden-runner --list"]
 
 
+async def test_a_runner_that_ignores_watch_and_exits_0_is_unsupported_too(
+    stub: StubFactory, prober: SshProber, client_key: SshClientKey
+) -> None:
+    worker = await stub(extra_commands={"nodewarden-runner --watch --heartbeat 10": (0, "", "")})
+    with pytest.raises(WatchUnsupported):
+        await _next(prober.watch(target_for(worker, client_key), heartbeat=10))
+
+
 async def test_probe_with_streamed_facts_runs_only_what_the_stream_does_not_carry(
     stub: StubFactory, prober: SshProber, client_key: SshClientKey
 ) -> None:

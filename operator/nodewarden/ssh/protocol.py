@@ -75,8 +75,9 @@ Runner (default program ``nodewarden-runner``; Arvados calls its equivalent crun
         ``runners`` holds ``--list`` lines (same owner fields); ``ready``/``detail`` are
         what the ready probe would say; ``broken`` as the ``broken`` line of ``--list``.
         Lines of another version are errors; v1 lines of an unknown kind are skipped. A
-        runner program without ``--watch`` (older) exits non-zero at once with a usage
-        error (exit 2): the operator then uses the ready probe and ``--list`` for a while.
+        runner program without ``--watch`` (older) exits at once with a usage error (exit
+        2; any exit before the first line counts the same): the operator then uses the
+        ready probe and ``--list`` for a while.
 
 Inhibitors
     Primary: ``busctl --json=short call org.freedesktop.login1 /org/freedesktop/login1

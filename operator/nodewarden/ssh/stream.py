@@ -10,7 +10,8 @@ stamped with the time its line arrived:
   the evidence is as fresh as the line, though nothing changed.
 
 It ends by raising: `WatchUnsupported` when the runner program has no ``--watch`` (it
-exits non-zero, or prints something other than a v1 line, before its first line);
+exits, whatever its status, or prints something other than a v1 line, before its first
+line: an older runner may ignore the option and exit 0);
 `StreamStopped` when the channel closes or no line arrives for ``3 x heartbeat``
 (`STALL_HEARTBEATS`); any other `SshError` of the connection. After it stops, nothing
 refreshes the facts: they age by the usual freshness rules. Reconnecting is the caller's
@@ -163,7 +164,7 @@ class WatchStream:
             status = completed.exit_status
         except (TimeoutError, asyncssh.Error, OSError):
             pass
-        if first and status not in (None, 0):
+        if first and status is not None:
             raise WatchUnsupported(
                 target.node, target.address, f"the runner's --watch exited {status}"
             )
