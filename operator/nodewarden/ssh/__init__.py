@@ -7,6 +7,8 @@
 - `ProbeThrottle` — max probes per second (default 10; 0 = unthrottled).
 - facts (`ReadyFact`, `RunnersFact`, `InhibitorsFact`, `WakeOnLanFact`, `TelemetryFact`, ...)
   and errors (`HostKeyMismatch`, `AuthFailed`, `ConnectTimeout`, `CommandTimeout`, ...).
+- `nodewarden.ssh.stream` — the node's watch stream (`SshProber.watch`): runner list and
+  ready state pushed, `StreamedFacts`; `WatchUnsupported`, `StreamStopped`.
 - `nodewarden.ssh.protocol` — the node contract (commands and output formats).
 """
 
@@ -68,6 +70,7 @@ from nodewarden.ssh.facts import (
 from nodewarden.ssh.link import HostKeyRecorder, ProberStats
 from nodewarden.ssh.prober import SshProber
 from nodewarden.ssh.settings import ProbeSettings
+from nodewarden.ssh.stream import StreamedFacts, StreamStopped, WatchUnsupported
 from nodewarden.ssh.throttle import DEFAULT_MAX_PROBES_PER_SECOND, ProbeThrottle
 
 __all__ = [
@@ -117,9 +120,12 @@ __all__ = [
     "SshError",
     "SshProber",
     "SshTarget",
+    "StreamStopped",
+    "StreamedFacts",
     "TelemetryFact",
     "Unreachable",
     "UptimeFact",
     "WakeOnLanFact",
     "WakeOnLanUnknown",
+    "WatchUnsupported",
 ]

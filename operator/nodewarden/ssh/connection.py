@@ -239,6 +239,45 @@ class Connections:
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def open_stream(
+        self, target: SshTarget, purpose: str, command: str
+    ) -> asyncssh.SSHClientProcess[str]:
+        """Start a long-lived command on the node's connection (connecting first if needed)
+        and hand its process to the caller, who reads it and closes it. It holds no session
+        slot of `exec` (sshd's MaxSessions 10 = 8 slots + this channel + one spare). A
+        kept-alive connection found dead is replaced once, as for `exec`."""
+        link = self._link(target.node)
+        for attempt in (1, 2):
+            conn, fresh = await self._connection(target, link)
+            try:
+                async with asyncio.timeout(self.settings.command_timeout):
+                    process = await conn.create_process(command, encoding="utf-8", errors="replace")
+            except TimeoutError:
+                self._drop(link, conn)
+                raise errors.CommandTimeout(
+                    target.node, target.address, f"the node did not open a channel for {purpose}"
+                ) from None
+            except asyncssh.ChannelOpenError as exc:
+                if not conn.is_closed():
+                    raise errors.SessionRefused(
+                        target.node,
+                        target.address,
+                        f"the node refused a new session for {purpose}: {exc.reason}",
+                    ) from None
+            except (asyncssh.DisconnectError, OSError):
+                pass
+            else:
+                self.stats.commands += 1
+                self.stats.streams_opened += 1
+                return process
+            self._drop(link, conn)
+            if fresh or attempt == 2:
+                raise errors.ConnectionLost(
+                    target.node, target.address, f"could not open a channel for {purpose}"
+                )
+            self.stats.stale_reconnects += 1
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def _connection(
         self, target: SshTarget, link: NodeLink
     ) -> tuple[asyncssh.SSHClientConnection, bool]:

@@ -70,6 +70,10 @@ class ProberStats:
     stale_reconnects: int = 0
     host_key_refusals: int = 0
     host_keys_learned: int = 0
+    streams_opened: int = 0
+    """Watch commands started (each also counts in `commands`)."""
+    stream_lines: int = 0
+    """Lines read from watch commands (state and heartbeat)."""
 
 
 def source(target: SshTarget, command: str) -> str:

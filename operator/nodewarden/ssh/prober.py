@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,6 +41,7 @@ from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.facts import (
     HostUuidFact,
     InhibitorsFact,
+    LearnedHostKey,
     PoweroffRequested,
     ProbeReport,
     ReadyFact,
@@ -67,6 +68,7 @@ from nodewarden.ssh.parsing import (
 from nodewarden.ssh.protocol import INTERFACE_NAME, UPTIME_COMMAND
 from nodewarden.ssh.runners import RunnerControl, RunnerOwner
 from nodewarden.ssh.settings import ProbeSettings
+from nodewarden.ssh.stream import StreamedFacts, WatchStream
 from nodewarden.ssh.throttle import ProbeThrottle
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -95,6 +97,7 @@ class SshProber:
             on_host_key_learned,
         )
         self._runner_control = RunnerControl(self._connections)
+        self._watch = WatchStream(self._connections, clock)
         self.throttle = throttle or ProbeThrottle()
         self._clock = clock
         self.stats = self._connections.stats
@@ -122,22 +125,31 @@ class SshProber:
         telemetry: bool = False,
         uptime: bool = False,
         host_uuid: bool = False,
+        streamed: StreamedFacts | None = None,
     ) -> ProbeReport:
         """Ready probe; if ready, the runner list (and inhibitors/telemetry/uptime/the host's
         product UUID when asked).
 
-        Takes one throttle slot for the whole bundle.
+        With `streamed` (the node's watch stream is up) neither the ready probe nor the
+        runner list is run: the report carries the streamed facts and only the rest asked
+        for is polled. Takes one throttle slot for the whole bundle.
         """
         await self.throttle.acquire()
         started = self._clock()
-        ready = await self._ready(target)
+        ready = streamed.ready if streamed is not None else await self._ready(target)
         runners: RunnersFact | None = None
         inhibitor_fact: InhibitorsFact | None = None
         telemetry_fact: TelemetryFact | None = None
         uptime_fact: UptimeFact | None = None
         uuid_fact: HostUuidFact | None = None
         if ready.ready:
-            runners_job = asyncio.ensure_future(self._runners(target))
+            if streamed is not None and streamed.runners is not None:
+                runners_job: asyncio.Future[RunnersFact] = (
+                    asyncio.get_running_loop().create_future()
+                )
+                runners_job.set_result(streamed.runners)
+            else:
+                runners_job = asyncio.ensure_future(self._runners(target))
             inhibitors_job = asyncio.ensure_future(self._inhibitors(target)) if inhibitors else None
             telemetry_job = asyncio.ensure_future(self._telemetry(target)) if telemetry else None
             uptime_job = asyncio.ensure_future(self._uptime(target)) if uptime else None
@@ -174,6 +186,15 @@ class SshProber:
             host_uuid=uuid_fact,
             learned_host_key=learned,
         )
+
+    def watch(
+        self, target: SshTarget, heartbeat: float | None = None
+    ) -> AsyncIterator[StreamedFacts]:
+        """The node's ready state and runners as its ``RUNNER --watch`` pushes them
+        (`nodewarden.ssh.stream`); heartbeat = ``settings.stream_heartbeat`` by default.
+        Not throttled: one command per stream, not per fact."""
+        beat = self.settings.stream_heartbeat if heartbeat is None else heartbeat
+        return self._watch.facts(target, beat)
 
     async def check_ready(self, target: SshTarget) -> ReadyFact:
         await self.throttle.acquire()
@@ -293,6 +314,10 @@ class SshProber:
 
     def connected(self, node: str) -> bool:
         return self._connections.connected(node)
+
+    def take_learned(self, node: str) -> LearnedHostKey | None:
+        """The host key learned on first use since the last call (e.g. by a stream), once."""
+        return self._connections.take_learned(node)
 
     def pinned_host_key(self, node: str) -> str | None:
         """The OpenSSH public key trusted on first use for ``node``, if any."""

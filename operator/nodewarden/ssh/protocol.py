@@ -61,6 +61,24 @@ Runner (default program ``nodewarden-runner``; Arvados calls its equivalent crun
         ``dispatcherId``/``uid``/``fence`` are what ``run`` recorded (absent or null:
         not recorded).
 
+    ``RUNNER --watch --heartbeat N``
+        Long-lived (the operator keeps it running on its kept connection): prints the
+        node's runner list and ready state as one JSON line at once and again on every
+        change, and a heartbeat line every N seconds (N from the operator, default 10)
+        while nothing changes; never exits on its own. Versioned lines
+        (`nodewarden.ssh.watchlines`)::
+
+            {"v":1,"kind":"state","ready":true,"detail":"running","broken":false,
+             "runners":["<pid> <uuid> dispatcher=<id> uid=<uid> fence=<n>", ...]}
+            {"v":1,"kind":"heartbeat"}
+
+        ``runners`` holds ``--list`` lines (same owner fields); ``ready``/``detail`` are
+        what the ready probe would say; ``broken`` as the ``broken`` line of ``--list``.
+        Lines of another version are errors; v1 lines of an unknown kind are skipped. A
+        runner program without ``--watch`` (older) exits at once with a usage error (exit
+        2; any exit before the first line counts the same): the operator then uses the
+        ready probe and ``--list`` for a while.
+
 Inhibitors
     Primary: ``busctl --json=short call org.freedesktop.login1 /org/freedesktop/login1
     org.freedesktop.login1.Manager ListInhibitors`` (systemd >= 240) printing

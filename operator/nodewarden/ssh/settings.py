@@ -53,6 +53,30 @@ class ProbeSettings(BaseModel):
             "CPU per packet than asyncssh's chacha20-poly1305 (measured in bench_probe)."
         ),
     )
+    stream: bool = Field(
+        default=True,
+        description=(
+            "Keep 'RUNNER --watch' running on each node's connection: runner list and ready "
+            "state pushed on change, no probe commands for them while the stream is up."
+        ),
+    )
+    stream_heartbeat: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds between the watch command's heartbeats; no line for 3 x this = the "
+            "stream has stopped (its facts age by the usual freshness rules)."
+        ),
+    )
+    stream_unsupported_retry: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds before a node whose runner has no --watch is tried with it again.",
+    )
+    stream_reconnect_max: float = Field(
+        default=60.0, gt=0, description="Longest wait between attempts to reopen a stream."
+    )
     ready_command: str = Field(default=DEFAULT_READY_COMMAND, min_length=1)
     runner_command: str = Field(
         default=DEFAULT_RUNNER, min_length=1, description="Runner program, e.g. 'sudo crunch-run'."

@@ -13,6 +13,12 @@ Each `StubWorker` implements the node contract documented in `nodewarden.ssh.pro
   ``--uid`` and ``--fence`` and refuse a token below the highest seen (exit 3). A fake
   container "runs" for ``runtime.durationHintSeconds`` and ends with
   ``runtime.exitCodeHint``; `FakeRunner.ledger()` records every run's start and end;
+- ``RUNNER --watch [--heartbeat N]`` (`nodewarden.ssh.watchlines`): the state line at
+  once and on every change (a start or kill at once; a container's end or the boot's end
+  when the worker's clock reaches it, or on `StubWorker.notify_change()`), a heartbeat
+  every N seconds of the ``sleep`` the worker was given; ``watch_supported=False`` is an
+  older runner without it (usage error, exit 2); `StubWorker.end_watches()` kills it and
+  the ``watch_silent`` fault stops its lines;
 - ``busctl --json=short call ... ListInhibitors`` JSON and ``systemd-inhibit --list`` text;
 - ``ethtool IFACE`` text with the configured Wake-on-LAN support and mode;
 - the telemetry command (``/proc/loadavg`` + nvidia-smi lines when GPUs are configured);

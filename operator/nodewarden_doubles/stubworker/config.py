@@ -47,6 +47,9 @@ class StubFaults:
     """Probability that ``run --detach`` fails outright (exit 1)."""
     ethtool_permission_denied: bool = False
     """ethtool cannot read Wake-on-LAN settings (as without CAP_NET_ADMIN)."""
+    watch_silent: bool = False
+    """``--watch`` stays open but prints nothing more (no changes, no heartbeats): a stream
+    that stopped without its channel closing."""
 
     def __post_init__(self) -> None:
         for name in ("runner_crash_rate", "runner_start_failure_rate"):
@@ -91,6 +94,9 @@ class StubWorkerConfig:
     faults: StubFaults = field(default_factory=StubFaults)
     poweroff_delay: float = 0.05
     """Seconds between answering 'poweroff' and the node dropping off the network."""
+    watch_supported: bool = True
+    """False: an older runner program without ``--watch`` (usage error, exit 2), so the
+    operator must fall back to the ready probe and ``--list``."""
     product_uuid: str | None = None
     """The DMI product UUID the node reports (its BMC's ComputerSystem.UUID, for a side
     node); None: the file is unreadable, as to a login that is not root."""

@@ -215,6 +215,13 @@ class FakeRunner:
         now = self._clock()
         return [c.record(now) for c in self.history]
 
+    def next_end(self) -> float | None:
+        """The earliest time (runner's clock) a running container will end by itself."""
+        now = self._clock()
+        ends = [e[0] for c in self._containers.values() if (e := c.end(float("inf"))) is not None]
+        due = [t for t in ends if t > now]
+        return min(due) if due else None
+
     def running(self) -> list[FakeContainer]:
         now = self._clock()
         return [c for c in self._containers.values() if c.state(now) == "running"]

@@ -16,7 +16,7 @@ import shlex
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncssh
@@ -29,6 +29,7 @@ from nodewarden.ssh.protocol import (
     OBJECT_UID,
     signal_name,
 )
+from nodewarden.ssh.watchlines import heartbeat_line, state_line
 from nodewarden_doubles.stubworker import render
 from nodewarden_doubles.stubworker.config import StubFaults, StubWorkerConfig
 from nodewarden_doubles.stubworker.runner import FakeRunner, RunnerRefused
@@ -72,6 +73,19 @@ def _owner_options(args: list[str]) -> dict[str, Any] | None:
         else:
             out[key] = value
     return out
+
+
+def _heartbeat_option(args: list[str]) -> float | None:
+    """``[--heartbeat N]`` of ``--watch`` (default 10 s); None for a usage error."""
+    if not args:
+        return 10.0
+    if len(args) != 2 or args[0] != "--heartbeat":
+        return None
+    try:
+        seconds = float(args[1])
+    except ValueError:
+        return None
+    return seconds if seconds > 0 else None
 
 
 class _SilentProtocol(asyncio.Protocol):
@@ -161,6 +175,7 @@ class StubWorker:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_poweroff: Callable[[StubWorker], None] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.config = config
         self._clock = clock
@@ -189,6 +204,13 @@ class StubWorker:
         self.auth_attempts = 0
         self.connections_accepted = 0
         self.commands: deque[str] = deque(maxlen=_COMMAND_LOG_SIZE)
+        self._sleep = sleep
+        """How ``--watch`` waits (the heartbeat and a container's end): a test's fake time."""
+        self._changed = asyncio.Event()
+        self._watches: set[asyncssh.SSHServerProcess[str]] = set()
+        self.watch_lines = 0
+        """Lines printed by ``--watch`` commands (state and heartbeat)."""
+        self.watch_heartbeats = 0
 
     # ---------------------------------------------------------------- identity
 
@@ -290,6 +312,86 @@ class StubWorker:
         if self._booted_at is None or self.faults.broken_ready:
             return False
         return self._clock() - self._booted_at >= self.config.boot_delay
+
+    # ------------------------------------------------------------------- watch
+
+    def notify_change(self) -> None:
+        """Wake every ``--watch``: the runner list or ready state may have changed (called
+        by ``run``/``--kill``; a test that moves the clock past a boot calls it too)."""
+        self._changed.set()
+
+    def end_watches(self) -> None:
+        """Close the channel of every running ``--watch`` (the watch process was killed)."""
+        for process in list(self._watches):
+            process.close()
+
+    @property
+    def watching(self) -> int:
+        """How many ``--watch`` commands are running."""
+        return len(self._watches)
+
+    def _watch_state(self) -> str:
+        if self.booted:
+            ready, detail = True, "running"
+        else:
+            ready, detail = False, "degraded" if self.faults.broken_ready else "starting"
+        runners = [c.list_line() for c in self.runner.running()]
+        return state_line(ready, detail, self.faults.runner_broken, runners)
+
+    def _next_due(self) -> float | None:
+        """Seconds (the worker's clock) until the state changes by itself, if it will."""
+        now = self._clock()
+        dues = []
+        end = self.runner.next_end()
+        if end is not None:
+            dues.append(end - now)
+        if self._booted_at is not None and not self.booted and not self.faults.broken_ready:
+            dues.append(self._booted_at + self.config.boot_delay - now)
+        return max(0.0, min(dues)) if dues else None
+
+    async def _watch(self, heartbeat: float, process: asyncssh.SSHServerProcess[str]) -> None:
+        """``RUNNER --watch``: the state at once and on every change, heartbeats between."""
+        self._watches.add(process)
+        closed = asyncio.ensure_future(process.wait_closed())
+        try:
+            last = self._watch_state()
+            self._write_watch(process, last)
+            while not closed.done():
+                due = self._next_due()
+                timeout = heartbeat if due is None else min(heartbeat, due)
+                woken = await self._watch_wait(timeout, closed)
+                if closed.done():
+                    return
+                if self.faults.watch_silent:
+                    continue
+                state = self._watch_state()
+                if state != last:
+                    last = state
+                    self._write_watch(process, state)
+                elif not woken and timeout == heartbeat:
+                    self.watch_heartbeats += 1
+                    self._write_watch(process, heartbeat_line())
+        finally:
+            self._watches.discard(process)
+            closed.cancel()
+
+    def _write_watch(self, process: asyncssh.SSHServerProcess[str], line: str) -> None:
+        self.watch_lines += 1
+        process.stdout.write(line)
+
+    async def _watch_wait(self, seconds: float, closed: asyncio.Future[None]) -> bool:
+        """Wait `seconds`, a change, or the channel's close; True if a change woke it."""
+        changed = asyncio.ensure_future(self._changed.wait())
+        slept = asyncio.ensure_future(self._sleep(seconds))
+        try:
+            await asyncio.wait((changed, slept, closed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            slept.cancel()
+        if self._changed.is_set():
+            self._changed = asyncio.Event()  # every watch holds the old one until it wakes
+            return True
+        return changed.done() and not changed.cancelled()
 
     # ------------------------------------------------------------------ server
 
@@ -413,8 +515,15 @@ class StubWorker:
             2,
             "",
             "usage: runner run --detach [OPTIONS] | --list | --kill SIGNAL UUID [OPTIONS] "
-            "| --status UUID (OPTIONS: --dispatcher-id ID --uid UID --fence N)\n",
+            "| --status UUID | --watch [--heartbeat N] "
+            "(OPTIONS: --dispatcher-id ID --uid UID --fence N)\n",
         )
+        if args[:1] == ["--watch"] and self.config.watch_supported:
+            heartbeat = _heartbeat_option(args[1:])
+            if heartbeat is None:
+                return usage
+            await self._watch(heartbeat, process)
+            return 0, "", ""
         if args[:2] == ["run", "--detach"]:
             config_text = await process.stdin.read()  # first: the client is sending it
             options = _owner_options(args[2:])
@@ -424,6 +533,7 @@ class StubWorker:
                 pid = runner.start(config_text, **options)
             except RunnerRefused as exc:
                 return exc.exit_status, "", f"{exc}\n"
+            self.notify_change()
             return 0, f"{pid}\n", ""
         if args == ["--list"]:
             lines = "".join(f"{c.list_line()}\n" for c in runner.running())
@@ -440,6 +550,7 @@ class StubWorker:
                 return exc.exit_status, "", f"{exc}\n"
             except ValueError as exc:
                 return 2, "", f"{exc}\n"
+            self.notify_change()
             return 0, "", ""
         if len(args) == 2 and args[0] == "--status":
             return 0, json.dumps(runner.status(args[1])) + "\n", ""
