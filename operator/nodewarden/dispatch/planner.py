@@ -46,6 +46,9 @@ class Planner:
         self.outcomes = outcomes
         self.runners = runners
         self.views = views
+        self.due: list[datetime] = []
+        """Times named by the last plan and its execution at which the next plan may
+        differ though nothing changes meanwhile (`dispatch.replan`)."""
 
     def _catalogue(self) -> Catalogue:
         if self.ctx.cloud is None:
@@ -58,6 +61,7 @@ class Planner:
         runs, every runner a node lists) and the Queued containers that may be placed."""
         max_flaps = self.ctx.policies.default.spec.dispatch.max_lock_flaps
         self.ctx.held_back = {}
+        self.due = []
         placed: list[Placement] = []
         queued: list[ContainerView] = []
         known: dict[str, Container] = {}
@@ -75,6 +79,7 @@ class Planner:
                     continue
                 retry = lock_retry_at(c.status.lock_flaps, max_flaps, c.status.locked_at, now)
                 if retry is not None:
+                    self.due.append(retry)
                     self.ctx.held_back[c.uuid] = (
                         f"waiting: unlocked {c.status.lock_flaps} times (policy maxLockFlaps "
                         f"{max_flaps}); next try after {iso(retry)}"
@@ -236,12 +241,12 @@ class Planner:
             self.ctx.spawn_guarded(start.uuid, self.runners.start(c, start.node, start.relock))
         for uuid, why in [*result.waits.items(), *self.ctx.held_back.items()]:
             c = by_uuid.get(uuid)
-            if (
-                c is None
-                or uuid in self.ctx.inflight
-                or uuid in self.ctx.wait_writes
-                or not self.outcomes.wait_changes(c, why)
-            ):
+            if c is None or uuid in self.ctx.inflight or uuid in self.ctx.wait_writes:
+                continue
+            if not self.outcomes.wait_changes(c, why):
+                due = self.outcomes.wait_due(c, why)
+                if due is not None:
+                    self.due.append(due)
                 continue
             self.ctx.wait_writes.add(uuid)
             self.ctx.spawn(self.outcomes.wait_guarded(uuid, c, why))
