@@ -13,15 +13,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from fakes import NS, FakeApi, FakeClock, FakeQueue, Rig, container, uuid_of
-from test_inproc_idle_time import NODE, Prober, Resolver, side_node
+from fakes import ME, NS, FakeApi, FakeClock, FakeQueue, Rig, container, uuid_of
+from test_inproc_idle_time import NODE, Prober, side_node, side_pool
 
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.dispatcher import Dispatcher
 from nodewarden.dispatch.replan import PlanMarks, PlanTrigger, plan_wanted
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.pool.times import iso
-from nodewarden.pool.workers import WorkerPool
 from nodewarden.scheduling.views import ContainerView, Plan
 from nodewarden.ssh.facts import RunnerProcess
 
@@ -120,24 +119,10 @@ async def test_probes_that_find_nothing_new_plan_nothing() -> None:
         assert dispatcher is not None
         dispatcher.poke()
 
-    pool = WorkerPool(
-        kube=None,  # type: ignore[arg-type]
-        cloud=None,
-        prober=prober,  # type: ignore[arg-type]
-        namespace=NS,
-        dispatcher_id="disp-a",
-        settings=DispatchSettings(),
-        client_key=None,
-        master=None,
-        takeover_after=lambda: timedelta(hours=1),
-        default_policy=None,
-        clock=clock,
-        on_change=poke,
-        credentials=Resolver(),  # type: ignore[arg-type]
-    )
+    pool = side_pool(clock, prober, on_change=poke)
     dispatcher = Dispatcher(
         namespace=NS,
-        dispatcher_id="disp-a",
+        dispatcher_id=ME,
         settings=DispatchSettings(),
         queue=FakeQueue(api),
         policies=PolicyBook(namespace=NS, default_name="default"),
@@ -165,7 +150,7 @@ async def test_probes_that_find_nothing_new_plan_nothing() -> None:
     assert await probed_tick() == 1  # the first plan
     assert await probed_tick() == 0
     assert [await probed_tick() for _ in range(120)] == [0] * 120
-    runner = RunnerProcess(pid=7, uuid=uuid_of("gone"), dispatcher_id="disp-a")
+    runner = RunnerProcess(pid=7, uuid=uuid_of("gone"), dispatcher_id=ME)
     assert await probed_tick(runners=(runner,)) == 1  # a runner listed: capacity changed
     assert api.status_writes == []
 
