@@ -46,6 +46,9 @@ class Planner:
         self.outcomes = outcomes
         self.runners = runners
         self.views = views
+        self._views: dict[str, tuple[Container, Phase, str | None, ContainerView]] = {}
+        """Each container's view in the last plan, with the object, phase and node it was
+        made from (reused while they stay: most of a queue is unchanged between plans)."""
         self.due: list[datetime] = []
         """Times named by the last plan and its execution at which the next plan may
         differ though nothing changes meanwhile (`dispatch.replan`)."""
@@ -62,6 +65,21 @@ class Planner:
         max_flaps = self.ctx.policies.default.spec.dispatch.max_lock_flaps
         self.ctx.held_back = {}
         self.due = []
+        last_views, self._views = self._views, {}
+
+        def view_of(
+            c: Container, phase: Phase, resources: ContainerResources, node: str | None
+        ) -> ContainerView:
+            made = last_views.get(c.uuid)
+            if made is not None and made[0] is c and made[1] is phase and made[2] == node:
+                view = made[3]
+                if view.resources is resources:
+                    self._views[c.uuid] = made
+                    return view
+            view = self._view(c, phase, resources, node, now)
+            self._views[c.uuid] = (c, phase, node, view)
+            return view
+
         placed: list[Placement] = []
         queued: list[ContainerView] = []
         known: dict[str, Container] = {}
@@ -85,12 +103,12 @@ class Planner:
                         f"{max_flaps}); next try after {iso(retry)}"
                     )
                     continue
-                queued.append(self._view(c, Phase.QUEUED, spec.resources, None, now))
+                queued.append(view_of(c, Phase.QUEUED, spec.resources, None))
                 continue
             phase = Phase.RUNNING if c.phase == "Running" else Phase.LOCKED
             if node is None:
                 phase = Phase.QUEUED
-            view = self._view(c, phase, c.status.resources or spec.resources, node, now)
+            view = view_of(c, phase, c.status.resources or spec.resources, node)
             placed.append(
                 Placement(
                     view,
