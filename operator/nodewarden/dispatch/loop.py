@@ -176,10 +176,12 @@ class Loop:
             return
         ctx.plans += 1
         DISPATCH_PLANS.labels(trigger.value).inc()
-        ctx.marks, ctx.planned_at = marks, now
         result = self.planner.plan(now)
         ctx.last_plan = result
         await self.planner.execute(result, now)
+        # the marks from before the plan: whatever moved since is planned at the next
+        # tick (a round that failed is not recorded, so it is planned again)
+        ctx.marks, ctx.planned_at = marks, now
         ctx.due_at = earliest(self.planner.due)
         if ctx.pool is not None:
             ctx.pool.contribute_statuses(ctx.containers_by_node())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from fakes import ME, NS, FakeApi, FakeClock, FakeQueue, Rig, container, uuid_of
 from test_inproc_idle_time import NODE, Prober, side_node, side_pool
 
@@ -106,6 +107,25 @@ async def test_a_lock_flap_retry_is_planned_at_its_time() -> None:
         assert await tick(rig) == 0, f"planned {waited} s before the retry"
     assert rig.runners() == {}
     assert await tick(rig) == 1  # the retry's time: one plan, which starts it
+    assert rig.runners() == {"c1": "vm-a"}
+
+
+async def test_a_round_that_failed_is_planned_again() -> None:
+    rig = Rig()
+    rig.vm("vm-a")
+    await rig.start()
+    await settle(rig)
+    rig.api.create(container("c1"))
+    execute = rig.dispatcher.planner.execute
+
+    async def fails(result: Plan, now: datetime) -> None:
+        raise RuntimeError("the round fails")
+
+    rig.dispatcher.planner.execute = fails  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await rig.round()
+    rig.dispatcher.planner.execute = execute  # type: ignore[method-assign]
+    assert await tick(rig) == 1  # nothing changed since, but that plan never landed
     assert rig.runners() == {"c1": "vm-a"}
 
 
