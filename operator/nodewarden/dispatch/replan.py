@@ -139,6 +139,7 @@ class NodeMarks:
 def handover_interval(max_ages: Iterable[timedelta], backstop: timedelta) -> timedelta:
     """How often an unchanged plan is handed to the power controller again: a quarter of
     the shortest telemetry max age of the policies (its demand and work readings carry
-    the hand-over's time), never longer than the backstop."""
-    shortest = min(max_ages, default=backstop)
+    the hand-over's time), never longer than the backstop (an invalid policy's age of
+    zero or less is left out)."""
+    shortest = min((age for age in max_ages if age > timedelta(0)), default=backstop)
     return min(shortest / 4, backstop)

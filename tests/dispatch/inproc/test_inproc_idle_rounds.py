@@ -19,7 +19,7 @@ from test_inproc_idle_time import NODE, Prober, side_node, side_pool
 
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.dispatcher import Dispatcher
-from nodewarden.dispatch.replan import PlanMarks, PlanTrigger, plan_wanted
+from nodewarden.dispatch.replan import PlanMarks, PlanTrigger, handover_interval, plan_wanted
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.pool.times import iso
 from nodewarden.scheduling.views import ContainerView, Plan
@@ -216,3 +216,12 @@ def test_plan_wanted_plans_on_a_change_work_under_way_a_due_time_or_the_backstop
     assert wanted(at, due=at) is PlanTrigger.DUE
     assert wanted(t0 + backstop - timedelta(seconds=1)) is None
     assert wanted(t0 + backstop) is PlanTrigger.BACKSTOP
+
+
+def test_an_unchanged_plan_is_handed_over_at_a_quarter_of_the_shortest_max_age() -> None:
+    minutes = [timedelta(minutes=m) for m in (2, 10)]
+    backstop = timedelta(seconds=900)
+    assert handover_interval(minutes, backstop) == timedelta(seconds=30)
+    assert handover_interval([timedelta(0), *minutes], backstop) == timedelta(seconds=30)
+    assert handover_interval([timedelta(hours=2)], backstop) == backstop
+    assert handover_interval([], backstop) == backstop
