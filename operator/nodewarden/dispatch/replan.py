@@ -141,5 +141,5 @@ def handover_interval(max_ages: Iterable[timedelta], backstop: timedelta) -> tim
     the shortest telemetry max age of the policies (its demand and work readings carry
     the hand-over's time), never longer than the backstop (an invalid policy's age of
     zero or less is left out)."""
-    shortest = min((age for age in max_ages if age > timedelta(0)), default=backstop)
-    return min(shortest / 4, backstop)
+    shortest = min((age for age in max_ages if age > timedelta(0)), default=None)
+    return backstop if shortest is None else min(shortest / 4, backstop)
