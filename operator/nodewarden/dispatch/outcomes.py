@@ -110,14 +110,18 @@ class Outcomes:
     # --- 2. runners vs containers ---------------------------------------------------------
 
     async def cancellations(self, now: datetime) -> None:
+        """Every tick: a scan of the queue that stops early for the common container (not
+        terminal, not cancelled)."""
+        inflight = self.ctx.inflight
         for c in self.ctx.queue:
-            if c.spec is None or c.uuid in self.ctx.inflight:
+            if c.spec is None:
                 continue
             if c.terminal:
-                if LEGACY_FINALIZER in c.finalizers:  # one write, objects of earlier releases
+                # one write, objects of earlier releases
+                if LEGACY_FINALIZER in c.finalizers and c.uuid not in inflight:
                     self.ctx.spawn_guarded(c.uuid, self.ctx.queue.drop_legacy_finalizer(c))
                 continue
-            if not c.cancel_requested:
+            if not c.cancel_requested or c.uuid in inflight:
                 continue
             if c.status.locked_by not in (None, self.ctx.dispatcher_id):
                 continue
