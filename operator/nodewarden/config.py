@@ -213,6 +213,15 @@ class DispatchSettings(_Config):
             "(a change of phase or spec is written at once)."
         ),
     )
+    replan_backstop: float = Field(
+        default=900.0,
+        gt=0,
+        description=(
+            "Seconds after which the dispatcher plans again though nothing it reads changed "
+            "(a safety net: it plans on a change of the queue, nodes, admission or policy, "
+            "while starts or writes are under way, and at the times a plan named)."
+        ),
+    )
     max_concurrent_starts: int = Field(default=20, ge=1, description="Runner starts in flight.")
     max_concurrent_writes: int = Field(
         default=16, ge=1, description="Kubernetes status writes in flight."

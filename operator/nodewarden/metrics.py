@@ -113,6 +113,14 @@ CONTAINERS = Gauge(
     registry=REGISTRY,
 )
 
+DISPATCH_PLANS = Counter(
+    "nodewarden_dispatch_plans_total",
+    "Plans the dispatcher made, by trigger (first, change, outstanding, due, backstop); "
+    "a tick with none of these plans nothing (dispatch/replan.py).",
+    ["trigger"],
+    registry=REGISTRY,
+)
+
 OVERCOMMITTED_NODES = Gauge(
     "nodewarden_overcommitted_nodes",
     "WorkerNodes found running more than their capacity holds (from their Running "

@@ -18,6 +18,7 @@ from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.clock import utc_now
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
+from nodewarden.dispatch.replan import PlanMarks
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.scheduling.ledger import Claim
@@ -79,6 +80,24 @@ class DispatchContext:
     closed: bool = False
     starts: asyncio.Semaphore | None = None
     next_sync: datetime | None = None
+    # --- when to plan (dispatch/replan.py) ------------------------------------------------
+    plans: int = 0
+    """Plans made (`nodewarden_dispatch_plans_total`)."""
+    task_ends: int = 0
+    """Background tasks of containers (starts, lock checks, writes) that ended: the plan
+    reads `inflight`, `claims` and `locks_checked`, which they change."""
+    poked: bool = False
+    """The pool or the feed poked since the last tick (a probe, a node observed)."""
+    marks: PlanMarks | None = None
+    """What the last plan was made from."""
+    planned_at: datetime | None = None
+    due_at: datetime | None = None
+    """The first time the last plan named at which it may differ (a lock-flap retry, a
+    deferred scheduling-status write)."""
+    handed_at: datetime | None = None
+    """When `planned` was last called (the plan is handed over again, unchanged, before
+    the power controller's demand and work readings from it would go stale)."""
+    handed: tuple[list[ContainerView], Plan] | None = None
 
     # --- events from the feed -------------------------------------------------------------
 
@@ -99,6 +118,7 @@ class DispatchContext:
                 log.exception("task for container %s failed", uuid)
             finally:
                 self.inflight.discard(uuid)
+                self.task_ends += 1
                 self.wake.set()
 
         self.spawn(run())

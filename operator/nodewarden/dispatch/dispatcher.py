@@ -133,6 +133,7 @@ class Dispatcher:
     ) -> None:
         if self.ctx.pool is not None:
             self.ctx.pool.observe_node(body, deleted, spec)
+        self.ctx.poked = True
         self.ctx.wake.set()
 
     def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
@@ -140,6 +141,9 @@ class Dispatcher:
         self.ctx.wake.set()
 
     def poke(self) -> None:
+        """Something may have changed (a probe folded, a policy observed): the next tick
+        looks, and plans only if what the plan reads moved (`dispatch.replan`)."""
+        self.ctx.poked = True
         self.ctx.wake.set()
 
     # --- life cycle (dispatch/loop.py) --------------------------------------------------

@@ -12,10 +12,15 @@ Each round (`step`, every `tick_interval` or sooner when an event arrives):
 2. reconcile runners with containers, node by node, from the latest probe (`Runners`);
 3. cancel what was cancelled, and drop the finalizer of earlier releases from terminal
    containers (`Outcomes`);
-4. plan from the capacity ledger and 5. execute the plan (`Planner`);
+4. plan from the capacity ledger and 5. execute the plan (`Planner`) -- only when
+   `replan.plan_wanted` says so: something the plan reads changed, starts or writes are
+   under way, a time the last plan named came, or `replan_backstop` passed; an idle tick
+   plans nothing, writes nothing, and hands the pool's status fields over only after a
+   poke;
 6. hand the pool's WorkerNode status fields to the status writer, announce overcommitted
    nodes, update the metrics, and give the power controller the ledger and the plan
-   (`planned`).
+   (`planned`; an unchanged plan again every `replan.handover_interval`, so the demand
+   and work readings it takes from it stay fresh).
 """
 
 from __future__ import annotations
@@ -29,9 +34,16 @@ from nodewarden.api.containerdispatch import TERMINAL_PHASES
 from nodewarden.dispatch.context import DispatchContext
 from nodewarden.dispatch.outcomes import Outcomes
 from nodewarden.dispatch.planner import Planner
+from nodewarden.dispatch.replan import (
+    NodeMarks,
+    PlanMarks,
+    earliest,
+    handover_interval,
+    plan_wanted,
+)
 from nodewarden.dispatch.runners import Runners
 from nodewarden.drain import drain
-from nodewarden.metrics import CONTAINERS, HOURLY_SPEND, OVERCOMMITTED_NODES
+from nodewarden.metrics import CONTAINERS, DISPATCH_PLANS, HOURLY_SPEND, OVERCOMMITTED_NODES
 from nodewarden.scheduling.ledger import with_starts
 
 log = logging.getLogger(__name__)
@@ -50,6 +62,7 @@ class Loop:
         self.outcomes = outcomes
         self.runners = runners
         self.planner = planner
+        self.node_marks = NodeMarks()
 
     async def start(self) -> None:
         """Rebuild state from the feed (containers, WorkerNodes and policies are already
@@ -128,31 +141,87 @@ class Loop:
             await self.ctx.cloud.close()
 
     async def step(self) -> None:
-        now = self.ctx.clock()
+        ctx = self.ctx
+        now = ctx.clock()
         self._acknowledge_closed(now)
-        pool = self.ctx.pool
+        pool = ctx.pool
         if pool is not None and (
-            pool.sync_requested() or self.ctx.next_sync is None or now >= self.ctx.next_sync
+            pool.sync_requested() or ctx.next_sync is None or now >= ctx.next_sync
         ):
-            self.ctx.next_sync = now + timedelta(seconds=self.ctx.settings.sync_interval)
+            ctx.next_sync = now + timedelta(seconds=ctx.settings.sync_interval)
             await pool.sync_cloud()
-        if self.ctx.pool is not None:
-            if self.ctx.recovered and self.ctx.pool.declared:
-                await self.ctx.pool.adopt_declared()
-            self.ctx.pool.ensure_probes()
+        if ctx.pool is not None:
+            if ctx.recovered and ctx.pool.declared:
+                await ctx.pool.adopt_declared()
+            ctx.pool.ensure_probes()
             self.runners.reconcile()
         await self.outcomes.cancellations(now)
-        if self.ctx.queue.marks_due:  # objects whose uuid another holds (queue docstring)
-            self.ctx.spawn(self.ctx.queue.mark_duplicates())
+        if ctx.queue.marks_due:  # objects whose uuid another holds (queue docstring)
+            ctx.spawn(ctx.queue.mark_duplicates())
+        poked, ctx.poked = ctx.poked, False
+        marks = self._marks(now)
+        trigger = plan_wanted(
+            marks,
+            ctx.marks,
+            now,
+            planned_at=ctx.planned_at,
+            due_at=ctx.due_at,
+            backstop=timedelta(seconds=ctx.settings.replan_backstop),
+            outstanding=bool(ctx.inflight or ctx.claims or ctx.wait_writes),
+        )
+        if trigger is None:  # an idle tick (dispatch/replan.py)
+            if poked and ctx.pool is not None:
+                ctx.pool.contribute_statuses(ctx.containers_by_node())
+            self._hand_over_again(now)
+            return
+        ctx.plans += 1
+        DISPATCH_PLANS.labels(trigger.value).inc()
         result = self.planner.plan(now)
-        self.ctx.last_plan = result
+        ctx.last_plan = result
         await self.planner.execute(result, now)
-        if self.ctx.pool is not None:
-            self.ctx.pool.contribute_statuses(self.ctx.containers_by_node())
+        # the marks from before the plan: whatever moved since is planned at the next
+        # tick (a round that failed is not recorded, so it is planned again)
+        ctx.marks, ctx.planned_at = marks, now
+        ctx.due_at = earliest(self.planner.due)
+        if ctx.pool is not None:
+            ctx.pool.contribute_statuses(ctx.containers_by_node())
         self.planner.overcommit(result)
         self.metrics()
-        chosen = {uuid: claim.node for uuid, claim in self.ctx.claims.items()}
-        self.ctx.planned(with_starts(self.ctx.plan_inputs, chosen), result, now)
+        chosen = {uuid: claim.node for uuid, claim in ctx.claims.items()}
+        ledger = with_starts(ctx.plan_inputs, chosen)
+        ctx.handed, ctx.handed_at = (ledger, result), now
+        ctx.planned(ledger, result, now)
+
+    def _marks(self, now: datetime) -> PlanMarks:
+        """What a plan now would read, as counters and identities (`PlanMarks`)."""
+        ctx = self.ctx
+        cloud = ctx.cloud
+        return PlanMarks(
+            queue=ctx.queue.version,
+            nodes=self.node_marks.observe(ctx.pool.workers) if ctx.pool is not None else 0,
+            board=ctx.board.version,
+            tasks=ctx.task_ends,
+            cloud=tuple(cloud.may_create(t, now) for t in cloud.catalogue) if cloud else (),
+            policy=ctx.policies.default,
+            settings=ctx.settings,
+            recovered=ctx.recovered,
+        )
+
+    def _hand_over_again(self, now: datetime) -> None:
+        """An unchanged plan is handed to the power controller again before the demand and
+        work readings it took from the last hand-over go stale (`handover_interval`)."""
+        ctx = self.ctx
+        if ctx.handed is None or ctx.handed_at is None:
+            return
+        ages = [
+            p.view.telemetry_max_age
+            for p in (*ctx.policies.policies.values(), ctx.policies.builtin)
+        ]
+        every = handover_interval(ages, timedelta(seconds=ctx.settings.replan_backstop))
+        if now - ctx.handed_at < every:
+            return
+        ctx.handed_at = now
+        ctx.planned(*ctx.handed, now)
 
     def _acknowledge_closed(self, now: datetime) -> None:
         """Admission the power controller closed is confirmed once no container is chosen

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodewarden.dispatch.context import DispatchContext
@@ -110,14 +110,18 @@ class Outcomes:
     # --- 2. runners vs containers ---------------------------------------------------------
 
     async def cancellations(self, now: datetime) -> None:
+        """Every tick: a scan of the queue that stops early for the common container (not
+        terminal, not cancelled)."""
+        inflight = self.ctx.inflight
         for c in self.ctx.queue:
-            if c.spec is None or c.uuid in self.ctx.inflight:
+            if c.spec is None:
                 continue
             if c.terminal:
-                if LEGACY_FINALIZER in c.finalizers:  # one write, objects of earlier releases
+                # one write, objects of earlier releases
+                if LEGACY_FINALIZER in c.finalizers and c.uuid not in inflight:
                     self.ctx.spawn_guarded(c.uuid, self.ctx.queue.drop_legacy_finalizer(c))
                 continue
-            if not c.cancel_requested:
+            if not c.cancel_requested or c.uuid in inflight:
                 continue
             if c.status.locked_by not in (None, self.ctx.dispatcher_id):
                 continue
@@ -183,6 +187,7 @@ class Outcomes:
             log.exception("scheduling status write for %s failed", uuid)
         finally:
             self.ctx.wait_writes.discard(uuid)
+            self.ctx.task_ends += 1
 
     def wait_changes(self, c: Container, why: str) -> bool:
         """A waiting container's status is written at once when it has no phase yet or
@@ -198,6 +203,14 @@ class Outcomes:
             or (self.ctx.clock() - last).total_seconds()
             >= self.ctx.settings.scheduling_status_interval
         )
+
+    def wait_due(self, c: Container, why: str) -> datetime | None:
+        """When a changed scheduling status `wait_changes` holds back now may be written
+        (None: it is not held back by `scheduling_status_interval`)."""
+        last = c.status_written_at
+        if c.status.scheduling_status == why or last is None or self.wait_changes(c, why):
+            return None
+        return last + timedelta(seconds=self.ctx.settings.scheduling_status_interval)
 
     async def wait(self, c: Container, why: str) -> None:
         """Scheduling-status chatter (and the acknowledgement of a new container, with its

@@ -46,6 +46,12 @@ class Planner:
         self.outcomes = outcomes
         self.runners = runners
         self.views = views
+        self._views: dict[str, tuple[Container, Phase, str | None, ContainerView]] = {}
+        """Each container's view in the last plan, with the object, phase and node it was
+        made from (reused while they stay: most of a queue is unchanged between plans)."""
+        self.due: list[datetime] = []
+        """Times named by the last plan and its execution at which the next plan may
+        differ though nothing changes meanwhile (`dispatch.replan`)."""
 
     def _catalogue(self) -> Catalogue:
         if self.ctx.cloud is None:
@@ -58,6 +64,22 @@ class Planner:
         runs, every runner a node lists) and the Queued containers that may be placed."""
         max_flaps = self.ctx.policies.default.spec.dispatch.max_lock_flaps
         self.ctx.held_back = {}
+        self.due = []
+        last_views, self._views = self._views, {}
+
+        def view_of(
+            c: Container, phase: Phase, resources: ContainerResources, node: str | None
+        ) -> ContainerView:
+            made = last_views.get(c.uuid)
+            if made is not None and made[0] is c and made[1] is phase and made[2] == node:
+                view = made[3]
+                if view.resources is resources:
+                    self._views[c.uuid] = made
+                    return view
+            view = self._view(c, phase, resources, node, now)
+            self._views[c.uuid] = (c, phase, node, view)
+            return view
+
         placed: list[Placement] = []
         queued: list[ContainerView] = []
         known: dict[str, Container] = {}
@@ -75,17 +97,18 @@ class Planner:
                     continue
                 retry = lock_retry_at(c.status.lock_flaps, max_flaps, c.status.locked_at, now)
                 if retry is not None:
+                    self.due.append(retry)
                     self.ctx.held_back[c.uuid] = (
                         f"waiting: unlocked {c.status.lock_flaps} times (policy maxLockFlaps "
                         f"{max_flaps}); next try after {iso(retry)}"
                     )
                     continue
-                queued.append(self._view(c, Phase.QUEUED, spec.resources, None, now))
+                queued.append(view_of(c, Phase.QUEUED, spec.resources, None))
                 continue
             phase = Phase.RUNNING if c.phase == "Running" else Phase.LOCKED
             if node is None:
                 phase = Phase.QUEUED
-            view = self._view(c, phase, c.status.resources or spec.resources, node, now)
+            view = view_of(c, phase, c.status.resources or spec.resources, node)
             placed.append(
                 Placement(
                     view,
@@ -236,12 +259,12 @@ class Planner:
             self.ctx.spawn_guarded(start.uuid, self.runners.start(c, start.node, start.relock))
         for uuid, why in [*result.waits.items(), *self.ctx.held_back.items()]:
             c = by_uuid.get(uuid)
-            if (
-                c is None
-                or uuid in self.ctx.inflight
-                or uuid in self.ctx.wait_writes
-                or not self.outcomes.wait_changes(c, why)
-            ):
+            if c is None or uuid in self.ctx.inflight or uuid in self.ctx.wait_writes:
+                continue
+            if not self.outcomes.wait_changes(c, why):
+                due = self.outcomes.wait_due(c, why)
+                if due is not None:
+                    self.due.append(due)
                 continue
             self.ctx.wait_writes.add(uuid)
             self.ctx.spawn(self.outcomes.wait_guarded(uuid, c, why))

@@ -37,6 +37,10 @@ class ContainerQueuePort(Protocol):
     def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """Fold a watched object into the cache (a newer resourceVersion wins)."""
 
+    @property
+    def version(self) -> int:
+        """Bumped whenever the cache changes (the dispatcher re-plans only then)."""
+
     def get(self, name: str) -> Container | None: ...
 
     def by_uuid(self) -> dict[str, Container]:

@@ -145,6 +145,9 @@ class ContainerQueue:
     thousand new containers) never delays the writes that start or finish containers."""
     by_name: dict[str, Container] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    version: int = 0
+    """Bumped whenever the cache changes (`observe`): the dispatcher plans again only
+    when it moved (`dispatch.replan`)."""
     api_writes: int = 0
     fold: Callable[[Mapping[str, Any]], bool] | None = None
     """Where an object returned by a write goes (the ContainerDispatch informer, which
@@ -169,10 +172,13 @@ class ContainerQueue:
             if current is not None and _rv(body) >= _rv(current.body):
                 del self.by_name[name]
                 self._unindex(current)
+                self.version += 1
                 self.changed.set()
             return
         if current is not None and _rv(body) < _rv(current.body):
             return
+        if current is None or not (_rv(body) == _rv(current.body) > 0):
+            self.version += 1  # not a resync's copy of the version held
         parsed = self._parse(body, current)
         self.by_name[name] = parsed
         if current is not None and current.spec is not None and current.uuid != parsed.uuid:

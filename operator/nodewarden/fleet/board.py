@@ -34,6 +34,9 @@ class PowerBoard:
     """Nodes whose admission was closed and not yet acknowledged (name -> when closed)."""
     acknowledged: dict[str, datetime] = field(default_factory=dict)
     """Acknowledgements not yet consumed by the controller (name -> when)."""
+    version: int = 0
+    """Bumped on every change of what placement reads (a node's view, admission): the
+    dispatcher plans again only when it moved (`dispatch.replan`)."""
 
     def view(self, node: str) -> NodePowerView | None:
         return self.views.get(node)
@@ -43,6 +46,8 @@ class PowerBoard:
         return view is not None and view.admission_open
 
     def set(self, node: str, view: NodePowerView) -> None:
+        if self.views.get(node) != view:
+            self.version += 1
         self.views[node] = view
         if view.admission_open:
             self.closing.pop(node, None)
@@ -52,6 +57,7 @@ class PowerBoard:
         view = self.views.get(node)
         if view is not None and view.admission_open:
             self.views[node] = NodePowerView(view.state, False, view.ready, view.wakeable)
+            self.version += 1
         self.closing[node] = at
 
     def acknowledge(self, node: str, at: datetime) -> None:
@@ -64,6 +70,7 @@ class PowerBoard:
         return out
 
     def forget(self, node: str) -> None:
-        self.views.pop(node, None)
+        if self.views.pop(node, None) is not None:
+            self.version += 1
         self.closing.pop(node, None)
         self.acknowledged.pop(node, None)

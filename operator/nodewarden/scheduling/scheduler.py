@@ -78,8 +78,19 @@ from nodewarden.scheduling.views import (
 
 
 def _order_key(c: ContainerView) -> tuple[int, int, datetime, str]:
-    rank = {Phase.RUNNING: 0, Phase.LOCKED: 1, Phase.QUEUED: 2}[c.phase]
+    """Running, then Locked, then Queued; by priority, then age (a plan of 5,000 queued
+    containers sorts them all: identity tests, no lookup of the enum)."""
+    phase = c.phase
+    rank = 0 if phase is Phase.RUNNING else 1 if phase is Phase.LOCKED else 2
     return (rank, -c.priority, c.first_seen, c.uuid)
+
+
+Shape = tuple[object, ...]
+"""What a container asks of a node, as a key (`_shape`)."""
+
+
+def _shape(r: ContainerResources) -> Shape:
+    return (r.vcpus, r.ram, r.scratch, r.gpus, r.gpu_model, r.preemptible)
 
 
 def plan(
@@ -127,7 +138,7 @@ def plan(
         elif view.state in COMING_UP and view.instance_type is not None:
             by_type_coming.setdefault(view.instance_type, []).append(slot)
 
-    choice_cache: dict[str, tuple[InstanceTypeChoice, Requirements]] = {}
+    choice_cache: dict[Shape, tuple[InstanceTypeChoice, Requirements]] = {}
     blocked_all = cloud.creates_blocked
     blocked_types = dict(cloud.blocked_types)
     for name, cap in limits.per_type_max.items():
@@ -138,10 +149,10 @@ def plan(
     pending_creates: dict[str, Create] = {}
     # Incremental first fit: during one plan capacity only shrinks, so the slots before
     # scan_from[(pool, shape)] are known not to fit that shape; scans resume there.
-    scan_from: dict[tuple[int, str], int] = {}
+    scan_from: dict[tuple[int, Shape], int] = {}
 
-    def choose(resources: ContainerResources) -> tuple[InstanceTypeChoice, Requirements, str]:
-        key = resources.model_dump_json()
+    def choose(resources: ContainerResources) -> tuple[InstanceTypeChoice, Requirements, Shape]:
+        key = _shape(resources)
         hit = choice_cache.get(key)
         if hit is None:
             hit = (
@@ -151,7 +162,7 @@ def plan(
             choice_cache[key] = hit
         return hit[0], hit[1], key
 
-    def first_fit(pool: Sequence[Slot], need: Requirements, shape: str) -> Slot | None:
+    def first_fit(pool: Sequence[Slot], need: Requirements, shape: Shape) -> Slot | None:
         memo = (id(pool), shape)
         start = scan_from.get(memo, 0)
         for index in range(start, len(pool)):

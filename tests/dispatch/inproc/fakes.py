@@ -245,6 +245,10 @@ class FakeQueue:
     def by_name(self) -> Mapping[str, Container]:
         return self.cache.by_name
 
+    @property
+    def version(self) -> int:
+        return self.cache.version
+
     def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         self.cache.observe(body, deleted)
 

@@ -7,7 +7,7 @@ resolver are fakes (before, `idle_since` was never written: 0 for every node).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -86,10 +86,11 @@ def side_node() -> Mapping[str, Any]:
     }
 
 
-async def test_idle_seconds_count_from_the_last_runner_or_from_ready() -> None:
-    clock = FakeClock()
-    prober = Prober(clock)
-    pool = WorkerPool(
+def side_pool(
+    clock: FakeClock, prober: Prober, on_change: Callable[[], None] = lambda: None
+) -> WorkerPool:
+    """The real worker pool with the fake prober and credential resolver (no cloud)."""
+    return WorkerPool(
         kube=None,  # type: ignore[arg-type]
         cloud=None,
         prober=prober,  # type: ignore[arg-type]
@@ -101,9 +102,15 @@ async def test_idle_seconds_count_from_the_last_runner_or_from_ready() -> None:
         takeover_after=lambda: timedelta(hours=1),
         default_policy=None,
         clock=clock,
-        on_change=lambda: None,
+        on_change=on_change,
         credentials=Resolver(),  # type: ignore[arg-type]
     )
+
+
+async def test_idle_seconds_count_from_the_last_runner_or_from_ready() -> None:
+    clock = FakeClock()
+    prober = Prober(clock)
+    pool = side_pool(clock, prober)
     dispatcher = Dispatcher(
         namespace=NS,
         dispatcher_id=ME,
