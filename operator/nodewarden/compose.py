@@ -263,4 +263,5 @@ def build_controller(
         pool.observer = controller
     if dispatcher is not None:
         dispatcher.planned = controller.planned
+        dispatcher.unchanged = controller.plan_unchanged
     return controller

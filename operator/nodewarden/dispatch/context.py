@@ -98,6 +98,10 @@ class DispatchContext:
     """When `planned` was last called (the plan is handed over again, unchanged, before
     the power controller's demand and work readings from it would go stale)."""
     handed: tuple[list[ContainerView], Plan] | None = None
+    unchanged: Callable[[datetime], None] | None = None
+    """Told at an idle tick that the last plan still holds (the power controller's
+    `plan_unchanged`: O(1), its demand readings hold at that time). Unset: the unchanged
+    plan is handed over again before those readings would go stale."""
 
     # --- events from the feed -------------------------------------------------------------
 

@@ -113,6 +113,15 @@ class Dispatcher:
         self.ctx.planned = planned
 
     @property
+    def unchanged(self) -> Callable[[datetime], None] | None:
+        """Told at an idle tick that the last plan still holds (`DispatchContext.unchanged`)."""
+        return self.ctx.unchanged
+
+    @unchanged.setter
+    def unchanged(self, unchanged: Callable[[datetime], None] | None) -> None:
+        self.ctx.unchanged = unchanged
+
+    @property
     def overcommitted(self) -> Mapping[str, str]:
         """Nodes found running more than they hold (announced once, never fixed by killing)."""
         return self.ctx.overcommitted

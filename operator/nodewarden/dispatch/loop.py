@@ -19,8 +19,10 @@ Each round (`step`, every `tick_interval` or sooner when an event arrives):
    poke;
 6. hand the pool's WorkerNode status fields to the status writer, announce overcommitted
    nodes, update the metrics, and give the power controller the ledger and the plan
-   (`planned`; an unchanged plan again every `replan.handover_interval`, so the demand
-   and work readings it takes from it stay fresh).
+   (`planned`). At an idle tick the power controller is told the last plan holds
+   (`unchanged`, O(1): its demand readings hold at that time); a receiver without that
+   hook is handed the unchanged plan again every `replan.handover_interval`, so the
+   readings it takes from it stay fresh.
 """
 
 from __future__ import annotations
@@ -172,7 +174,10 @@ class Loop:
         if trigger is None:  # an idle tick (dispatch/replan.py)
             if poked and ctx.pool is not None:
                 ctx.pool.contribute_statuses(ctx.containers_by_node())
-            self._hand_over_again(now)
+            if ctx.unchanged is not None:
+                ctx.unchanged(now)  # the last plan holds now (O(1) for the receiver)
+            else:
+                self._hand_over_again(now)
             return
         ctx.plans += 1
         DISPATCH_PLANS.labels(trigger.value).inc()

@@ -90,6 +90,26 @@ async def test_ten_idle_minutes_plan_nothing_and_write_nothing() -> None:
     assert [await tick(rig) for _ in range(60)] == [1] + [0] * 59
 
 
+async def test_a_receiver_told_the_plan_is_unchanged_is_not_handed_it_again() -> None:
+    """The power controller's wiring (`compose`): at an idle tick it is told the plan
+    holds (O(1)) instead of being handed the whole plan again."""
+    rig = Rig()
+    handovers = Handovers()
+    confirmed: list[datetime] = []
+    rig.dispatcher.planned = handovers
+    rig.dispatcher.unchanged = confirmed.append
+    rig.vm("vm-a")
+    await rig.start()
+    rig.api.create(container("c1"))
+    await settle(rig)
+    handed, told = handovers.calls, len(confirmed)
+    made = [await tick(rig) for _ in range(TEN_MINUTES)]
+    assert sum(made) == 0
+    assert handovers.calls == handed  # never handed again
+    assert len(confirmed) - told == TEN_MINUTES  # told at every idle tick
+    assert confirmed == sorted(confirmed)
+
+
 async def test_a_lock_flap_retry_is_planned_at_its_time() -> None:
     rig = Rig(maxLockFlaps=1)
     rig.vm("vm-a")
