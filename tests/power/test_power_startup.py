@@ -93,7 +93,9 @@ def test_decisions_start_before_the_slow_recovery_and_no_node_is_idle_until_it_e
         assert "dispatcher recovered" not in op.logs(), (
             f"the first decision waited for the recovery ({decided_after:.1f} s)"
         )
-        assert record.get("decision") == "DEFER", record
+        # a streamed ready state can make that first decision a confirmed START; what
+        # matters is that it came before the recovery and neither drains nor shuts down
+        assert record.get("decision") not in ("DRAIN", "SHUTDOWN"), record
         # the node is idle (no runner, no container) with a 2 s idle threshold; until the
         # pool recovers its work is unknown: deferred for missing telemetry, never drained
         seen: set[str] = set()

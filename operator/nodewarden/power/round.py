@@ -195,6 +195,7 @@ class Round:
         self._confirmed_demand(rt)
         events: list[Event] = list(rt.events)
         rt.events.clear()
+        entered = rt.state.state
         if not events:
             t = rt.state.transition
             # a recheck of a transition is its deadline; an expiry is an evaluation
@@ -220,6 +221,11 @@ class Round:
             rt.state, rt.facts = result.next, result.facts
             if not await self._apply(rt, before, result, fx, record, headline, now):
                 return
+        if rt.state.state is not entered and rt.state.transition is None:
+            # a move into a steady state (verify -> ON_IDLE, a closed transition) is
+            # followed by an evaluation in it: what that state decides (an idle
+            # shutdown, a drain) is not left waiting for the node's next change
+            rt.due_at = now if rt.due_at is None else min(rt.due_at, now)
 
     async def _shadow(
         self, rt: NodeRuntime, result: Step, event: Event, view: PolicyView, now: datetime
