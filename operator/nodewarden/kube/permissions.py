@@ -63,7 +63,12 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
         ("get",),
         why="designated credentials (the resolver checks the designation label)",
     ),
-    Permission("", "events", ("create",), why="Events for decisions and invalid objects"),
+    Permission(
+        "",
+        "events",
+        ("create", "patch"),
+        why="Events for decisions and invalid objects (a repeat patches the count)",
+    ),
     Permission("coordination.k8s.io", "leases", ("create",), why="leader election"),
     Permission(
         "coordination.k8s.io",
