@@ -196,3 +196,21 @@ async def test_a_killed_stream_is_reopened_and_no_probe_command_runs_meanwhile(
     await _until(lambda: counters.stopped == 1)
     await _until(lambda: counters.opened == 2 and counters.changes == 2)
     assert [c for c in fleet.commands(name) if "--watch" not in c] == []
+
+
+async def test_a_probe_asked_for_on_a_streaming_node_runs_at_once_not_at_the_next_heartbeat(
+    fleet_of: Callable[..., Any], manual: ManualTime
+) -> None:
+    # a drain or a verification asks for a fresh runner list (`request_probe`); on a
+    # streaming node it must not wait for the next heartbeat (manual time: none comes)
+    fleet: Fleet = await fleet_of(1, probe_interval=600.0)
+    name = next(iter(fleet.stubs))
+    counters = fleet.pool.probes.stream_counters
+    await _until(lambda: counters.changes == 1 and manual.sleeping == 1)
+    await asyncio.sleep(0.2)  # the probe loops run meanwhile: nothing asked, no command
+    assert [c for c in fleet.commands(name) if "--watch" not in c] == []
+    reports = fleet.observer.reports[name]
+    fleet.pool.request_probe(name)
+    await _until(lambda: fleet.observer.reports[name] > reports)
+    assert counters.heartbeats == 0  # the answer was the command probe, not a heartbeat
+    assert any("--list" in c for c in fleet.commands(name)), fleet.commands(name)

@@ -9,7 +9,8 @@ each result through `observer.probed` (a `WorkerSnapshot`, never the worker).
 Probes that push (``ssh.stream``, default on): beside its probe loop each worker has a
 stream loop that keeps ``RUNNER --watch`` running on the node's connection
 (`nodewarden.ssh.stream`). While the stream is up no command is run for the runner list
-or the ready state: each pushed change and each heartbeat (every ``ssh.stream_heartbeat``
+or the ready state unless one is asked for (`request_probe`, e.g. a drain's fresh
+reading; nothing asks at rest): each pushed change and each heartbeat (every ``ssh.stream_heartbeat``
 seconds) is folded in as a probe result, observed when its line arrived. A side node's
 inhibitors, boot time and product UUID are still polled every `probe_interval` (one
 bundle, throttled, with the streamed facts). A node whose runner has no ``--watch``
@@ -147,10 +148,14 @@ class ProbeLoop:
         # A probe asked for at once (`request_probe`) still waits this long after the last
         # one, so a caller that asks after every result cannot make probes spin.
         min_gap = min(self.ctx.settings.boot_probe_interval, 1.0)
+        asked = False
         while not self.ctx.closing and worker.probing:
             wanted = not worker.side or self.ctx.observer.should_probe(worker.name)
             stream = self._streaming(worker)
-            if wanted and stream is None:
+            if wanted and (stream is None or asked):
+                # asked for (`request_probe`: a drain's or verification's fresh reading,
+                # a signalled runner, an edit): the command pair now, even on a streaming
+                # node, whose next heartbeat may be seconds away; at rest nobody asks
                 await self.probe_once(worker)
             elif wanted and worker.side and stream is not None and stream.facts is not None:
                 # the stream carries runners and readiness; the rest still polls
@@ -170,10 +175,12 @@ class ProbeLoop:
                 interval = max(self.ctx.settings.probe_interval, REFUSED_RECHECK)
             worker.probe_now.clear()
             await asyncio.sleep(min(min_gap, interval))
+            asked = worker.probe_now.is_set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     worker.probe_now.wait(), timeout=max(0.0, interval - min_gap)
                 )
+                asked = True
 
     def _streams_on(self) -> bool:
         """``ssh.stream`` of the prober (a prober double without settings never streams)."""

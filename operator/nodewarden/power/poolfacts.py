@@ -61,6 +61,9 @@ class PoolFacts:
         self._plan: tuple[list[ContainerView], Plan, datetime] | None = None
         self._placed: dict[str, int] = {}
         """Per node: containers holding it in the dispatcher's last ledger."""
+        self._runners_seen: dict[str, RunnersFact] = {}
+        """Per node: the runner list it reported last (its work once the ledger lets go
+        of a container, `_update_released`)."""
         self._overcommitted: set[str] = set()
         """Nodes the dispatcher's last plan found running more than they hold."""
         self._reread_wanted: set[str] = set()
@@ -91,6 +94,8 @@ class PoolFacts:
         facts = rt.facts
         updates: dict[str, Any] = {}
         runners = report.runners
+        if runners is not None:
+            self._runners_seen[worker.name] = runners
         if runners is not None and not self.ledger_known:
             self._runners_unplanned[worker.name] = runners  # judged once the ledger is known
         elif runners is not None:
@@ -178,6 +183,7 @@ class PoolFacts:
     def gone(self, worker: WorkerSnapshot, at: datetime) -> NodeRuntime | None:
         """The instance left the cloud list: its Off is observed (the node to step now)."""
         ctx = self.ctx
+        self._runners_seen.pop(worker.name, None)
         rt = ctx.nodes.get(worker.name)
         if rt is None:
             return None
@@ -222,10 +228,11 @@ class PoolFacts:
         demand for every node, by the plan's fit rules."""
         self._plan = (containers, plan, now)
         self._update_demand(now)
-        self._placed = placed_counts(containers)
+        previous, self._placed = self._placed, placed_counts(containers)
         if not self.ledger_known:
             self._ledger_known()
         self._update_placed(now)
+        self._update_released(previous)
         self._update_overcommit(plan.over_capacity)
         self.ctx.wake.set()
 
@@ -273,6 +280,26 @@ class PoolFacts:
             rt.facts = rt.facts.model_copy(update={"work": reading})
             rt.idle_since = None
             rt.events.append(Evaluate())
+
+    def _update_released(self, previous: Mapping[str, int]) -> None:
+        """A node the ledger holds fewer containers on than in the last plan: its work is
+        its last runner list again (the stream reported the runner gone while the ledger
+        still held the container, so that report changed nothing), stepped now rather
+        than at the node's next probe or heartbeat."""
+        for name, count in previous.items():
+            if self._placed.get(name, 0) >= count:
+                continue
+            rt = self.ctx.nodes.get(name)
+            runners = self._runners_seen.get(name)
+            if rt is None:
+                self._runners_seen.pop(name, None)
+                continue
+            if runners is None or rt.facts.work is None:
+                continue
+            reading = self._work(rt, runners)
+            if reading.active_jobs != rt.facts.work.active_jobs:
+                rt.facts = rt.facts.model_copy(update={"work": reading})
+                rt.events.append(Evaluate())
 
     def _update_demand(self, now: datetime) -> None:
         assert self._plan is not None

@@ -177,3 +177,26 @@ async def test_demand_after_a_rejected_request_aborts_instead_of_resending() -> 
         assert len(h.control.sent("n1", "GracefulShutdown")) == 1, h.control.requests
         intent = next(i for i in h.intents("n1") if i["metadata"]["name"] == name)
         assert intent["status"]["safetyRecord"]["race"] is True
+
+
+async def test_work_released_by_the_ledger_after_the_runner_was_seen_gone_is_stepped_at_once() -> (
+    None
+):
+    # a streaming node reports its runner gone while the dispatcher still holds the
+    # container (work = max(runners, ledger): still active); when the next plan lets go of
+    # it, the node is idle from its last runner list, not at its next probe or heartbeat
+    async with PowerHarness(probe_interval=600.0) as h:
+        h.answer_probe_requests = False  # no probe but the ones this test makes
+        host = h.side_node("n1")
+        host.runners = 1
+        await h.start()
+        h.queue("job", gpus=1)
+        h.place("job", "n1")
+        await h.run_until(lambda: h.state("n1") == "Active", within=30, what="Active")
+        host.runners = 0
+        h.probe("n1")  # the stream's line: no runner (the ledger still holds "job")
+        await h.run_for(3)
+        assert h.state("n1") == "Active", h.history("n1")
+        h.finish("job")  # the dispatcher's plan: "job" is complete
+        waited = await h.run_until(lambda: h.state("n1") == "Idle", within=5, what="Idle")
+        assert waited <= 1.0, waited
