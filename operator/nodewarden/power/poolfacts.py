@@ -64,6 +64,9 @@ class PoolFacts:
         self._runners_seen: dict[str, RunnersFact] = {}
         """Per node: the runner list it reported last (its work once the ledger lets go
         of a container, `_update_released`)."""
+        self._held_at: dict[str, datetime] = {}
+        """Per node: the plan that last added a container to it (a runner list observed
+        before that says nothing of that container's runner)."""
         self._overcommitted: set[str] = set()
         """Nodes the dispatcher's last plan found running more than they hold."""
         self._reread_wanted: set[str] = set()
@@ -229,6 +232,9 @@ class PoolFacts:
         self._plan = (containers, plan, now)
         self._update_demand(now)
         previous, self._placed = self._placed, placed_counts(containers)
+        for name, count in self._placed.items():
+            if count > previous.get(name, 0):
+                self._held_at[name] = now
         if not self.ledger_known:
             self._ledger_known()
         self._update_placed(now)
@@ -285,16 +291,24 @@ class PoolFacts:
         """A node the ledger holds fewer containers on than in the last plan: its work is
         its last runner list again (the stream reported the runner gone while the ledger
         still held the container, so that report changed nothing), stepped now rather
-        than at the node's next probe or heartbeat."""
+        than at the node's next probe or heartbeat. Only a list observed after the
+        ledger last added a container counts: an older one never saw that runner, so
+        the node waits for its next reading (idle since a reading, never before it)."""
         for name, count in previous.items():
-            if self._placed.get(name, 0) >= count:
+            placed = self._placed.get(name, 0)
+            if placed >= count:
                 continue
+            held_at = self._held_at.get(name)
+            if placed == 0:
+                self._held_at.pop(name, None)
             rt = self.ctx.nodes.get(name)
             runners = self._runners_seen.get(name)
             if rt is None:
                 self._runners_seen.pop(name, None)
                 continue
             if runners is None or rt.facts.work is None:
+                continue
+            if held_at is not None and runners.observed_at <= held_at:
                 continue
             reading = self._work(rt, runners)
             if reading.active_jobs != rt.facts.work.active_jobs:

@@ -185,6 +185,7 @@ async def test_work_released_by_the_ledger_after_the_runner_was_seen_gone_is_ste
     # a streaming node reports its runner gone while the dispatcher still holds the
     # container (work = max(runners, ledger): still active); when the next plan lets go of
     # it, the node is idle from its last runner list, not at its next probe or heartbeat
+    # (a list older than the hold does not count: the cycle in test_parity_live.py)
     async with PowerHarness(probe_interval=600.0) as h:
         h.answer_probe_requests = False  # no probe but the ones this test makes
         host = h.side_node("n1")
@@ -193,6 +194,7 @@ async def test_work_released_by_the_ledger_after_the_runner_was_seen_gone_is_ste
         h.queue("job", gpus=1)
         h.place("job", "n1")
         await h.run_until(lambda: h.state("n1") == "Active", within=30, what="Active")
+        h.clock.advance(1.0)
         host.runners = 0
         h.probe("n1")  # the stream's line: no runner (the ledger still holds "job")
         await h.run_for(3)
