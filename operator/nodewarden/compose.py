@@ -237,6 +237,7 @@ def build_controller(
         power_poll_interval_at_rest=config.power.power_poll_interval_at_rest,
         capability_interval=config.power.capability_interval,
         evaluate_interval=config.power.evaluate_interval,
+        first_write_hold=config.power.first_write_hold,
         resync_interval=parse_duration(config.resync_interval).total_seconds(),
         keep_finished_intents=config.power.keep_finished_intents,
         keep_intents_of_gone_nodes=config.power.keep_intents_of_gone_nodes,

@@ -273,6 +273,13 @@ class PowerSettings(_Config):
         gt=0,
         description="A node whose decision is DEFER is evaluated again at least this often.",
     )
+    first_write_hold: float = Field(
+        default=20.0,
+        ge=0,
+        description="Seconds a node's first status write at start-up waits at most for its "
+        "verdict, the dispatcher's ledger and its first power reading, so one patch carries "
+        "them (0: written as each arrives). Power requests are persisted at once regardless.",
+    )
     request_timeout: float = Field(
         default=15.0, gt=0, le=600, description="Seconds one BMC request may take."
     )

@@ -22,6 +22,7 @@ from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
 from nodewarden.power.agenda import Agenda
 from nodewarden.power.control import PowerControl
+from nodewarden.power.firstwrites import FirstWrites
 from nodewarden.power.intents import IntentBook
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime
 from nodewarden.rules.fleet import FleetTally
@@ -65,6 +66,8 @@ class PowerContext:
     """Every node's fleet marks, kept as nodes change (`rules.fleet.FleetTally`)."""
     arrivals: int = 0
     """Nodes that arrived so far (each one's `NodeRuntime.order`)."""
+    first_writes: FirstWrites = field(default_factory=FirstWrites)
+    """Starting nodes whose first status write waits for their facts (`power.firstwrites`)."""
 
     def spawn(self, coro: Awaitable[Any]) -> None:
         """Run `coro` beside the round (awaited by `stop` through `nodewarden.drain`)."""
@@ -77,11 +80,13 @@ class PowerContext:
         self.arrivals += 1
         self.nodes[rt.name] = rt
         rt.bind(self.agenda, self.arrivals, self.tally)
+        self.first_writes.arrive(rt.name, self.clock())
         self.agenda.roster_changed = True
 
     def dismiss(self, name: str) -> NodeRuntime | None:
         """Node `name` leaves the fleet (its agenda entries go stale)."""
         rt = self.nodes.pop(name, None)
+        self.first_writes.forget(name)
         if rt is not None:
             rt.unbind()
             self.agenda.roster_changed = True

@@ -158,6 +158,7 @@ class PowerController:
             intents=self.intents,
             acknowledge_admission=acknowledge_admission,
         )
+        ctx.first_writes.hold = settings.first_write_hold
         self._ctx = ctx
         self.nodes: dict[str, NodeRuntime] = ctx.nodes
         self.wake = ctx.wake
@@ -383,6 +384,9 @@ class PowerController:
             at = agenda.soonest(timer, current)
             if at is not None:
                 soonest = min(soonest, (at - now).total_seconds())
+        released = self._ctx.first_writes.soonest()
+        if released is not None:
+            soonest = min(soonest, (released - now).total_seconds())
         return max(0.05, soonest)
 
 

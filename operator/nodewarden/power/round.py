@@ -28,7 +28,7 @@ from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate,
 from nodewarden.policy.facts import DesiredReading
 from nodewarden.policy.machine import Step, step
 from nodewarden.policy.record import SafetyRecord
-from nodewarden.policy.state import NodePowerState, TransitionKind
+from nodewarden.policy.state import NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
 from nodewarden.power.agenda import Timer
@@ -130,12 +130,37 @@ class Round:
             self._expire_after(rt, now)
         self.poolfacts.reread_wanted()
         held, self._hold_writes = self._hold_writes, set()
+        first = ctx.first_writes
+        if first.starting and ctx.synced.is_set() and self.poolfacts.ledger_known:
+            first.started()  # the fleet is held and the dispatcher recovered
+        held |= first.holding(now, self._start_up_facts_in)
         await ctx.status.flush(hold=held)
         self._held = held
         if stepping or agenda.roster_changed:
             agenda.roster_changed = False
             gauges.publish(ctx.nodes.values(), now)
         agenda.compact(len(ctx.nodes), self._timers)
+
+    def _start_up_facts_in(self, name: str) -> bool:
+        """Whether a starting node's first facts are in (`power.firstwrites`): its verdict,
+        and its power observed once -- a cloud VM's in the cloud list, a side node's from
+        its BMC (read, or failing) -- or not observable (an invalid spec, a blocked node, a
+        side node without a BMC, whose power comes with an SSH login)."""
+        rt = self.ctx.nodes.get(name)
+        if rt is None:
+            return True
+        verdict = rt.verdict
+        if verdict is None:
+            return False
+        if not verdict.valid or rt.state.state is PowerState.BLOCKED:
+            return True
+        if rt.facts.power is not None:
+            return True
+        if rt.node_type == "CloudVM":
+            return self.ctx.pool is None  # no cloud list will come
+        if rt.spec is None or rt.spec.bmc is None:
+            return True
+        return name in self.ctx.control.last_error  # read and failing
 
     def _current(self, attribute: str) -> Callable[[str], datetime | None]:
         nodes = self.ctx.nodes

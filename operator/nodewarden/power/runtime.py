@@ -40,6 +40,9 @@ class ControllerSettings:
     """A node whose last decision was DEFER is evaluated again at least this often."""
     resync_interval: float = 30.0
     """Re-validation of every WorkerNode (credentials may have changed)."""
+    first_write_hold: float = 20.0
+    """Seconds a node's first status write at start-up waits at most for its facts
+    (`power.firstwrites`; 0: written as each fact arrives)."""
     keep_finished_intents: int = 5
     keep_intents_of_gone_nodes: float = 3600.0
     """Seconds the finished policy-made intents of a deleted node are kept."""
