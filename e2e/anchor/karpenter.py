@@ -276,9 +276,19 @@ class Scenario:
     def run(self) -> dict[str, Any]:
         """Create the pods, start Karpenter, measure until all are Running (or timeout)."""
         self.setup()
-        return asyncio.run(self._measure())
+        previous = signal.getsignal(signal.SIGTERM)
+        try:
+            return asyncio.run(self._measure())
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     async def _measure(self) -> dict[str, Any]:
+        # SIGTERM during the measurement cancels this task (an exception raised by a
+        # Python-level handler in the middle of the event loop's I/O would skip the
+        # loop's own shutdown); the caller's `close()` then stops every process
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         api = await api_client_from(self.cluster.kubeconfig)
         try:
             # Any: raw (_preload_content=False) responses and dict bodies are used below
