@@ -449,6 +449,8 @@ class Scenario:
                     timeout=300,
                 )
         kubectl("-n", "kube-node-lease", "delete", "leases", "--all", check=False)
+        left = kubectl("get", "nodes", "-l", "karpenter.sh/nodepool", "-o", "name", check=False)
+        log(f"anchor cleanup: Karpenter's Nodes left: {len(left.stdout.split())}")
         kubectl("delete", "namespace", NAMESPACE, "--timeout=120s", check=False, timeout=180)
         sources = module_sources()
         for crd_dir in (
