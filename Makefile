@@ -61,6 +61,10 @@ bench: $(STAMP) controlplane ## run the benchmark scripts and print their figure
 	$(PY) benchmarks/bench_scale.py --nodes 1000  # issue 14's fleet: --nodes 10000 (heavy)
 	$(PY) benchmarks/bench_simulate.py
 
+bench-anchor: $(STAMP) controlplane ## Karpenter's 1,000-pod scale-out (KWOK) then bench_dispatch on one control plane, side by side (BENCH_ANCHOR_ARGS='--pods 50'; not in `make test`)
+	@e2e/anchor/build.sh >/dev/null
+	$(PY) benchmarks/bench_anchor.py $(BENCH_ANCHOR_ARGS)
+
 clean: ## remove .venv and local state (not the control-plane cache)
 	-$(PY) e2e/localcluster.py down 2>/dev/null
 	rm -rf $(VENV) .nodewarden .mypy_cache .ruff_cache .pytest_cache
@@ -93,4 +97,4 @@ fuzz: $(STAMP) controlplane ## the long fuzz run: 400 hostile objects per kind t
 e2e: $(STAMP) controlplane ## the chart on a real kubelet in its own network namespaces (root; see README)
 	$(PY) e2e/dataplane/run.py $(E2E_ARGS)
 
-.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench clean image lock e2e chart-lint chaos fuzz
+.PHONY: help install controlplane crds cluster-up cluster-down lint test demo bench bench-anchor clean image lock e2e chart-lint chaos fuzz
