@@ -38,7 +38,7 @@ from nodewarden.rules.demand import (
     placed_counts,
     planned_demand,
     queued_from_bodies,
-    reread_demand,
+    reread_demands,
 )
 from nodewarden.rules.freshness import only_time_moved
 from nodewarden.rules.readings import cloud_capability, cloud_gone, work_reading
@@ -350,14 +350,12 @@ class PoolFacts:
             return
         read_at = ctx.clock()
         queued = queued_from_bodies(bodies, read_at)
-        for name in nodes:
-            rt = ctx.nodes.get(name)
-            if rt is None:
-                continue
-            reading = reread_demand(
-                rt.name, rt.spec, queued, read_at, ctx.catalogue, ctx.type_policy
-            )
-            rt.events.append(DemandReread(reading=reading))
+        asking = [rt for rt in map(ctx.nodes.get, sorted(nodes)) if rt is not None]
+        readings = reread_demands(
+            ((rt.name, rt.spec) for rt in asking), queued, read_at, ctx.catalogue, ctx.type_policy
+        )
+        for rt in asking:
+            rt.events.append(DemandReread(reading=readings[rt.name]))
         ctx.wake.set()
 
 

@@ -167,6 +167,31 @@ def reread_demand(
     type_policy: InstanceTypePolicy,
 ) -> DemandReading:
     """RereadDemand's reading for one node, from the live queue."""
-    view = node_view(name, spec, catalogue)
-    uuids = qualified_demand(view, queued, catalogue, type_policy) if view is not None else []
-    return _reading(LIVE, read_at, uuids)
+    return reread_demands([(name, spec)], queued, read_at, catalogue, type_policy)[name]
+
+
+def reread_demands(
+    nodes: Iterable[tuple[str, WorkerNodeSpec | None]],
+    queued: list[ContainerView],
+    read_at: datetime,
+    catalogue: Catalogue,
+    type_policy: InstanceTypePolicy,
+) -> dict[str, DemandReading]:
+    """RereadDemand's readings for many nodes from one live queue: nodes of the same shape
+    (capacity, instance type, price) qualify the same containers, so the queue is walked
+    once per shape, not once per node (1,700 nodes re-reading a queue of 5,000 held the
+    event loop for 67 s at 10,000 nodes)."""
+    by_shape: dict[tuple[Any, ...], DemandReading] = {}
+    out: dict[str, DemandReading] = {}
+    for name, spec in nodes:
+        view = node_view(name, spec, catalogue)
+        if view is None:
+            out[name] = _reading(LIVE, read_at, [])
+            continue
+        shape = (view.capacity, view.instance_type, view.price)
+        reading = by_shape.get(shape)
+        if reading is None:
+            uuids = qualified_demand(view, queued, catalogue, type_policy)
+            reading = by_shape[shape] = _reading(LIVE, read_at, uuids)
+        out[name] = reading
+    return out
