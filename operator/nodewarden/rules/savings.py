@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from nodewarden.policy.base import CoreModel
+from nodewarden.policy.record import EnergyEvidence
 from nodewarden.rules.energy import (
     JOULES_PER_KWH,
     EnergyMeter,
@@ -108,9 +109,11 @@ def draws(meter: EnergyMeter | None, klass: EnergyClass, idle_min: timedelta) ->
 def saved_joules(
     off_seconds: float, d: Draws, boots: int, shutdowns: int, klass: EnergyClass
 ) -> float:
-    """The never-off counterfactual (module docstring); negative when cycles cost more."""
+    """The never-off counterfactual (module docstring); negative when cycles cost more.
+    An off draw above the idle draw (neither measured, or a class configured so) saves
+    nothing while off, never less."""
     return (
-        off_seconds * (d.idle_watts - d.off_watts)
+        off_seconds * max(0.0, d.idle_watts - d.off_watts)
         - boots * klass.boot_energy_wh * _WH
         - shutdowns * klass.shutdown_energy_wh * _WH
     )
@@ -178,24 +181,9 @@ def node_energy(
     )
 
 
-class SavingEvidence(CoreModel):
-    """What an off period is expected to save (a shutdown) or saved (the one that ended)."""
-
-    kind: Literal["Expected", "Measured"]
-    off_seconds: float
-    off_seconds_basis: str
-    idle_watts: float
-    idle_basis: Basis
-    off_watts: float
-    off_basis: Basis
-    cycle_joules: float
-    saved_kwh: float
-    money_saved: float
-
-
 def expected_saving(
     meter: EnergyMeter | None, klass: EnergyClass, idle_min: timedelta, min_off: timedelta
-) -> SavingEvidence:
+) -> EnergyEvidence:
     """A shutdown's expected saving: the node's mean past off period (the policy's minOff
     before it has one) x (idle - off draw) - one cycle's energy. Evidence, not a gate."""
     d = draws(meter, klass, idle_min)
@@ -212,7 +200,7 @@ def expected_saving(
 
 def measured_saving(
     off_seconds: float, meter: EnergyMeter | None, klass: EnergyClass, idle_min: timedelta
-) -> SavingEvidence:
+) -> EnergyEvidence:
     """The off period that just ended: its measured length x (idle - off draw) - its cycle."""
     d = draws(meter, klass, idle_min)
     saved = saved_joules(off_seconds, d, 1, 1, klass)
@@ -228,8 +216,8 @@ def _evidence(
     d: Draws,
     klass: EnergyClass,
     saved: float,
-) -> SavingEvidence:
-    return SavingEvidence(
+) -> EnergyEvidence:
+    return EnergyEvidence(
         kind=kind,
         off_seconds=round(off_s, 1),
         off_seconds_basis=basis,
