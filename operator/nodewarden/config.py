@@ -255,10 +255,11 @@ class EnergySettings(_Config):
 
     read_interval: float = Field(
         default=60.0,
-        ge=60,
+        ge=5,
         le=3600,
-        description="Seconds between two power readings of a side node while it is On (at "
-        "least a minute: each is one more Redfish GET); an Off node is read once per Off "
+        description="Seconds between two power readings of a side node while it is On (each "
+        "is one more Redfish GET: the default, once a minute, is what the at-rest budget "
+        "counts; below it only for tests and demos); an Off node is read once per Off "
         "period. Readings ride on the PowerState polls.",
     )
     status_interval: float = Field(

@@ -351,7 +351,7 @@ class Energy:
                 self._policy_due[name] = now + timedelta(seconds=POLICY_AFTER_TRANSITION)
                 continue
             self._policy_written[name] = now
-            self._policy_due[name] = now + timedelta(seconds=self.book.status_interval)
+            self._policy_due.setdefault(name, now + timedelta(seconds=self.book.status_interval))
 
     def policy_status(self, name: str, now: datetime) -> dict[str, Any]:
         """`status.energy` of policy `name` now."""
@@ -385,11 +385,13 @@ class Energy:
         }
 
     def _mark_policy(self, name: str, after: float = 0.0) -> None:
+        """Policy `name`'s sums changed: written `after` seconds from now (at once when
+        this process has not written them yet), never sooner than a coalescing gap
+        (a minute, or the status interval when shorter) after the last write."""
         now = self.ctx.clock()
+        gap = timedelta(seconds=min(POLICY_AFTER_TRANSITION, self.book.status_interval))
         last = self._policy_written.get(name)
-        at = now + timedelta(seconds=after)
-        if last is not None:
-            at = max(at, last + timedelta(seconds=POLICY_AFTER_TRANSITION))
+        at = now if last is None else max(now + min(timedelta(seconds=after), gap), last + gap)
         held = self._policy_due.get(name)
         self._policy_due[name] = at if held is None else min(held, at)
 

@@ -35,7 +35,7 @@ class EnergyBook:
     """Per node class: configured draws, cycle energy and energy price."""
     currency: str = "USD"
     read_interval: float = 60.0
-    """Seconds between two power readings of a node while it is On (at least 60)."""
+    """Seconds between two power readings of a node while it is On (default: a minute)."""
     status_interval: float = 900.0
     """A node's and a policy's figures are written at most this often (besides a
     transition)."""
