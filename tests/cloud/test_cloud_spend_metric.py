@@ -169,4 +169,3 @@ async def test_the_spend_equals_the_listed_instances_through_500_cycles(
         cloud.close()
     # the pool closed: its source left the metric
     assert REGISTRY.get_sample_value("nodewarden_cloud_spend_per_hour", {"currency": "EUR"}) is None
-

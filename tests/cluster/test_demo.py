@@ -239,7 +239,7 @@ def _check_energy(demo: Demo) -> None:
         return (pp, wol, redfish) if ready else None
 
     pp, wol, redfish = wait_for(shown, timeout=90, interval=2, what="energy in pp and wn")
-    print(pp, wol[wol.index("Energy:") :][:900], sep="\n")
+    print(pp, wol[wol.index("Energy:") :][:900], redfish[redfish.index("Energy:") :][:600])
     assert "Saved-Today".upper() in pp.upper()
     for field in ("Used Kwh:", "Idle Watts:", "Off Seconds:", "Saved Kwh:", "Money Saved:"):
         assert field in wol, field

@@ -88,7 +88,6 @@ class Energy:
         """Policies whose status (VM hours) was read back."""
         self._policy_due: dict[str, datetime] = {}
         self._policy_written: dict[str, datetime] = {}
-        self.reads = 0
         self._sources = (
             (NODE_POWER, self._power_samples),
             (NODE_ENERGY, self._energy_samples),
@@ -202,7 +201,6 @@ class Energy:
             got = await self.ctx.control.read_energy(ref)
         finally:
             rt.busy.discard("energy")
-        self.reads += 1
         if got is None or rt.energy is None:
             return
         if isinstance(got, NoEnergyReading):

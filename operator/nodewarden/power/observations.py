@@ -88,6 +88,7 @@ class Observations:
             if changed:
                 rt.spec = spec if spec is not None else _spec(body)
                 rt.spec_seen_at = now
+                rt.energy_none = None  # a new BMC endpoint may offer a power reading
                 self.energy.arrived(rt)  # a VM whose policy changed is counted there
                 rt.next_discovery = now
                 rt.next_poll = now  # a BMC added by the edit is read at once
