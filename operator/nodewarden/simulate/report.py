@@ -36,6 +36,9 @@ never-off (cloud VM hours avoided included in SAVED)."""
 
 
 def energy_cells(figures: dict[str, Any]) -> list[str]:
+    """The energy cells of a row ("-" for a row whose run counted no energy)."""
+    if "kWh" not in figures:
+        return ["-"] * len(ENERGY_HEADER)
     return [f"{figures['kWh']:.1f}", f"{figures['kWhSaved']:.1f}", f"{figures['moneySaved']:.2f}"]
 
 
