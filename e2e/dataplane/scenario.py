@@ -28,10 +28,7 @@ The same on every `dataplane.envs.Environment` (network namespaces here, kind el
    tag. The CRDs are applied the documented way (`helm show crds | kubectl apply
    --server-side`), then `helm upgrade`: a rolling update while a second batch runs,
    without losing or repeating a container; the new field is kept (not pruned).
-8. Dashboards and alerts: after a last short batch (and the idle VMs' shutdown
-   decisions) every PromQL expression of every dashboard panel returns data, and the
-   alert rules are loaded and evaluate without error.
-9. Side-node power cycle, through the operator Pods: the side node's designated Secrets,
+8. Side-node power cycle, through the operator Pods: the side node's designated Secrets,
    its own fast PowerPolicy and its WorkerNode go in (only now, so the batches above
    never had a side node to run on). The idle node is drained and switched off: a
    policy-made Shutdown PowerIntent Succeeded (POWER_OFF_CONFIRMED) whose request record
@@ -43,7 +40,13 @@ The same on every `dataplane.envs.Environment` (network namespaces here, kind el
    `WorkerNode.status.powerState` and confirms On itself. The container runs on the
    side node exactly once (never on the cloud); the one Wake intent Succeeded with
    POWER_ON_CONFIRMED + READY_CONFIRMED, admission opened after On and ready were
-   observed and the container started after that; the BMC received exactly one On.
+   observed and the container started after that; the BMC received exactly one On. The
+   node's energy figures (its fake BMC reports a draw and a kWh counter) count the off
+   period and the shutdown, and the Wake's record carries the measured saving.
+9. Dashboards and alerts: after a last short batch, the idle VMs' shutdown decisions and
+   the power cycle (the energy panels need the side node's readings), every PromQL
+   expression of every dashboard panel returns data, and the alert rules are loaded and
+   evaluate without error.
 
 The trimmed form (`make test`) runs all but 7, with four short containers.
 """
@@ -563,7 +566,7 @@ class Scenario:
         self.timed("upgrade", t0)
         self.report["upgrade"] = {"crd_field_applied": True, "image": self.env.next_image_ref}
 
-    # --- 9. side-node power cycle ---------------------------------------------------------
+    # --- 8. side-node power cycle ---------------------------------------------------------
 
     def intents(self, node: str, action: str) -> list[dict[str, Any]]:
         items = [
@@ -669,11 +672,33 @@ class Scenario:
         if sent[:2] != ["GracefulShutdown", "On"] or sent.count("On") != 1:
             raise E2EError(f"{node}'s BMC received {sent}: want one On for the one wake")
         report["bmc_resets"] = sent
+        report["energy"] = self.check_energy(node, wakes[0])
         self.timed("side_node_wake_and_run", t1)
         self.timed("side_node_power_cycle", t0)
         self.report["side_node_power_cycle"] = report
         log(f"side node {node}: woken by the GPU container (one On at its BMC, the leader "
             "killed while WAKING), ready, ran it exactly once")  # fmt: skip
+
+    def check_energy(self, node: str, wake: dict[str, Any]) -> dict[str, Any]:
+        """The side node's energy figures after its power cycle (docs/energy.md)."""
+
+        def counted() -> dict[str, Any] | NotYet:
+            energy = self.node_status(node).get("energy") or {}
+            done = energy.get("shutdowns", 0) >= 1 and energy.get("offSeconds", 0) > 0
+            return energy if done else NotYet(str(energy)[:300])
+
+        energy = wait_for(f"{node}'s energy figures", counted, timeout=120, interval=2)
+        problems = []
+        if energy.get("method") != "Cumulative" or "EnergykWh" not in str(energy.get("source")):
+            problems.append(f"method {energy.get('method')} from {energy.get('source')}")
+        if not energy.get("usedKwh"):
+            problems.append("no energy used")
+        measured = ((wake.get("status") or {}).get("requestRecord") or {}).get("energy") or {}
+        if measured.get("kind") != "Measured" or not measured.get("offSeconds"):
+            problems.append(f"the Wake's record carries no measured saving: {measured}")
+        if problems:
+            raise E2EError(f"{node} energy: {'; '.join(problems)}")
+        return {k: energy.get(k) for k in ("method", "usedKwh", "offSeconds", "savedKwh")}
 
     # --- the whole run ---------------------------------------------------------------------
 
@@ -701,8 +726,10 @@ class Scenario:
         # refused calls now, counted by the leader in place, for the cloud error panel.
         self.env.cloud_admin(lambda admin: admin.force_rate_limit(3, retry_after=1))
         self.run_batch("final", 2, 8, during=lambda: None)
-        self.check_dashboards()
+        # the dashboards after the power cycle: the energy panels need the side node's
+        # readings (its fake BMC reports power) and its time off
         self.side_node_power_cycle()
+        self.check_dashboards()
 
     def diagnostics(self) -> str:
         if not self.started:

@@ -59,7 +59,22 @@ POWER_TIMING = {
     "power_poll_interval_at_rest": 2,
     "evaluate_interval": 5,
     "request_timeout": 10,
+    # energy figures (docs/energy.md): a class for the side node, figures written often
+    "energy": {
+        "status_interval": 60,
+        "classes": {
+            "default": {
+                "idle_watts": 300,
+                "off_watts": 12,
+                "boot_energy_wh": 4,
+                "shutdown_energy_wh": 1,
+                "price_per_kwh": 0.3,
+            }
+        },
+    },
 }
+ON_WATTS = 280.0
+"""The side node's draw while On, as its fake BMC reports it (with a kWh counter)."""
 
 
 def new_bmc_password() -> str:
@@ -81,7 +96,13 @@ def process_config(operator_public_key: str, bmc_password: str) -> dict[str, Any
                 "ready_delay": 0.5,
                 "shutdown_delay": 0.2,
                 "gpus": 1,
-                "fakebmc": {"transition_seconds": TRANSITION_SECONDS},
+                "fakebmc": {
+                    "transition_seconds": TRANSITION_SECONDS,
+                    # the only peer with power readings (sushy-tools has none)
+                    "power_reading": "cumulative",
+                    "on_watts": ON_WATTS,
+                    "off_watts": 9.0,
+                },
             }
         ],
     }

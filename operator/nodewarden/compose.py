@@ -37,7 +37,7 @@ from nodewarden.pool.identity import master_secret
 from nodewarden.pool.workers import WorkerPool
 from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
-from nodewarden.power.runtime import ControllerSettings
+from nodewarden.power.runtime import ControllerSettings, EnergyBook
 from nodewarden.scheduling.instancetypes import Catalogue
 from nodewarden.ssh.addressing import DirectResolver
 from nodewarden.ssh.fenced import FencedRunners
@@ -243,6 +243,13 @@ def build_controller(
         keep_intents_of_gone_nodes=config.power.keep_intents_of_gone_nodes,
         delete_finished_manual_intents=config.power.delete_finished_manual_intents,
         finished_manual_intent_retention=config.power.finished_manual_intent_retention,
+        energy=EnergyBook(
+            classes=dict(config.power.energy.classes),
+            currency=config.cloud.currency if config.cloud is not None else "USD",
+            read_interval=config.power.energy.read_interval,
+            status_interval=config.power.energy.status_interval,
+            idle_measure=config.power.energy.idle_measure,
+        ),
     )
     controller = PowerController(
         kube=kube,

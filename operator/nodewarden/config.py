@@ -7,6 +7,7 @@ PowerPolicy objects so they can be changed by GitOps without a restart.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -20,6 +21,7 @@ from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.kube.pacing import KubeApiSettings
 from nodewarden.limits import OPEN_FILES
 from nodewarden.listener import ListenerLimits
+from nodewarden.rules.savings import EnergyClass
 from nodewarden.scheduling.caps import Ceilings
 from nodewarden.ssh.settings import ProbeSettings
 from nodewarden.units import Duration
@@ -248,6 +250,52 @@ class DispatchSettings(_Config):
     )
 
 
+class EnergySettings(_Config):
+    """How energy is read and shown (docs/energy.md)."""
+
+    read_interval: float = Field(
+        default=60.0,
+        ge=5,
+        le=3600,
+        description="Seconds between two power readings of a side node while it is On (each "
+        "is one more Redfish GET: the default, once a minute, is what the at-rest budget "
+        "counts; below it only for tests and demos); an Off node is read once per Off "
+        "period. Readings ride on the PowerState polls.",
+    )
+    status_interval: float = Field(
+        default=900.0,
+        ge=5,
+        le=86400,
+        description="A node's and a policy's energy figures are written to status with a "
+        "power transition, else at most this often (never per reading: live values are in "
+        "the metrics).",
+    )
+    idle_measure: float = Field(
+        default=600.0,
+        ge=0,
+        le=86400,
+        description="Seconds of integrated idle readings after which a node's idle draw counts "
+        "as measured; until then its class's configured idle draw is used (Configured).",
+    )
+    classes: dict[str, EnergyClass] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Per node class (WorkerNode spec.nodeClass; 'default' for side nodes "
+        "without one): configured idle / off draw (W), boot and shutdown energy above idle "
+        "(Wh) and the energy price per kWh in cloud.currency.",
+    )
+
+    @model_validator(mode="after")
+    def _class_names(self) -> EnergySettings:
+        bad = sorted(n for n in self.classes if not re.fullmatch(DNS_LABEL_PATTERN, n))
+        if bad:
+            raise ValueError(
+                f"power.energy.classes: {', '.join(bad)}: a class name is a DNS label "
+                "(lower-case letters, digits, '-'), as WorkerNode spec.nodeClass"
+            )
+        return self
+
+
 class PowerSettings(_Config):
     """The power controller's timing (the policy knobs live in PowerPolicy objects)."""
 
@@ -310,6 +358,9 @@ class PowerSettings(_Config):
         ge=3600,
         description="Seconds a finished manual PowerIntent is kept when "
         "delete_finished_manual_intents is on (default 90 days).",
+    )
+    energy: EnergySettings = Field(
+        default_factory=EnergySettings, description="Energy readings and figures."
     )
 
 

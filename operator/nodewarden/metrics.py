@@ -6,9 +6,13 @@ second operator instance in the same process (tests) does not collide.
 
 from __future__ import annotations
 
-from typing import get_args
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from nodewarden import __version__
 from nodewarden.api.powerpolicy import ResetAction
@@ -129,10 +133,125 @@ OVERCOMMITTED_NODES = Gauge(
     registry=REGISTRY,
 )
 
-HOURLY_SPEND = Gauge(
+Samples = Iterable[tuple[tuple[str, ...], float]]
+"""What a source gives a sourced metric at a scrape: (label values, value) pairs."""
+
+
+class Sourced(Collector):
+    """A metric whose samples are read from its sources at every scrape (never a stored
+    value that could drift from what it sums). A source is a callable held weakly (a
+    bound method's owner may go: its samples go with it)."""
+
+    def __init__(
+        self, name: str, documentation: str, kind: Literal["gauge", "counter"], labels: list[str]
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.kind = kind
+        self._labelnames = tuple(labels)
+        self._sources: list[weakref.ReferenceType[Callable[[], Samples]]] = []
+
+    def add_source(self, source: Callable[[], Samples]) -> None:
+        bound = hasattr(source, "__self__")  # a bound method: held while its owner lives
+        ref = weakref.WeakMethod(source) if bound else weakref.ref(source)
+        self._sources.append(ref)
+
+    def remove_source(self, source: Callable[[], Samples]) -> None:
+        """Stop reading `source` (its owner stopped)."""
+        self._sources = [ref for ref in self._sources if ref() not in (None, source)]
+
+    def _family(self) -> GaugeMetricFamily | CounterMetricFamily:
+        if self.kind == "counter":
+            return CounterMetricFamily(self.name, self.documentation, labels=self._labelnames)
+        return GaugeMetricFamily(self.name, self.documentation, labels=self._labelnames)
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        totals: dict[tuple[str, ...], float] = {}
+        live = []
+        for ref in self._sources:
+            source = ref()
+            if source is None:
+                continue
+            live.append(ref)
+            for labels, value in source():
+                totals[labels] = totals.get(labels, 0.0) + value
+        self._sources = live
+        for labels, value in sorted(totals.items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
+def sourced(
+    name: str, documentation: str, kind: Literal["gauge", "counter"], labels: list[str]
+) -> Sourced:
+    metric = Sourced(name, documentation, kind, labels)
+    REGISTRY.register(metric)
+    return metric
+
+
+HOURLY_SPEND = sourced(
     "nodewarden_cloud_spend_per_hour",
-    "Summed hourly price of the cloud nodes that exist now, in the catalogue's billing "
-    "currency per hour.",
+    "Summed hourly price of the cloud instances that exist now (created and listed, booting "
+    "and shutting down included), in the label's currency (cloud.currency) per hour; read "
+    "from the worker pool at each scrape.",
+    "gauge",
+    ["currency"],
+)
+
+NODE_POWER = sourced(
+    "nodewarden_node_power_watts",
+    "A side node's draw at its last BMC power reading (W), by node, policy and power (On, "
+    "Off). No series for a node without a reading (cloud VMs, BMCs without a power "
+    "resource).",
+    "gauge",
+    ["node", "policy", "power"],
+)
+
+NODE_ENERGY = sourced(
+    "nodewarden_node_energy_joules",
+    "Energy a side node used since its figures began (status.energy.since), from its BMC "
+    "readings (docs/energy.md), by node and policy. Kept in status: it continues across "
+    "restarts and failovers.",
+    "counter",
+    ["node", "policy"],
+)
+
+ENERGY_SAVED = sourced(
+    "nodewarden_energy_saved_joules",
+    "Energy saved against never switching side nodes off: time off x (idle - off draw) - "
+    "the cycles' energy above idle, summed per policy and basis (Measured: both draws "
+    "measured; Configured: a class's configured draw used). May go down (a cycle's energy "
+    "counts when it happens; a node deleted takes its share).",
+    "gauge",
+    ["policy", "basis"],
+)
+
+MONEY_SAVED = sourced(
+    "nodewarden_money_saved",
+    "Money saved against never-off, per policy and source (energy: side nodes' kWh saved x "
+    "the class's price; vm_hours: cloud VM hours avoided x the catalogue price), in the "
+    "label's currency.",
+    "gauge",
+    ["policy", "source", "currency"],
+)
+
+VM_AVOIDED = sourced(
+    "nodewarden_vm_avoided_seconds",
+    "Cloud VM time (seconds; VM hours avoided x 3600) a never-off fleet (one that keeps "
+    "every VM it created) would have run beyond this one's, per policy (docs/energy.md).",
+    "gauge",
+    ["policy"],
+)
+
+ENERGY_READS = Counter(
+    "nodewarden_energy_reads_total",
+    "BMC power readings (one Redfish GET each), by outcome: ok, null (the BMC gave no "
+    "value), failed, none (the BMC serves no power reading).",
+    ["outcome"],
     registry=REGISTRY,
 )
 
@@ -408,6 +527,8 @@ def _zero_children() -> None:
         POWER_READY_SECONDS.labels(action)
     for cls in BMC_ERROR_CLASSES:
         BMC_ERRORS.labels(cls)
+    for outcome in ("ok", "null", "failed", "none"):
+        ENERGY_READS.labels(outcome)
     for action in get_args(ResetAction):
         for result in ("accepted", "rejected", "errored"):
             for resend in ("false", "true"):

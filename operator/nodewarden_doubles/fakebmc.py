@@ -13,6 +13,18 @@ the "reports Off early, drops an On sent in that window" quirk, and reply bodies
 in several TCP writes, chunked, or stalling half-way. `make demo` also uses it as a BMC
 for side nodes.
 
+It is also the only peer here with **power readings** (sushy-tools 2.2 serves no `Power`,
+`PowerSubsystem` or `EnvironmentMetrics` resource, only `Thermal`): `power_reading`
+chooses the variant, modelled on the DMTF schema and the gaps real BMCs have --
+"watts" (legacy `Chassis/<id>/Power` `PowerControl[0].PowerConsumedWatts`, with a null
+`PowerSupplies[].LastPowerOutputWatts` and no kWh, as Dell), "environment" (the newer
+`EnvironmentMetrics.PowerWatts`, with a `PowerSubsystem` link), "cumulative" (the same
+plus `EnergykWh`), "null_watts" (`PowerConsumedWatts` null), "none" (no resource, the
+default). The draw is `on_watts` while the host is On (or set by `set_draw`) and
+`off_watts` while it is Off (BMCs report standby draw), integrated exactly on the fake's
+clock into the `EnergykWh` counter; `reading_stops` makes the reading resource answer
+503 from one time of the fake's clock to another (a reading that stops).
+
 It listens on 127.0.0.1 only. Every request is recorded (method, path, auth kind,
 status, live sessions after it) and every reset with what the fake did with it, so
 tests can assert on what was sent. `live_sessions` counts the sessions a client could
@@ -72,6 +84,8 @@ LoginFault = Literal[
 - truncated_body: token and Location, the connection closes half-way through the body;
 - stalled_body: token and Location, the body stops half-way until `body_stall_seconds`."""
 BodyDelivery = Literal["whole", "pieces", "chunked"]
+PowerReadingVariant = Literal["none", "watts", "environment", "cumulative", "null_watts"]
+CHASSIS = f"{ROOT}/Chassis"
 
 
 @dataclass
@@ -131,6 +145,14 @@ class FakeBmcOptions:
     """Pause between two pieces, so that each arrives in its own TCP segment."""
     body_stall_seconds: float = 0.0
     """With pieces or chunks: stop after the first piece for this long (ends at stop)."""
+    power_reading: PowerReadingVariant = "none"
+    """Which power-reading resource the chassis offers (module docstring)."""
+    on_watts: float = 180.0
+    """The draw while the host is On (unless `set_draw` changed it)."""
+    off_watts: float = 8.0
+    """The standby draw the BMC reports while the host is Off."""
+    reading_stops: tuple[float, float] | None = None
+    """(from, until) on the fake's clock: the reading resource answers 503 meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -162,9 +184,25 @@ class _System:
     pending: str | None = None
     settle_at: float = 0.0
     drop_on_until: float = float("-inf")
+    draw: float | None = None
+    """The draw while On set by a test (None: the options' on_watts)."""
+    energy_joules: float = 0.0
+    energy_at: float | None = None
+
+    def watts(self, options: FakeBmcOptions) -> float:
+        if self.power == "Off":
+            return options.off_watts
+        return self.draw if self.draw is not None else options.on_watts
+
+    def meter(self, now: float, options: FakeBmcOptions) -> None:
+        """Integrate the draw up to `now` (exact: the draw is constant between changes)."""
+        if self.energy_at is not None and now > self.energy_at:
+            self.energy_joules += self.watts(options) * (now - self.energy_at)
+        self.energy_at = now
 
     def settle(self, now: float, options: FakeBmcOptions) -> None:
         if self.pending is not None and now >= self.settle_at:
+            self.meter(self.settle_at, options)
             was_off_transition = self.pending == "Off"
             self.power = self.pending
             self.pending = None
@@ -212,6 +250,8 @@ class FakeBmc:
         self.systems: dict[str, _System] = {
             sid: _System(sid, self.options.initial_power) for sid in self.options.system_ids
         }
+        for system in self.systems.values():
+            system.meter(self._clock(), self.options)
         self._sessions: dict[str, _Session] = {}
         self._session_counter = 0
         self._tasks: dict[str, _Task] = {}
@@ -244,6 +284,9 @@ class FakeBmc:
         app.router.add_get(ROOT + "/Systems/{sid}/ResetActionInfo", self._action_info)
         app.router.add_post(ROOT + "/Systems/{sid}/Actions/ComputerSystem.Reset", self._reset)
         app.router.add_get(ROOT + "/SessionService", self._session_service)
+        app.router.add_get(CHASSIS + "/{sid}", self._chassis)
+        app.router.add_get(CHASSIS + "/{sid}/Power", self._power)
+        app.router.add_get(CHASSIS + "/{sid}/EnvironmentMetrics", self._environment)
         app.router.add_post(SESSIONS, self._login)
         app.router.add_delete(SESSIONS + "/{session}", self._logout)
         app.router.add_get(TASK_MONITORS + "/{task}", self._task_monitor)
@@ -316,7 +359,22 @@ class FakeBmc:
     def set_power(self, system_id: str, power: Literal["On", "Off"]) -> None:
         """Set a system's state directly, cancelling any pending transition."""
         system = self.systems[system_id]
+        system.meter(self._clock(), self.options)
         system.power, system.pending = power, None
+
+    def set_draw(self, system_id: str, watts: float | None) -> None:
+        """The system's draw while On from now (None: the options' on_watts)."""
+        system = self.systems[system_id]
+        system.settle(self._clock(), self.options)
+        system.meter(self._clock(), self.options)
+        system.draw = watts
+
+    def energy_kwh(self, system_id: str) -> float:
+        """The exact energy the system has drawn so far on the fake's clock (kWh)."""
+        system = self.systems[system_id]
+        system.settle(self._clock(), self.options)
+        system.meter(self._clock(), self.options)
+        return system.energy_joules / 3_600_000
 
     def settled_at(self, system_id: str) -> float | None:
         """The fake's clock when the system's last accepted reset takes effect (None:
@@ -525,8 +583,84 @@ class FakeBmc:
                 "UUID": self.system_uuid(system.system_id),
                 "PowerState": system.reported(self.options),
                 "Actions": {"#ComputerSystem.Reset": action},
+                "Links": {"Chassis": [{"@odata.id": f"{CHASSIS}/{system.system_id}"}]},
             }
         )
+
+    # -- power readings (the chassis of system <sid> is Chassis/<sid>) ------------------
+
+    def _reading_system(self, request: web.Request) -> _System | web.Response:
+        system = self._system_or_404(request)
+        if isinstance(system, web.Response):
+            return system
+        stops = self.options.reading_stops
+        if stops is not None and stops[0] <= self._clock() < stops[1]:
+            response = _error(503, "Base.1.8.ServiceTemporarilyUnavailable", "sensor not ready")
+            response.headers["Retry-After"] = "1"
+            return response
+        system.meter(self._clock(), self.options)
+        return system
+
+    async def _chassis(self, request: web.Request) -> web.Response:
+        system = self._system_or_404(request)
+        if isinstance(system, web.Response):
+            return system
+        path = f"{CHASSIS}/{system.system_id}"
+        body: dict[str, Any] = {
+            "@odata.id": path,
+            "@odata.type": "#Chassis.v1_25_0.Chassis",
+            "Id": system.system_id,
+            "Name": f"fake chassis {system.system_id}",
+            "Thermal": {"@odata.id": path + "/Thermal"},
+        }
+        variant = self.options.power_reading
+        if variant in ("watts", "null_watts"):
+            body["Power"] = {"@odata.id": path + "/Power"}
+        elif variant in ("environment", "cumulative"):
+            body["EnvironmentMetrics"] = {"@odata.id": path + "/EnvironmentMetrics"}
+            body["PowerSubsystem"] = {"@odata.id": path + "/PowerSubsystem"}
+        return web.json_response(body)
+
+    async def _power(self, request: web.Request) -> web.Response:
+        if self.options.power_reading not in ("watts", "null_watts"):
+            return _error(404, "Base.1.8.ResourceNotFound", "no Power resource")
+        system = self._reading_system(request)
+        if isinstance(system, web.Response):
+            return system
+        watts = None if self.options.power_reading == "null_watts" else system.watts(self.options)
+        return web.json_response(
+            {
+                "@odata.id": request.path,
+                "@odata.type": "#Power.v1_7_1.Power",
+                "Id": "Power",
+                "PowerControl": [
+                    {
+                        "@odata.id": request.path + "#/PowerControl/0",
+                        "MemberId": "0",
+                        "PowerConsumedWatts": watts,
+                    }
+                ],
+                "PowerSupplies": [
+                    {"@odata.id": request.path + "#/PowerSupplies/0", "LastPowerOutputWatts": None}
+                ],
+            }
+        )
+
+    async def _environment(self, request: web.Request) -> web.Response:
+        if self.options.power_reading not in ("environment", "cumulative"):
+            return _error(404, "Base.1.8.ResourceNotFound", "no EnvironmentMetrics resource")
+        system = self._reading_system(request)
+        if isinstance(system, web.Response):
+            return system
+        body: dict[str, Any] = {
+            "@odata.id": request.path,
+            "@odata.type": "#EnvironmentMetrics.v1_3_0.EnvironmentMetrics",
+            "Id": "EnvironmentMetrics",
+            "PowerWatts": {"Reading": system.watts(self.options)},
+        }
+        if self.options.power_reading == "cumulative":
+            body["EnergykWh"] = {"Reading": system.energy_joules / 3_600_000}
+        return web.json_response(body)
 
     async def _action_info(self, request: web.Request) -> web.Response:
         system = self._system_or_404(request)
@@ -668,6 +802,7 @@ class FakeBmc:
         )
 
     def _apply(self, system: _System, reset_type: str, now: float) -> ResetOutcome:
+        system.meter(now, self.options)
         if self.options.never_apply:
             return "ignored"
         if reset_type in _ON_TYPES:

@@ -213,6 +213,39 @@ def _off_loopback(netlog: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _check_energy(demo: Demo) -> None:
+    """`kubectl get pp` and `kubectl describe wn` show energy and money saved (docs/
+    energy.md): demo-side-wol's fake BMC reports its draw, sushy-tools (demo-side-redfish)
+    none -- "no reading", its time off still counted at the configured draws."""
+
+    def shown() -> tuple[str, str, str] | None:
+        pp = subprocess.run(
+            demo.kubectl("get", "pp", "default"), capture_output=True, text=True, check=False
+        ).stdout
+        wol, redfish = (
+            subprocess.run(
+                demo.kubectl("describe", "wn", name), capture_output=True, text=True, check=False
+            ).stdout
+            for name in ("demo-side-wol", "demo-side-redfish")
+        )
+        header, _, row = pp.partition("\n")
+        columns = dict(zip(header.split(), row.split(), strict=False))
+        ready = (
+            columns.get("KWH-SAVED-TODAY", "<none>") != "<none>"
+            and "Saved Kwh:" in wol
+            and "Integrated" in wol
+            and "no reading" in redfish
+        )
+        return (pp, wol, redfish) if ready else None
+
+    pp, wol, redfish = wait_for(shown, timeout=90, interval=2, what="energy in pp and wn")
+    print(pp, wol[wol.index("Energy:") :][:900], redfish[redfish.index("Energy:") :][:600])
+    assert "Saved-Today".upper() in pp.upper()
+    for field in ("Used Kwh:", "Idle Watts:", "Off Seconds:", "Saved Kwh:", "Money Saved:"):
+        assert field in wol, field
+    assert "Currency:" in wol and "Method:" in wol and "Integrated" in wol
+
+
 def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
     state = tmp_path / "demo"
     log = (tmp_path / "demo.log").open("w")
@@ -316,6 +349,7 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
             # `kubectl get wn` columns STATE / POWER / READY are filled for side nodes
             st = nodes[name]["status"]
             assert st.get("state") and st.get("observedPower") and st.get("readiness")
+        _check_energy(demo)
         # the magic packet reached the listener with the designated SecureOn password
         packets = [p for p in admin.wol_packets() if p["node"] == "demo-side-wol"]
         assert packets and all(p["secure_on_matched"] is True for p in packets), packets

@@ -49,4 +49,6 @@ def test_trimmed_e2e_on_a_real_kubelet(tmp_path: Path) -> None:
     assert {"POWER_ON_CONFIRMED", "READY_CONFIRMED"} <= set(side["wake"]["reasons"])
     assert side["bmc_resets"][:2] == ["GracefulShutdown", "On"]
     assert side["bmc_resets"].count("On") == 1
+    # its fake BMC reports a draw and a kWh counter: the off period is counted (docs/energy.md)
+    assert side["energy"]["method"] == "Cumulative" and side["energy"]["offSeconds"] > 0
     print(f"trimmed e2e: {time.monotonic() - started:.0f}s, report {json.dumps(report['seconds'])}")

@@ -4,7 +4,8 @@ The walk reads the generated files in `crds/` and the chart's copy, so a field a
 model without a bound fails here. A string is bounded by maxLength or an enum, a list by
 maxItems, a map by maxProperties, a number by maximum. The only free-form
 documents allowed are the status ones the operator alone writes (Safety Records, the
-persisted power state), each with a bound on its keys and named below with the reason.
+persisted power state, the energy meter and VM hours), each with a bound on its keys and
+named below with the reason.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ FREE_FORM_STATUS = {
     # the Safety Record's (docs/safety-record.md) and the state machine's, checked by
     # pydantic before every write; the API server bounds the whole object (1.5 MiB)
     "nodewarden.io_powerintents.yaml": {"status.safetyRecord", "status.requestRecord"},
-    "nodewarden.io_workernodes.yaml": {"status.powerControl", "status.powerState"},
+    "nodewarden.io_workernodes.yaml": {
+        "status.powerControl",
+        "status.powerState",
+        "status.energy.meter",  # the energy meter (rules.energy.EnergyMeter), pydantic-checked
+    },
+    # the VM hours per instance type (rules.savings.VmHours), at most one per catalogue type
+    "nodewarden.io_powerpolicies.yaml": {"status.energy.vms"},
 }
 
 

@@ -90,6 +90,13 @@ WORKER_NODE = Kind(
             description="Reason codes of the last power decision.",
             priority=1,
         ),
+        PrinterColumn(
+            "kWh-Saved",
+            ".status.energy.savedKwh",
+            "number",
+            "Energy saved against never-off (status.energy).",
+            priority=1,
+        ),
     ),
 )
 
@@ -171,6 +178,18 @@ POWER_POLICY = Kind(
         PrinterColumn("Cooldown", ".spec.cooldown", description="Cooldown between transitions."),
         PrinterColumn("Max-Nodes", ".spec.maxNodes", "integer", "Maximum cloud nodes."),
         PrinterColumn("Nodes", ".status.nodes", "integer", "WorkerNodes using this policy."),
+        PrinterColumn(
+            "kWh-Saved-Today",
+            ".status.energy.savedKwhToday",
+            "number",
+            "Energy its side nodes saved since local midnight, against never-off.",
+        ),
+        PrinterColumn(
+            "Saved-Today",
+            ".status.energy.moneySavedToday",
+            "number",
+            "Money saved since local midnight (status.energy.currency).",
+        ),
         PrinterColumn("Hash", ".status.contentHash", description="Content hash.", priority=1),
         AGE,
     ),

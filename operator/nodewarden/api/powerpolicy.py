@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import timedelta
+from datetime import timedelta, tzinfo
 from typing import Annotated, ClassVar, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from nodewarden.api.base import (
     FENCE_RULE,
@@ -23,6 +24,7 @@ from nodewarden.api.base import (
     StatusModel,
     fence_field,
 )
+from nodewarden.api.energy import PolicyEnergyStatus
 from nodewarden.units import Duration, cel_durations, parse_duration
 
 ResetAction = Literal[
@@ -364,6 +366,22 @@ class PowerPolicySpec(ApiModel):
             "in phase Shadow, Events) but never act -- how a cautious site turns nodewarden on."
         ),
     )
+    time_zone: str = Field(
+        default="UTC",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_+/-]+$",
+        description=(
+            "IANA time zone of this policy's local day (e.g. Europe/Berlin): the energy and "
+            "money saved 'today' in its status count from local midnight."
+        ),
+    )
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        zone_of(value)
+        return value
 
     def seconds(self, field: str) -> float:
         """The named top-level duration knob in seconds, e.g. `spec.seconds('min_on')`."""
@@ -372,6 +390,16 @@ class PowerPolicySpec(ApiModel):
 
     def duration(self, field: str) -> timedelta:
         return parse_duration(getattr(self, field))
+
+
+def zone_of(name: str) -> tzinfo:
+    """The IANA time zone `name` (ValueError naming the field when unknown)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"spec.timeZone: {name!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)"
+        ) from None
 
 
 class PowerPolicyStatus(StatusModel):
@@ -394,6 +422,10 @@ class PowerPolicyStatus(StatusModel):
     )
     nodes: int | None = Field(
         default=None, ge=0, le=2**31, description="Number of WorkerNodes referring to this policy."
+    )
+    energy: PolicyEnergyStatus | None = Field(
+        default=None,
+        description="Energy and money its nodes saved against never-off (docs/energy.md).",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

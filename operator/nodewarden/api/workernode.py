@@ -27,6 +27,7 @@ from nodewarden.api.base import (
     StatusModel,
     fence_field,
 )
+from nodewarden.api.energy import NodeEnergyStatus
 from nodewarden.units import MacAddress, Quantity
 
 MAX_NODE_CONTAINERS = 4096
@@ -226,6 +227,17 @@ class WorkerNodeSpec(ApiModel):
         default=None,
         description="PowerPolicy that governs this node; if unset the operator's default policy.",
     )
+    node_class: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description=(
+            "The class of machine this node is: its configured draws and energy price come "
+            "from the operator config's power.energy.classes entry of this name (docs/"
+            "energy.md). Unset: the instance type for a CloudVM, 'default' for a SideNode."
+        ),
+    )
     cost_per_hour: float | None = Field(
         default=None,
         ge=0,
@@ -416,6 +428,13 @@ class WorkerNodeStatus(StatusModel):
         description=(
             "The machine identity observed for this node (BMC and host UUIDs); written by the "
             "power controller. Its presence freezes the node's BMC and SSH identity fields."
+        ),
+    )
+    energy: NodeEnergyStatus | None = Field(
+        default=None,
+        description=(
+            "Energy used and saved against never-off (docs/energy.md); written with a power "
+            "transition or every power.energy.status_interval, never per reading."
         ),
     )
     conditions: list[Condition] = Field(

@@ -165,6 +165,14 @@ class CloudConfig(_Config):
     instance_types: list[InstanceType] = Field(
         default_factory=list, description="The instance-type catalogue."
     )
+    currency: str = Field(
+        default="USD",
+        pattern=r"^[A-Z]{3}$",
+        description=(
+            "ISO 4217 code of the catalogue's prices (and of the energy prices): the "
+            "`currency` label of nodewarden_cloud_spend_per_hour and of money saved."
+        ),
+    )
     instance_type_policy: InstanceTypePolicy = Field(
         default_factory=InstanceTypePolicy,
         description="RAM overhead / discount and price factor of the instance-type choice.",

@@ -45,7 +45,7 @@ from nodewarden.dispatch.replan import (
 )
 from nodewarden.dispatch.runners import Runners
 from nodewarden.drain import drain
-from nodewarden.metrics import CONTAINERS, DISPATCH_PLANS, HOURLY_SPEND, OVERCOMMITTED_NODES
+from nodewarden.metrics import CONTAINERS, DISPATCH_PLANS, OVERCOMMITTED_NODES
 from nodewarden.scheduling.ledger import with_starts
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,4 @@ class Loop:
         for phase, count in phases.items():
             CONTAINERS.labels(phase).set(count)
         OVERCOMMITTED_NODES.set(len(self.ctx.overcommitted))
-        if self.ctx.pool is not None:
-            spend = sum(w.price for w in self.ctx.pool.workers.values() if not w.side)
-            HOURLY_SPEND.set(spend)
+        # the hourly spend is read from the worker pool at each scrape (its own source)

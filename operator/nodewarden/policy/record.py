@@ -125,6 +125,24 @@ class OverrideEvidence(CoreModel):
     applied: tuple[str, ...]
 
 
+class EnergyEvidence(CoreModel):
+    """Not a gate: what a side node's off period is expected to save (the record of the
+    decision to shut it down) or saved (the record of the transition that ended it),
+    against never switching it off (docs/energy.md)."""
+
+    kind: Literal["Expected", "Measured"]
+    off_seconds: float
+    off_seconds_basis: str
+    idle_watts: float
+    idle_basis: Literal["Measured", "Configured"]
+    off_watts: float
+    off_basis: Literal["Measured", "Configured"]
+    cycle_joules: float
+    saved_kwh: float
+    money_saved: float
+    currency: str | None = None
+
+
 class Proof(CoreModel):
     """Evidence that proves the request vs evidence that proves the actual state."""
 
@@ -172,6 +190,9 @@ class SafetyRecord(CoreModel):
     evaluated_at: AwareDatetime | None = None
     """The latest evaluation that reached this same decision (absent on the record of
     the step that made it); the evidence above is as of `decided_at`."""
+    energy: EnergyEvidence | None = None
+    """The saving an off period is expected to bring or brought (side nodes; set by the
+    shell from the node's energy meter, never read by a gate)."""
 
     def to_status(self) -> dict[str, Any]:
         """JSON-ready dict (camelCase, no nulls) for PowerIntent status.safetyRecord."""

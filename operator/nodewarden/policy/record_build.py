@@ -342,6 +342,7 @@ def build_record(
             "recheck_at": recheck_at if recheck_at is not None else after.recheck_at,
             "deadline": after_transition.deadline if after_transition is not None else None,
             "evaluated_at": None,
+            "energy": None,
         },
     )
 

@@ -29,13 +29,14 @@ from nodewarden.fleet.policies import PolicyBook
 from nodewarden.fleet.ports import WorkerObserver, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
+from nodewarden.metrics import HOURLY_SPEND, Samples
 from nodewarden.pool.admissions import Admissions
 from nodewarden.pool.cloudsync import CloudSync
 from nodewarden.pool.context import PoolContext
 from nodewarden.pool.lifecycle import Lifecycle
 from nodewarden.pool.nodes import NodeStore
 from nodewarden.pool.probes import ProbeLoop
-from nodewarden.pool.worker import Worker
+from nodewarden.pool.worker import PoolState, Worker
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.credentials import SshClientKey, SshTarget
@@ -89,6 +90,22 @@ class WorkerPool:
         self.sync = CloudSync(self.ctx, self.nodes, self.probes, self.lifecycle)
         self._sync_wanted = False
         self._list_next = False
+        if cloud is not None:
+            HOURLY_SPEND.add_source(self.spend_samples)
+
+    def spend_samples(self) -> Samples:
+        """`nodewarden_cloud_spend_per_hour` at a scrape: the prices of the cloud
+        instances that exist now -- created (our create returned it, or the list showed
+        it), booting, ready or shutting down, until the list no longer shows it."""
+        cloud = self.ctx.cloud
+        if cloud is None:
+            return
+        spend = sum(
+            w.price
+            for w in self.ctx.workers.values()
+            if not w.side and w.instance is not None and w.state is not PoolState.GONE
+        )
+        yield (cloud.config.currency,), spend
 
     # --- wiring (the composition root and the feed set these) ---------------------------
 
@@ -225,4 +242,5 @@ class WorkerPool:
             worker.probe_now.set()
 
     async def close(self) -> None:
+        HOURLY_SPEND.remove_source(self.spend_samples)
         await self.probes.close()

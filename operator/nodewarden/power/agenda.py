@@ -6,7 +6,8 @@ A round steps only the nodes `Agenda.take` names: those with events since the la
 time has come (`Timer.STEP`, `NodeRuntime.due_at`) and those whose decisive telemetry
 expires (`Timer.EXPIRY`, `NodeRuntime.expires_at`: stale evidence is judged at its due
 time, not at the next scan). The BMC reads and capability discoveries are due times too
-(`Timer.POLL`, `Timer.DISCOVER`), taken by `Sensing`. A node at rest costs nothing until
+(`Timer.POLL`, `Timer.DISCOVER`), taken by `Sensing`, and so is the next write of its
+energy figures (`Timer.ENERGY`, `power.energy`). A node at rest costs nothing until
 one of its times comes.
 
 The heaps are lazy: setting a timer attribute on a bound `NodeRuntime` pushes an entry,
@@ -32,6 +33,7 @@ class Timer(Enum):
     EXPIRY = "expires_at"
     POLL = "next_poll"
     DISCOVER = "next_discovery"
+    ENERGY = "energy_due"
 
 
 TIMER_OF_ATTRIBUTE: dict[str, Timer] = {t.value: t for t in Timer}

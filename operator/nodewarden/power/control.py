@@ -1,6 +1,7 @@
 """How one node's power is observed and changed: its trusted source and its request path.
 
     control.read_power(node)      -> PowerReading | None   (None: nothing observed now)
+    control.read_energy(node)     -> EnergyObservation | NoEnergyReading | None
     control.discover(node)        -> CapabilityReading
     control.request(node, action) -> RequestAccepted | RequestRejected | RequestErrored
 
@@ -8,7 +9,9 @@ The adapters per control method, all reached through the credential resolver wit
 node's spec as it is at the moment of use:
 
 - Redfish: PowerState from the BMC (the trusted source), ResetType allowable values /
-  ActionInfo (capability), `ComputerSystem.Reset` (the request). A 2xx proves acceptance
+  ActionInfo (capability), `ComputerSystem.Reset` (the request), the power reading
+  (`redfish.energy`: its source discovered once per client, then one GET a read; a
+  failed reading is counted, never a PowerSource error: the power state still answers). A 2xx proves acceptance
   only; the state machine waits for the observed state. One client per node, replaced
   when the node's endpoint or credentials change, closed (session deleted) on forget.
 - Wake-on-LAN: the magic packet (request "WakeOnLan": "packet sent" is all it proves),
@@ -45,7 +48,7 @@ from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.errors import CloudError
 from nodewarden.credentials import BmcCredentials, CredentialResolver, Refusal
 from nodewarden.fence import Fence, NotLeader, Unfenced
-from nodewarden.metrics import BMC_ERRORS, FENCED
+from nodewarden.metrics import BMC_ERRORS, ENERGY_READS, FENCED
 from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRejected
 from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.enrolment import BmcUuid
@@ -68,6 +71,14 @@ from nodewarden.redfish import (
     SystemDiscoveryError,
     TlsError,
 )
+from nodewarden.redfish.energy import (
+    EnergyObservation,
+    EnergySource,
+    NoEnergyReading,
+    discover_energy,
+    read_energy,
+)
+from nodewarden.redfish.errors import NotFound
 from nodewarden.rules.readings import cloud_capability
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import NotSent, SshError
@@ -172,6 +183,8 @@ class PowerControl:
         self._replacing: dict[str, asyncio.Lock] = {}
         self.system_uuids: dict[str, BmcUuid] = {}
         """Per node: the BMC system's UUID, as of its last PowerState read."""
+        self._energy: dict[str, tuple[RedfishClient, EnergySource | NoEnergyReading]] = {}
+        """Per node: where its power reading is, found with this client."""
 
     # -- clients ----------------------------------------------------------------------
 
@@ -227,6 +240,7 @@ class PowerControl:
 
     async def forget(self, node: str) -> None:
         self.system_uuids.pop(node, None)
+        self._energy.pop(node, None)
         self._replacing.pop(node, None)
         held = self._clients.pop(node, None)
         if held is not None:
@@ -267,6 +281,34 @@ class PowerControl:
                 obs.system_uuid, f"{obs.source}#UUID", obs.observed_at
             )
         return redfish_power(obs)
+
+    async def read_energy(self, node: NodeRef) -> EnergyObservation | NoEnergyReading | None:
+        """The node's power reading now (None: it failed, or credentials are refused)."""
+        if not self._bmc(node):
+            return NoEnergyReading("the node has no BMC to read its power from")
+        client = await self._redfish(node)
+        if isinstance(client, Refusal):
+            return None
+        try:
+            async with self._observing:
+                held = self._energy.get(node.name)
+                if held is None or held[0] is not client:
+                    held = (client, await discover_energy(client))
+                    self._energy[node.name] = held
+                found = held[1]
+                if isinstance(found, NoEnergyReading):
+                    ENERGY_READS.labels("none").inc()
+                    return found
+                got = await read_energy(client, found)
+        except RedfishError as exc:
+            if isinstance(exc, NotFound):
+                self._energy.pop(node.name, None)  # moved: look for it again next time
+            ENERGY_READS.labels("failed").inc()
+            log.debug("WorkerNode %s: power reading failed: %s", node.name, exc)
+            return None
+        empty = got.watts is None and got.counter_kwh is None
+        ENERGY_READS.labels("null" if empty else "ok").inc()
+        return got
 
     async def discover(self, node: NodeRef, ssh_works: bool) -> CapabilityReading:
         """What the node's control method allows now (or why unknown)."""

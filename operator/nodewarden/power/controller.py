@@ -42,6 +42,7 @@ collaborators, which call one another one way only (top to bottom) --
 - `poolfacts.PoolFacts`       -- the pool's observations and the dispatcher's plan;
 - `observations.Observations` -- WorkerNodes, PowerIntents, PowerPolicies;
 - `validation.Validation`     -- the `Valid` condition and the BMC claims;
+- `energy.Energy`             -- power readings, energy figures, a policy's sums;
 - `recording.Recorder`        -- records, intents' phases, Events, conditions;
 
 and keeps the public surface: the feed's inputs, the pool's `WorkerObserver`, the
@@ -71,6 +72,7 @@ from nodewarden.kube.requesters import RequesterAdmission
 from nodewarden.power.agenda import Timer
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import PowerControl
+from nodewarden.power.energy import Energy
 from nodewarden.power.explain import explain_node
 from nodewarden.power.intents import IntentBook, ManualRetention
 from nodewarden.power.observations import Observations
@@ -167,10 +169,11 @@ class PowerController:
         self._closed = False
         self.started = False
         recorder = Recorder(ctx)
+        self.energy = Energy(ctx)
         validation = Validation(ctx, recorder)
-        self._observations = Observations(ctx, validation)
+        self._observations = Observations(ctx, validation, self.energy)
         self._poolfacts = PoolFacts(ctx, self._observations, recorder)
-        sensing = Sensing(ctx, self._observations, recorder)
+        sensing = Sensing(ctx, self._observations, recorder, self.energy)
         self._sensing = sensing
         self._round = Round(
             ctx,
@@ -179,6 +182,7 @@ class PowerController:
             observations=self._observations,
             poolfacts=self._poolfacts,
             sensing=sensing,
+            energy=self.energy,
         )
 
     @property
@@ -357,6 +361,7 @@ class PowerController:
                 drained.finished,
                 drained.cancelled,
             )
+        self.energy.close()
         await self.control.close()
 
     async def round(self) -> None:

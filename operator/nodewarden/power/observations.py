@@ -25,6 +25,7 @@ from nodewarden.policy.events import Evaluate, ManualOverride, PolicyChanged
 from nodewarden.policy.facts import CapabilityReading, ManualIntent, NodeFacts
 from nodewarden.policy.state import NodePowerState, TransitionKind, rebased
 from nodewarden.power.context import PowerContext
+from nodewarden.power.energy import Energy
 from nodewarden.power.enrolment import IdentityState
 from nodewarden.power.intents import policy_intent_name
 from nodewarden.power.runtime import NodeRuntime
@@ -36,9 +37,10 @@ log = logging.getLogger(__name__)
 class Observations:
     """See the module docstring."""
 
-    def __init__(self, ctx: PowerContext, validation: Validation) -> None:
+    def __init__(self, ctx: PowerContext, validation: Validation, energy: Energy) -> None:
         self.ctx = ctx
         self.validation = validation
+        self.energy = energy
         self.fold: Callable[[Mapping[str, Any]], bool] | None = None
         """Where a WorkerNode this controller labelled goes (the WorkerNode informer)."""
         self._policy_generations: dict[str | None, int | None] = {}
@@ -86,6 +88,8 @@ class Observations:
             if changed:
                 rt.spec = spec if spec is not None else _spec(body)
                 rt.spec_seen_at = now
+                rt.energy_none = None  # a new BMC endpoint may offer a power reading
+                self.energy.arrived(rt)  # a VM whose policy changed is counted there
                 rt.next_discovery = now
                 rt.next_poll = now  # a BMC added by the edit is read at once
                 ctx.control.last_error.pop(name, None)
@@ -138,6 +142,7 @@ class Observations:
         rt.facts = rt.facts.model_copy(update={"identity": rt.identity.reading()})
         rt.next_discovery = now
         rt.next_poll = now
+        self.energy.restore(rt, status, now)
         t = state.transition
         if t is not None and t.kind is not TransitionKind.VERIFY:
             # a manual intent's name, or the policy-made one named after the transition
@@ -173,6 +178,7 @@ class Observations:
     def _forget(self, name: str) -> None:
         ctx = self.ctx
         rt = ctx.dismiss(name)
+        self.energy.left(name)
         self.validation.release_bmc(name)
         ctx.board.forget(name)
         ctx.status.observe(name, None)
@@ -195,6 +201,8 @@ class Observations:
         ctx = self.ctx
         meta = body.get("metadata") or {}
         name = meta.get("name")
+        if not deleted:
+            self.energy.policy_seen(body)
         generation = None if deleted else meta.get("generation")
         if name in self._policy_generations and self._policy_generations[name] == generation:
             return  # a status write (content hash, node count): not a change of the knobs

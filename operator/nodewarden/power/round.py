@@ -35,6 +35,7 @@ from nodewarden.power import gauges
 from nodewarden.power.agenda import Timer
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
+from nodewarden.power.energy import Energy
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.observations import Observations
 from nodewarden.power.poolfacts import PoolFacts
@@ -74,8 +75,10 @@ class Round:
         observations: Observations,
         poolfacts: PoolFacts,
         sensing: Sensing,
+        energy: Energy,
     ) -> None:
         self.ctx = ctx
+        self.energy = energy
         self.recorder = recorder
         self.validation = validation
         self.observations = observations
@@ -145,7 +148,9 @@ class Round:
         if first.starting and ctx.synced.is_set() and self.poolfacts.ledger_known:
             first.started()  # the fleet is held and the dispatcher recovered
         held |= first.holding(now, self._start_up_facts_in)
+        self.energy.due(now)
         await ctx.status.flush(hold=held)
+        ctx.spawn(self.energy.write_policies(now))
         self._held = held
         if stepping or agenda.roster_changed:
             agenda.roster_changed = False
@@ -292,6 +297,8 @@ class Round:
         ctx = self.ctx
         recorder = self.recorder
         state = rt.state
+        if record is not None:
+            record = self.energy.annotate(rt, before.state, record, now)
         gauges.observe_step(before, state)
         ctx.board.set(rt.name, board_view(rt, ctx.policy(rt).view.valid))
         ctx.status.contribute(rt.name, recorder.power_status(rt, record))
@@ -325,6 +332,7 @@ class Round:
         for effect in fx:
             self._execute(rt, effect, now)
         if state.state is not before.state:
+            self.energy.moved(rt, now)
             log.info(
                 "WorkerNode %s: %s -> %s (%s %s)",
                 rt.name,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,11 +18,44 @@ from nodewarden.policy.state import NodePowerState
 from nodewarden.power.agenda import TIMER_OF_ATTRIBUTE, Agenda, EventQueue
 from nodewarden.power.control import NodeRef
 from nodewarden.power.enrolment import IdentityState
+from nodewarden.rules.energy import EnergyMeter, EnergySample
 from nodewarden.rules.fleet import FleetTally
+from nodewarden.rules.savings import EnergyClass
 from nodewarden.validation import Verdict
 
 HISTORY = 10
 """Decisions kept per node for `nodewarden explain workernode`."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyBook:
+    """Energy readings and figures (operator config `power.energy`, `cloud.currency`)."""
+
+    classes: Mapping[str, EnergyClass] = field(default_factory=dict)
+    """Per node class: configured draws, cycle energy and energy price."""
+    currency: str = "USD"
+    read_interval: float = 60.0
+    """Seconds between two power readings of a node while it is On (default: a minute)."""
+    status_interval: float = 900.0
+    """A node's and a policy's figures are written at most this often (besides a
+    transition)."""
+    idle_measure: float = 600.0
+    """Seconds of integrated idle readings after which the idle draw counts as measured."""
+
+    def class_of(self, spec: WorkerNodeSpec | None) -> str:
+        """The node's class: spec.nodeClass, else its instance type (VM) or 'default'."""
+        if spec is not None and spec.node_class:
+            return spec.node_class
+        if spec is not None and spec.node_type == "CloudVM" and spec.instance_type:
+            return spec.instance_type
+        return "default"
+
+    def klass(self, name: str) -> EnergyClass:
+        """The configured class `name` (else 'default', else all zeros)."""
+        return self.classes.get(name) or self.classes.get("default") or _NO_CLASS
+
+
+_NO_CLASS = EnergyClass()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +83,7 @@ class ControllerSettings:
     delete_finished_manual_intents: bool = False
     finished_manual_intent_retention: float = 90 * 86400.0
     """Seconds a finished manual intent is kept when deleting them is switched on."""
+    energy: EnergyBook = field(default_factory=EnergyBook)
 
 
 @dataclass
@@ -105,6 +140,14 @@ class NodeRuntime:
     """The error of this node's last power step, if it raised (condition `Reconciled`)."""
     order: int = 0
     """The node's place in the fleet (its arrival): the order in which a round steps."""
+    energy: EnergyMeter | None = None
+    """The side node's energy meter (`power.energy`; persisted in status.energy.meter)."""
+    energy_due: datetime | None = None
+    """When its energy figures are written next without a transition (`Timer.ENERGY`)."""
+    energy_reading: EnergySample | None = None
+    """Its last power reading (the watts metric)."""
+    energy_none: str | None = None
+    """Why it has no reading (a BMC without a power resource, no BMC, a cloud VM)."""
     agenda: Agenda | None = field(default=None, repr=False, compare=False)
 
     tally: FleetTally | None = field(default=None, repr=False, compare=False)

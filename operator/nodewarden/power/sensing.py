@@ -4,7 +4,8 @@ a spec change, a failure with backoff, a first SSH login, a credential repaired)
 
 `Sensing` runs the reads through `power.control`; what they find goes into the node's
 facts and events (`Observations` for a new identity, `Recorder` for the conditions and the
-capability written to status).
+capability written to status); a read also takes the node's power reading when it is due
+(`Energy.polled`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.agenda import Timer
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
+from nodewarden.power.energy import Energy
 from nodewarden.power.observations import Observations
 from nodewarden.power.recording import Recorder
 from nodewarden.power.runtime import NodeRuntime, poll_phase
@@ -33,10 +35,13 @@ REFUSED_POLL_INTERVAL = 60.0
 class Sensing:
     """See the module docstring."""
 
-    def __init__(self, ctx: PowerContext, observations: Observations, recorder: Recorder) -> None:
+    def __init__(
+        self, ctx: PowerContext, observations: Observations, recorder: Recorder, energy: Energy
+    ) -> None:
         self.ctx = ctx
         self.observations = observations
         self.recorder = recorder
+        self.energy = energy
         self.quiet = 0
         """BMC reads that only confirmed a node at rest (folded in without a step)."""
 
@@ -108,6 +113,7 @@ class Sensing:
             self.recorder.contribute_conditions(rt)
             if reading is None:
                 return
+            self.energy.polled(rt, ref, reading)  # the power reading, when it is due
             if _confirms(rt, reading):
                 # the same power, read again at rest: fresher evidence, the same decision
                 rt.facts = rt.facts.model_copy(update={"power": reading})

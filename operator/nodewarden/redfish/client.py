@@ -150,6 +150,14 @@ class RedfishClient:
     def source_endpoint(self) -> str:
         return self.config.endpoint
 
+    async def read_resource(self, path: str, what: str) -> dict[str, Any]:
+        """GET one resource of this BMC as a JSON object (`what` names it in errors)."""
+        return await self._get(path, what)
+
+    def now(self) -> datetime:
+        """The client's clock (readings are stamped with it)."""
+        return self._clock()
+
     async def discover_system(self, *, refresh: bool = False) -> SystemRef:
         """The configured ComputerSystem, or the only member of /redfish/v1/Systems."""
         if self._system is not None and not refresh:

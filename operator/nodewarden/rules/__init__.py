@@ -9,7 +9,9 @@ demand per node and when it is news), `fleet` (the fleet counts: disruption budg
 warm idle nodes), `vm` (a cloud VM's node-manager facts from a pool snapshot),
 `nodeview` (the node view the scheduler sees, and the power board's admission,
 readiness and wakeability checks), `effects` (what a step's actions mean: the typed
-effects the power round and the simulator both carry out).
+effects the power round and the simulator both carry out), `energy` (a node's meter:
+BMC readings into energy, gaps never integrated), `savings` (the never-off
+counterfactual, money saved, a policy's sums).
 
 Imports only value modules: `api/`, `policy/`, `scheduling/`, `units` and `fleet.ports`
 (never an adapter: readings converted from the adapters' fact types stay in

@@ -28,6 +28,7 @@ from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.scheduler import plan, qualified_demand
 from nodewarden.scheduling.views import CloudState, ContainerView, Limits, NodeState, Phase, Plan
 from nodewarden.simulate.accounting import Ledger
+from nodewarden.simulate.energy import EnergyLedger
 from nodewarden.simulate.fleet import Fleet
 from nodewarden.simulate.nodes import MachineNode
 from nodewarden.simulate.sensing import Sensing
@@ -65,6 +66,7 @@ class World(Protocol):
 
     now: int
     ledger: Ledger
+    energy: EnergyLedger
     nodes: dict[str, MachineNode]
     fleet: Fleet
     trace: Trace
@@ -160,6 +162,7 @@ class Dispatching:
             return None
         if work.busy_since is not None:
             self.w.ledger.busy_interval(work.busy_since, self.w.now, node.price)
+            self.w.energy.busy_interval(node, work.busy_since, self.w.now)
             work.busy_since = None
         return node
 

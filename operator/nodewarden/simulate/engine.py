@@ -72,6 +72,7 @@ from nodewarden.scheduling.views import Capacity, ContainerView, Limits, Phase
 from nodewarden.simulate.accounting import Ledger, billed_us
 from nodewarden.simulate.dispatching import Dispatching, SimContainer, container_shape
 from nodewarden.simulate.distributions import Delay, stream, to_us
+from nodewarden.simulate.energy import EnergyLedger
 from nodewarden.simulate.fleet import Fleet, SideNodeGroup, side_capacity_bytes
 from nodewarden.simulate.nodes import MachineNode, PowerModel, initial_facts, side_power_model
 from nodewarden.simulate.policies import SimPolicy
@@ -102,6 +103,7 @@ class Simulation:
         self.options = options or SimOptions()
         self.now = 0
         self.ledger = Ledger()
+        self.energy = EnergyLedger(fleet.side_nodes)
         self._heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
         self._seq = 0
         controller = fleet.controller
@@ -214,6 +216,7 @@ class Simulation:
                 self._bill(node, end)
             if node.work.busy_since is not None:
                 self.ledger.busy_interval(node.work.busy_since, end, node.price)
+                self.energy.busy_interval(node, node.work.busy_since, end)
         for c in self.containers:
             if c.started is None:
                 self.ledger.not_run += 1
@@ -221,7 +224,7 @@ class Simulation:
                 self.ledger.unfinished += 1
         return RunResult(
             policy=self.policy,
-            figures=self.ledger.figures(),
+            figures={**self.ledger.figures(), **self.energy.figures(end)},
             series=tuple(self.ledger.series),
             recordings=self._recordings,
             end=end,
@@ -235,6 +238,7 @@ class Simulation:
         if node.node_type == "CloudVM":
             billed = billed_us(end - node.power_since, self._billing_period, self._billing_minimum)
         self.ledger.on_interval(node.power_since, end, node.price, billed)
+        self.energy.on_interval(node, node.power_since, end)
 
     def _sample(self) -> None:
         self.ledger.sample(self.now, self._nodes_on, len(self.dispatching.queued))

@@ -14,9 +14,10 @@ examples/simulate/fleet.yaml) describes what the simulator runs the workload on:
 * `sideNodes`: fixed hardware, each entry one node or `count` alike ones, with its
   capacity, an optional cost per hour while powered, its control method (Redfish or
   Wake-on-LAN), the power state at the start, boot (power on -> ready probe passes) and
-  shutdown (request applied -> power off) delays, and how its BMC behaves (answer latency,
+  shutdown (request applied -> power off) delays, how its BMC behaves (answer latency,
   share of accepted requests it silently drops so the controller must re-send, share of
-  requests answered with an error, power-poll interval).
+  requests answered with an error, power-poll interval), and its `energy` class (idle,
+  busy and off draw, boot / shutdown energy, price per kWh: `simulate.energy`).
 * `probe`: the SSH probe interval of a ready node, the interval while a node boots (the
   operator's `dispatch.probeInterval` and `bootProbeInterval`), and the share of probes
   of a ready node that fail (stale telemetry).
@@ -34,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from nodewarden.rules.savings import EnergyClass
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType, InstanceTypePolicy
 from nodewarden.simulate.distributions import Delay, to_us
 from nodewarden.simulate.errors import InputError, field_errors
@@ -125,6 +127,8 @@ class SideNodeGroup(_Model):
     boot: Delay = Field(default_factory=lambda: Delay(fixed="3m"))
     shutdown: Delay = Field(default_factory=lambda: Delay(fixed="1m"))
     bmc: Bmc = Field(default_factory=Bmc)
+    energy: EnergyClass | None = None
+    """Draws, cycle energy and energy price (`simulate.energy`); unset: no draw."""
 
     def names(self) -> list[str]:
         if self.count == 1:

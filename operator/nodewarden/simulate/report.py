@@ -7,7 +7,9 @@
 Rows: every policy given, then the baselines (never-off, fixed-timeout-1m), then the
 oracle lower bound. Columns (definitions in `nodewarden.simulate.accounting`): total
 cost, cost / oracle, node-hours, idle node-hours, idle spend %, queue wait p50 / p95 /
-p99 / max, power cycles and cycles per node slot, containers that did not run. Below
+p99 / max, power cycles and cycles per node slot, containers that did not run, and the
+energy columns (`simulate.energy`): side nodes' kWh, kWh saved and money saved against
+never-off. Below
 it, the idle spend by cause (what kept nodes on without work, and what that cost), and
 the decisions by reason code: how many decision episodes (a node's decision and
 reasons changing) named each code, per policy. Pure: numbers in, text out; floats are
@@ -28,6 +30,16 @@ from nodewarden.simulate.results import RunResult, SimOptions
 from nodewarden.simulate.trace import Trace, describe
 
 ORACLE_NAME = "oracle (lower bound)"
+ENERGY_HEADER = ("KWH", "KWH-SAVED", "SAVED")
+"""The energy columns (`simulate.energy`): side nodes' kWh, kWh and money saved against
+never-off (cloud VM hours avoided included in SAVED)."""
+
+
+def energy_cells(figures: dict[str, Any]) -> list[str]:
+    """The energy cells of a row ("-" for a row whose run counted no energy)."""
+    if "kWh" not in figures:
+        return ["-"] * len(ENERGY_HEADER)
+    return [f"{figures['kWh']:.1f}", f"{figures['kWhSaved']:.1f}", f"{figures['moneySaved']:.2f}"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +120,7 @@ def render_table(cmp: Comparison) -> str:
         "CYCLES",
         "/NODE",
         "NOT-RUN",
+        *ENERGY_HEADER,
     ]
     rows = [header]
     oracle = cmp.oracle.cost
@@ -129,9 +142,10 @@ def render_table(cmp: Comparison) -> str:
                 str(f["powerCycles"]),
                 f"{f['cyclesPerNode']:.2f}",
                 str(f["notRun"]),
+                *energy_cells(f),
             ]
         )
-    rows.append([ORACLE_NAME, f"{oracle:.2f}", "1.00", *["-"] * 10])
+    rows.append([ORACLE_NAME, f"{oracle:.2f}", "1.00", *["-"] * (len(header) - 3)])
     out.append(_grid(rows, right=set(range(1, len(header)))))
     causes: dict[str, float] = {}
     for run in cmp.runs:

@@ -593,6 +593,16 @@ class StubCloud:
         if worker is not None:
             await worker.stop()
 
+    def finish_destroys(self) -> int:
+        """Take every VM listed as stopping off the list now, as the end of its destroy
+        delay would (a test decides when a destroyed instance leaves the list); returns
+        how many. Their SSH workers stop when the delay ends, as usual."""
+        with self._lock:
+            gone = [iid for iid, vm in self._vms.items() if vm.destroying]
+            for iid in gone:
+                del self._vms[iid]
+        return len(gone)
+
     def runs(self) -> list[dict[str, object]]:
         """Every run on every VM, destroyed ones included (test evidence of "no container
         ran twice" and of capacity): instance id and type (`size`), container uuid, pid,

@@ -22,6 +22,7 @@ from nodewarden.policy.events import RequestAccepted, RequestErrored, RequestRej
 from nodewarden.policy.facts import CapabilityReading, PowerReading
 from nodewarden.power.enrolment import BmcUuid
 from nodewarden.power.readings import refused_capability
+from nodewarden.redfish.energy import EnergyObservation, NoEnergyReading
 from nodewarden.rules.readings import cloud_capability
 from nodewarden.scheduling.caps import Admission
 from nodewarden.ssh.credentials import SshTarget
@@ -93,15 +94,33 @@ class Host:
     """True: SSH probes fail (while the host is On)."""
     booted_at: datetime = T0 - timedelta(hours=1)
     pending: list[tuple[datetime, str]] = field(default_factory=list)
+    reading: str = "watts"
+    """The BMC's power reading: "watts", "cumulative" (an EnergykWh counter too), "none"
+    (no power resource, as sushy-tools), "null" (watts always null)."""
+    watts: float = 200.0
+    """The draw while On (a test may change it)."""
+    off_watts: float = 6.0
+    """The standby draw the BMC reports while Off."""
+    energy_joules: float = 0.0
+    energy_at: datetime | None = None
+
+    def meter(self, now: datetime) -> None:
+        """The exact energy drawn up to `now` (constant draw between changes)."""
+        if self.energy_at is not None and now > self.energy_at:
+            draw = self.watts if self.power == "On" else self.off_watts
+            self.energy_joules += draw * (now - self.energy_at).total_seconds()
+        self.energy_at = now if self.energy_at is None or now > self.energy_at else self.energy_at
 
     def settle(self, now: datetime) -> None:
         """Apply the power changes whose time has come."""
         due = [p for p in self.pending if p[0] <= now]
         self.pending = [p for p in self.pending if p[0] > now]
         for at, power in due:
+            self.meter(at)
             if power == "On" and self.power != "On":
                 self.booted_at = at
             self.power = power
+        self.meter(now)
 
     def is_ready(self, now: datetime) -> bool:
         return (
@@ -147,6 +166,8 @@ class FakeControl:
         self.system_uuids: dict[str, Any] = {}
         self.requests: list[Sent] = []
         self.reads: list[tuple[str, datetime]] = []
+        self.energy_reads: list[tuple[str, datetime, str]] = []
+        """Every power reading taken: (node, when, the power then): one Redfish GET each."""
         self.answers: dict[str, list[str]] = {}
         """Per action: the answers to give next ("accepted", "rejected", "errored"), in
         order; when empty, an action is accepted."""
@@ -186,6 +207,27 @@ class FakeControl:
         return PowerReading(
             source=f"{BMC}/redfish/v1/Systems/1#PowerState", observed_at=now, power=host.power
         )  # type: ignore[arg-type]
+
+    async def read_energy(self, node: Any) -> EnergyObservation | NoEnergyReading | None:
+        """The BMC's power reading, as `redfish.energy` returns it (one GET)."""
+        spec = node.spec
+        if spec.node_type == "CloudVM" or spec.bmc is None:
+            return NoEnergyReading("the node has no BMC to read its power from")
+        host = self.hosts[node.name]
+        now = self.clock()
+        host.settle(now)
+        if host.reading == "none":
+            return NoEnergyReading("the BMC serves no Power, PowerSubsystem or EnvironmentMetrics")
+        self.energy_reads.append((node.name, now, host.power))
+        if not host.bmc_answers:
+            return None
+        watts = host.watts if host.power == "On" else host.off_watts
+        return EnergyObservation(
+            source=f"{BMC}/redfish/v1/Chassis/1/Power#PowerConsumedWatts",
+            observed_at=now,
+            watts=None if host.reading == "null" else watts,
+            counter_kwh=host.energy_joules / 3_600_000 if host.reading == "cumulative" else None,
+        )
 
     async def discover(self, node: Any, ssh_works: bool) -> CapabilityReading:
         now = self.clock()

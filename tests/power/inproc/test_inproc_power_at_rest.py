@@ -5,13 +5,14 @@ due time its telemetry expires. Counted, not timed."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from harness import POLICY, PowerHarness
 
-from nodewarden.power.runtime import ControllerSettings
+from nodewarden.power.runtime import ControllerSettings, EnergyBook
 
 pytestmark = pytest.mark.asyncio
 
@@ -21,6 +22,9 @@ REST_POLICY: dict[str, Any] = {**POLICY, "idleThreshold": "2h"}
 TEN_MINUTES = 600.0
 TICK = 5.0
 PROBE_INTERVAL = 5.0
+HOURLY_FIGURES = EnergyBook(status_interval=3600.0)
+"""Energy figures are written with a transition or every `status_interval` (issue 26):
+an hour here, so the ten minutes at rest hold none (`test_inproc_energy.py` counts them)."""
 
 
 async def _fleet(h: PowerHarness, n: int) -> list[str]:
@@ -53,7 +57,9 @@ async def _fleet(h: PowerHarness, n: int) -> list[str]:
 
 @pytest.mark.parametrize("n", [50, 500])
 async def test_nothing_changing_for_ten_minutes_costs_no_step_write_or_plan(n: int) -> None:
-    settings = ControllerSettings(power_poll_interval=15.0, power_poll_interval_at_rest=15.0)
+    settings = ControllerSettings(
+        power_poll_interval=15.0, power_poll_interval_at_rest=15.0, energy=HOURLY_FIGURES
+    )
     async with PowerHarness(
         policy=REST_POLICY, settings=settings, probe_interval=PROBE_INTERVAL
     ) as h:
@@ -61,6 +67,7 @@ async def test_nothing_changing_for_ten_minutes_costs_no_step_write_or_plan(n: i
         names = await _fleet(h, n)
         steps, writes, plans = h.ctrl.steps, h.kube.writes, h.plans
         quiet, reads = h.ctrl.quiet, len(h.control.reads)
+        energy_reads = len(h.control.energy_reads)
         events = len(h.kube.events)
         await h.run_for(TEN_MINUTES, tick=TICK)
         assert h.ctrl.steps - steps == 0, "a node was evaluated with nothing due"
@@ -76,10 +83,21 @@ async def test_nothing_changing_for_ten_minutes_costs_no_step_write_or_plan(n: i
         polls = len(h.control.reads) - reads
         # 15 s at rest: 40 reads per BMC node in ten minutes (a round's tick apart)
         assert bmc_nodes * 30 <= polls <= bmc_nodes * 41, (polls, bmc_nodes)
+        # the power readings (one more GET each) ride on those polls: at most one a
+        # minute per node that is On, none for a node Off (read once when it went Off)
+        taken = h.control.energy_reads[energy_reads:]
+        on_bmc = sum(1 for i in range(n) if i % 4 in (0, 1))
+        assert all(power == "On" for _, _, power in taken), "an Off node read again"
+        assert on_bmc * 8 <= len(taken) <= on_bmc * 11, (len(taken), on_bmc)
+        for name in names[:8]:
+            times = [at for node, at, _ in taken if node == name]
+            assert all(b - a >= timedelta(minutes=1) for a, b in itertools.pairwise(times))
 
 
 async def test_the_bmc_is_read_less_often_at_rest_than_while_the_node_moves() -> None:
-    settings = ControllerSettings(power_poll_interval=5.0, power_poll_interval_at_rest=60.0)
+    settings = ControllerSettings(
+        power_poll_interval=5.0, power_poll_interval_at_rest=60.0, energy=HOURLY_FIGURES
+    )
     policy = {**REST_POLICY, "telemetryMaxAge": "150s"}
     async with PowerHarness(policy=policy, settings=settings, probe_interval=PROBE_INTERVAL) as h:
         h.plan_changes = True
