@@ -52,12 +52,16 @@ CLK_TCK = 100
 
 
 def proc_sample(pid: int) -> tuple[float, int]:
-    """(cpu seconds, rss bytes) of a process."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    with open(f"/proc/{pid}/status") as f:
-        rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    """(cpu seconds, rss bytes) of a process; (nan, 0) once it has exited (a zombie has no
+    VmRSS line)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        with open(f"/proc/{pid}/status") as f:
+            rss = next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+    except (FileNotFoundError, ProcessLookupError):
+        return float("nan"), 0
     return cpu, rss
 
 
@@ -236,6 +240,13 @@ def run_once(args: argparse.Namespace, index: int) -> dict[str, Any]:
                 first_running = time.monotonic() - t0
             if running >= args.containers:
                 break
+            if op.proc.poll() is not None:
+                print(
+                    f"run {index}: the operator exited ({op.proc.returncode}) after "
+                    f"{time.monotonic() - t0:.1f}s with {running} Running",
+                    flush=True,
+                )
+                break
             time.sleep(0.5)
         wall = time.monotonic() - t0
         cpu1 = {name: proc_sample(p)[0] for name, p in peers.items()}
@@ -269,6 +280,12 @@ def run_once(args: argparse.Namespace, index: int) -> dict[str, Any]:
     finally:
         if spy is not None and spy.poll() is None:
             spy.kill()
+        if args.keep_log is not None:
+            for op_run in env.operators:
+                op_run.stop()
+                kept = args.keep_log / f"run{index}-{op_run.log_path.name}"
+                shutil.copyfile(op_run.log_path, kept)
+                print(f"run {index}: operator log kept in {kept}", flush=True)
         env.close()
         if local is not None:
             local.down()
@@ -280,6 +297,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="report the median of this many")
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--keep-log", type=Path, help="copy each run's operator log here")
     parser.add_argument(
         "--profile", type=Path, help="py-spy raw stacks of the operator (last run) to this file"
     )

@@ -11,10 +11,15 @@ that lost its lease drains with no grace: another replica may already be acting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+UNWIND = 5.0
+"""Seconds cancelled tasks get to unwind (run their finally blocks) before the stop goes on."""
 
 
 @dataclass(frozen=True)
@@ -25,9 +30,12 @@ class Drained:
     cancelled: int
 
 
-async def drain(tasks: Collection[asyncio.Task[Any]], grace: float) -> Drained:
+async def drain(
+    tasks: Collection[asyncio.Task[Any]], grace: float, unwind: float = UNWIND
+) -> Drained:
     """Wait up to `grace` seconds for `tasks` (a live set: tasks they spawn meanwhile are
-    waited for too), then cancel the rest and wait for them to unwind."""
+    waited for too), then cancel the rest and wait up to `unwind` seconds for them to
+    unwind (those that do not are named in a warning and left)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, grace)
     finished = 0
@@ -41,7 +49,18 @@ async def drain(tasks: Collection[asyncio.Task[Any]], grace: float) -> Drained:
     pending = {t for t in tasks if not t.done()}
     for task in pending:
         task.cancel()
-    for task in pending:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+    if pending:
+        # bounded: a task that ignores its cancellation must not hold the stop up (the
+        # process's exit deadline, `exitdeadline.py`, is the last resort)
+        unwound, stuck = await asyncio.wait(pending, timeout=unwind)
+        for task in unwound:
+            if not task.cancelled():
+                task.exception()  # retrieved: an error while unwinding is not news
+        if stuck:
+            log.warning(
+                "%d task(s) had not unwound %.0fs after their cancellation: %s",
+                len(stuck),
+                unwind,
+                ", ".join(sorted(t.get_name() for t in stuck)[:10]),
+            )
     return Drained(finished=finished, cancelled=len(pending))

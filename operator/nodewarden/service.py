@@ -34,6 +34,7 @@ from nodewarden.credential_setup import build_resolver
 from nodewarden.dispatch import Dispatcher
 from nodewarden.drain import drain
 from nodewarden.endpoints import Health, serve
+from nodewarden.exitdeadline import ExitDeadline
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.fleet.status import NodeStatusWriter
@@ -52,11 +53,16 @@ from nodewarden.kube.requesters import keep_checking
 from nodewarden.limits import raise_open_files
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
+from nodewarden.stallwatch import StallWatch, describe
 from nodewarden.units import parse_duration
 
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+EXIT_MARGIN = 15.0
+"""Seconds past `shutdown_grace` a stopping process may take before it is ended
+(`exitdeadline.py`); with the chart's 10 s grace, 25 s: below its 30 s
+terminationGracePeriodSeconds."""
 
 
 class LeadershipLost(Exception):
@@ -151,6 +157,14 @@ async def run(config: OperatorConfig) -> int:
 
     stop = asyncio.Event()
     _handle_stop_signals(stop)
+    # whatever hangs while stopping, the process ends (a lost Lease must restart the Pod)
+    forced = ExitDeadline(parse_duration(config.shutdown_grace).total_seconds() + EXIT_MARGIN)
+
+    async def arm_exit_deadline() -> None:
+        await stop.wait()
+        forced.arm(asyncio.get_running_loop())
+
+    arming = asyncio.create_task(arm_exit_deadline())
 
     elector: LeaderElector | None = None
     keeping: asyncio.Task[None] | None = None
@@ -209,6 +223,8 @@ async def run(config: OperatorConfig) -> int:
             await elector.api.close()
         await served.cleanup()
         await kube.close()
+        arming.cancel()
+        forced.disarm()
         log.info("nodewarden stopped", extra={"exit_code": exit_code})
     return exit_code
 
@@ -408,13 +424,20 @@ async def _act(
 
     async def watch_loop_lag() -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(1.0)
-            lag = loop.time() - before - 1.0
-            LOOP_LAG.set(lag)
-            if lag > 1.0:
-                log.warning("event loop blocked for %.1fs", lag)
+        stalls = StallWatch()
+        stalls.start(loop)
+        try:
+            while True:
+                before = loop.time()
+                await asyncio.sleep(1.0)
+                lag = loop.time() - before - 1.0
+                LOOP_LAG.set(lag)
+                if lag > 1.0:
+                    log.warning(
+                        "event loop blocked for %.1fs (in: %s)", lag, describe(stalls.take())
+                    )
+        finally:
+            stalls.stop()
 
     tasks = [
         asyncio.create_task(mark_ready()),

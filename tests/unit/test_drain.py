@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
-from nodewarden.drain import drain
+import pytest
+
+from nodewarden.drain import Drained, drain
 
 
 async def _sleep_then(seconds: float, done: list[str], name: str) -> None:
@@ -54,3 +57,36 @@ def test_tasks_spawned_while_draining_are_waited_for_too() -> None:
     result, done = asyncio.run(scenario())
     assert done == ["write", "record"]
     assert (result.finished, result.cancelled) == (2, 0)
+
+
+def test_a_task_that_ignores_its_cancellation_does_not_hold_the_stop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # the bug class: a retry loop that swallows cancellation
+
+    async def scenario() -> tuple[Drained, float, bool]:
+        task = asyncio.create_task(stubborn(), name="stubborn-retry")
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        result = await drain({task}, grace=0, unwind=0.2)
+        took = loop.time() - t0
+        running = not task.done()
+        release.set()
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+        return result, took, running
+
+    with caplog.at_level(logging.WARNING, logger="nodewarden.drain"):
+        result, took, running = asyncio.run(scenario())
+    assert running  # it really ignored the cancellation
+    assert result == Drained(finished=0, cancelled=1)
+    assert took < 5.0  # bounded by `unwind`, not by the task
+    assert "stubborn-retry" in caplog.text

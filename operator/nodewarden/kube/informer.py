@@ -40,6 +40,7 @@ from kubernetes_asyncio import client
 
 from nodewarden.api.base import GROUP, VERSION
 from nodewarden.api.kinds import Kind
+from nodewarden.cooperate import Turns
 from nodewarden.kube.backoff import Backoff
 from nodewarden.kube.store import Delta, Entry, EventType, ObjectKey, Store, parse_resource_version
 from nodewarden.kube.useragent import identify
@@ -333,7 +334,9 @@ class Informer(Generic[T]):
         try:
             if resp.status != 200:
                 await self._body(resp, continuing=False)  # raises
+            turns = Turns()  # buffered lines are read without a suspension
             while True:
+                await turns.share()
                 try:
                     line = await resp.content.readline()
                 except TimeoutError:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from nodewarden.cooperate import Turns
 from nodewarden.fleet.status import PowerStateConflict
 from nodewarden.kube.client import KubeError
 from nodewarden.metrics import POWER_REQUESTS
@@ -56,6 +57,10 @@ from nodewarden.rules.effects import (
 )
 
 log = logging.getLogger(__name__)
+
+WHOLE_ROUND = 256
+"""Nodes a round steps before it shares the event loop (`cooperate.Turns`): a start-up
+or a fleet-wide change of thousands of nodes is split into turns of about 20 ms."""
 
 
 class Round:
@@ -113,7 +118,13 @@ class Round:
                 names.add(name)
         stepping = sorted((ctx.nodes[n] for n in names if n in ctx.nodes), key=_arrival)
         tally = ctx.tally  # kept as each step changes a state: the next node reads it
+        # a first round over a big fleet must not hold the loop for seconds; a round of a
+        # few nodes stays whole (what it decides then never depends on a mid-round read)
+        turns = Turns(after=WHOLE_ROUND)
         for rt in stepping:
+            await turns.share()
+            if ctx.nodes.get(rt.name) is not rt:
+                continue  # deleted (or replaced) while others had their turn
             due = rt.due_at is not None and now >= rt.due_at
             if not rt.events and not due and rt.name not in expired:
                 continue
