@@ -10,45 +10,15 @@ arriving late (`tail`) keeps each run going until the nodes it is about have shu
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from peer_builders import BIG, BOOT, OFF, SMALL, START, fleet, trace
 
-from nodewarden.simulate.fleet import Fleet, load_fleet
 from nodewarden.simulate.peers import run_peer
 from nodewarden.simulate.peers.arvados import DispatchCloud, NodeManager
 from nodewarden.simulate.peers.autoscaler import ClusterAutoscaler
 from nodewarden.simulate.peers.karpenter import Karpenter
 from nodewarden.simulate.peers.slurm import Slurm
 from nodewarden.simulate.peers.world import PeerRun
-from nodewarden.simulate.trace import Trace, parse_trace
-
-SMALL, BIG = 0.001, 0.0015  # price per second
-BOOT, OFF, START = 60, 21, 2  # boot; API latency + shutdown; runner start
-
-
-def fleet(side: list[dict[str, Any]] | None = None) -> Fleet:
-    return load_fleet(
-        {
-            "cloud": {
-                "instanceTypes": [
-                    {"name": "small", "vcpus": 2, "ram": "4Gi", "price": 3.6},
-                    {"name": "big", "vcpus": 8, "ram": "32Gi", "price": 5.4},
-                ],
-                "instanceTypePolicy": {"ram_overhead": 0, "ram_discount_percent": 0},
-                "billing": {"period": "0s", "minimum": "0s"},
-                "createLatency": "0s",
-                "boot": "60s",
-                "shutdown": "20s",
-            },
-            "sideNodes": side or [],
-            "controller": {"tickInterval": "1s", "apiLatency": "1s", "startLatency": "2s"},
-        }
-    )
-
-
-def trace(*rows: str) -> Trace:
-    return parse_trace("arrival,runtime,vcpus,ram\n" + "\n".join(rows) + "\n", "csv")
 
 
 def check(run: PeerRun, cost: float, waits: list[float], cycles: int, evicted: int = 0) -> None:
@@ -70,6 +40,9 @@ def test_dispatch_cloud_one_container_per_node_and_idle_timeout() -> None:
     node_a = 62 + 600 + 60 + OFF  # off at 743
     tail = 2000 + BOOT + START + 60 - 2000  # the run stops when the tail container ends
     check(run, SMALL * (node_a + node_b + tail), [62, 62, 62], cycles=3)
+    # each container reserves half its node (1 of 2 vCPUs; 1Gi of 4Gi is less)
+    useful = SMALL * 0.5 * (600 + 300 + 60)
+    assert run.figures["priceWeightedUtilisation"] == round(useful / run.cost, 3)
 
 
 def test_node_manager_keeps_idle_nodes_to_the_billing_window() -> None:

@@ -11,7 +11,8 @@ a new one; containers by priority, then age. Side-node groups are types of their
 with a quota of their `count` (Arvados has no bare-metal driver: as if it had one).
 
 * **dispatch-cloud** (`DispatchCloud`): an idle node is shut down after `TimeoutIdle`
-  (default 1m); a node not ready within `TimeoutBooting` (10m) is shut down.
+  (default 1m); a node whose boot probe has not passed within the boot timeout
+  (`TimeoutBooting`, 10m here) is shut down.
 * **node manager** (`NodeManager`, services/nodemanager, retired in Arvados 2.0 with
   crunch-dispatch-slurm): polls every `poll_time` (60 s) and boots the cheapest size for
   each queued container no idle or booting node covers (containers start on idle nodes

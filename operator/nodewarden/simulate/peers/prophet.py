@@ -20,7 +20,8 @@ idle timeout, no wasted (evicted) run and no avoidable wait. `prompt_only` gives
 variant that never keeps a run's wait: every container as early as its node has room
 (the cost of starting everything promptly with this placement; it may exceed the run's). Each node costs it no more
 than in the run (the run's own timing, with the shortest delays and the cheapest gaps,
-is one of its choices), so it never costs more than the run at equal or lower wait, and,
+is one of its choices; its run ends when its work does), so it never costs more than the
+run at equal or lower wait, and,
 being a schedule that runs the work on booted nodes, never less than the oracle bound:
 `tests/simulate/test_peers_prophet.py` checks both on random small traces.
 """
@@ -92,13 +93,13 @@ class Prophet:
     def __init__(
         self,
         fleet: Fleet,
-        end: int,
+        trace_end: int,
         sides: Iterable[tuple[str, Kind, bool]],
         prompt_only: bool = False,
     ) -> None:
         self.prompt_only = prompt_only
         self.fleet = fleet
-        self.end = end
+        self.end = trace_end
         self.sides = list(sides)
         self.latency = to_us(fleet.controller.start_latency)
         self.period = to_us(fleet.cloud.billing.period)
@@ -111,12 +112,19 @@ class Prophet:
             nodes.setdefault(r.node, []).append(r)
         vm_spans: dict[str, list[tuple[int, int]]] = {}
         idle_sides = {s[0]: s for s in self.sides if s[2]}
+        prompts = {
+            key: self._prompt(mine, kind_delays(self.fleet, mine[0].kind), mine[0].initially_on)
+            for key, mine in nodes.items()
+        }
+        # the prophet's run ends when its work would (nodes still on are billed to then,
+        # as in every row): when the trace does, or its last container, started promptly
+        self.end = max([self.end] + [e for p in prompts.values() for _, e, _ in p])
         for key, mine in nodes.items():
             idle_sides.pop(key, None)
             first = mine[0]
             delays = kind_delays(self.fleet, first.kind)
             own = [(r.placed, r.placed + self.latency + r.runtime, r.need) for r in mine]
-            prompt = self._prompt(mine, delays, first.initially_on)
+            prompt = prompts[key]
             options = [
                 (self._lives(s, delays, first.initially_on, first.kind.vm), s)
                 for s in ((prompt,) if self.prompt_only else (prompt, own))
@@ -185,15 +193,16 @@ class Prophet:
         self, intervals: list[_Interval], delays: Delays, initially_on: bool, vm: bool
     ) -> tuple[float, list[_Life]]:
         """The cheapest on-periods (start, end, booted) covering the busy periods, each
-        ending at the run's end at the latest; with their cost."""
+        ending at the run's end at the latest (or its last busy period's); with their cost."""
         periods = _merge(intervals)
+        stop = max(self.end, periods[-1][1])
         if initially_on:
             periods = [(0, 0), *periods]
         if not vm or (self.period == 0 and delays.cycle >= self.minimum):
             lives = self._greedy(periods, delays, initially_on)
         else:
             lives = self._search(periods, delays, initially_on)
-        lives = [(s, min(e, max(self.end, s)), b) for s, e, b in lives]
+        lives = [(s, min(e, max(stop, s)), b) for s, e, b in lives]
         return sum(self._price(s, e, vm) for s, e, _ in lives), lives
 
     def _price(self, start: int, end: int, vm: bool) -> float:
@@ -228,7 +237,7 @@ class Prophet:
         best = [0.0] + [math.inf] * n
         choice = [0] * (n + 1)
         for i in range(1, n + 1):
-            end = min(periods[i - 1][1] + delays.shutdown, max(self.end, periods[i - 1][1]))
+            end = min(periods[i - 1][1] + delays.shutdown, max(self.end, periods[-1][1]))
             earlier = [s for s in starts if s < i]
             for j in {0, *earlier[-LOOKBACK:]}:
                 cost = best[j] + self._price(begin(j), end, True)
@@ -319,7 +328,7 @@ def prophet_of_world(world: PeerWorld, prompt_only: bool = False) -> PeerRun:
             )
         )
     peer = world.peer
-    prophet = Prophet(world.fleet, world.now, _sides(world.fleet), prompt_only)
+    prophet = Prophet(world.fleet, world.trace.end, _sides(world.fleet), prompt_only)
     return prophet.run(ran, peer.name, peer.placement)
 
 
@@ -350,4 +359,4 @@ def prophet_of_simulation(sim: Simulation, result: RunResult, prompt_only: bool 
         )
     name = result.policy.name
     placement = "nodewarden"
-    return Prophet(fleet, result.end, _sides(fleet), prompt_only).run(ran, name, placement)
+    return Prophet(fleet, sim.trace.end, _sides(fleet), prompt_only).run(ran, name, placement)
