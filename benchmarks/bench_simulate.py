@@ -20,8 +20,13 @@ Prints:
   * the oracle's gap to a brute-force optimum on random tiny traces (how far below the
     optimum the bound falls).
 
+Then issue 25's figures (benchmarks/simulate_peers.py): on the bursty week and the dense
+day, the peers at their defaults and their knob sweeps, the prophet of each run,
+price-weighted utilisation, and the issue's target figures side by side; the prophet's
+property on random small traces.
+
 Figures, not assertions. Run: .venv/bin/python benchmarks/bench_simulate.py [--seed N]
-[--gap-samples N]
+[--gap-samples N] [--prophet-samples N] [--part all|defaults|peers]
 """
 
 from __future__ import annotations
@@ -165,7 +170,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gap-samples", type=int, default=200)
+    parser.add_argument("--prophet-samples", type=int, default=200)
+    parser.add_argument("--part", choices=("all", "defaults", "peers"), default="all")
     args = parser.parse_args()
+    if args.part in ("all", "defaults"):
+        defaults(args)
+    if args.part in ("all", "peers"):
+        from calibration import summary
+        from simulate_peers import main as peers_main
+
+        peers_main(args.seed, args.prophet_samples, summary())
+
+
+def defaults(args: argparse.Namespace) -> None:
+    """Issue 11's figures: the defaults on the bursty week."""
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     trace = generate(PRESETS["bursty-week"], args.seed)
     fleet = builtin_fleet()

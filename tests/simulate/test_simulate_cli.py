@@ -11,7 +11,9 @@ from sim_builders import ROOT, simulate, trace_cmd
 
 from nodewarden.cli import main as nodewarden_main
 from nodewarden.simulate.generate import PRESETS, generate
+from nodewarden.simulate.peers import PEERS
 from nodewarden.simulate.presets import BUILTIN_FLEET_DOCUMENT, builtin_fleet
+from nodewarden.simulate.report import compare, render_table
 from nodewarden.simulate.trace import dump_trace, parse_trace
 
 DEMO_POLICY = str(ROOT / "e2e" / "demo" / "policy-default.yaml")
@@ -45,7 +47,9 @@ def test_table_has_every_column_baselines_and_oracle() -> None:
         "MAX",
         "CYCLES",
         "/NODE",
+        "P-UTIL",
         "NOT-RUN",
+        "PLACEMENT",
     ):
         assert column in header
     for row in ("never-off (baseline)", "fixed-timeout-1m (baseline)", "oracle (lower bound)"):
@@ -198,3 +202,52 @@ def test_registered_in_the_nodewarden_command(capsys: pytest.CaptureFixture[str]
     assert nodewarden_main(["simulate", "--policy", "builtin:default"]) == 2
     assert "--trace" in capsys.readouterr().err
     assert nodewarden_main(["trace", "generate"]) == 2
+
+
+def test_peers_and_prophets_add_rows_naming_their_placement() -> None:
+    code, out, err = simulate(
+        "--trace",
+        "builtin:smoke",
+        "--policy",
+        "builtin:default",
+        "--peers",
+        "--prophet",
+        "-o",
+        "json",
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    placements = {p["name"].split()[0]: p["placement"] for p in doc["peers"]}
+    assert placements == {
+        "arvados": "arvados",
+        "karpenter": "karpenter",
+        "cluster-autoscaler": "kube-scheduler + autoscaler",
+        "slurm": "slurm",
+    }
+    assert len(doc["peers"]) == 6
+    rows = {r["policy"]: r for r in doc["results"]} | {p["name"]: p for p in doc["peers"]}
+    assert len(doc["prophets"]) == len(rows)
+    for prophet in doc["prophets"]:
+        run = rows[prophet["name"].removeprefix("prophet [").removesuffix("]")]
+        assert prophet["cost"] <= run["cost"] and prophet["cost"] >= doc["oracle"]["cost"]
+        assert prophet["waitSeconds"]["p95"] <= run["waitSeconds"]["p95"]
+        assert prophet["placement"] == run.get("placement", "nodewarden")
+    peers = [spec.build(spec.default) for spec in PEERS]
+    table = render_table(
+        compare(
+            generate(PRESETS["smoke"], 1), builtin_fleet(), [], 1, with_baselines=False, peers=peers
+        )
+    )
+    karpenter = next(line for line in table.splitlines() if line.startswith("karpenter WhenEmpty "))
+    assert karpenter.endswith("karpenter") and "(peer)" in karpenter
+
+
+def test_dense_day_preset_is_the_documented_trace() -> None:
+    trace = generate(PRESETS["dense-day"], 1)
+    gpu = [c for c in trace.containers if c.resources.gpus]
+    assert 5500 <= len(trace.containers) <= 6800
+    assert 0.07 <= len(gpu) / len(trace.containers) <= 0.10
+    assert all(c.resources.gpus == 1 and 1800e6 <= c.runtime <= 6 * 3600e6 for c in gpu)
+    assert 27 * 3600e6 <= trace.end <= 29 * 3600e6
+    bursts = [c for c in trace.containers if c.priority == 300]
+    assert bursts and all(c.resources.vcpus <= 2 for c in bursts)

@@ -132,3 +132,19 @@ def test_fixed_timeout_cycles_more_than_never_off() -> None:
     never, fixed = (Simulation(trace, small_fleet(), p, 1).run() for p in baselines())
     assert fixed.figures["powerCycles"] > never.figures["powerCycles"]
     assert fixed.figures["cost"] < never.figures["cost"]
+
+
+def test_price_weighted_utilisation_of_one_container() -> None:
+    """One 1-vCPU/1Gi container, 10 minutes: it starts on the side node `cpu`, on at the
+    start (8 vCPUs, 32Gi, 0.2/h). Its share is its dominant one, vCPUs 1/8 (RAM with the
+    550Mi overhead and 5 % discount is 1.63Gi/32Gi); the figure is runtime x 1/8 x 0.2/h
+    over the run's whole cost (the node's idle time included)."""
+    trace = trace_of(["0,600,1,1Gi,0"])
+    sim = Simulation(
+        trace, small_fleet(), policy_from_spec(PowerPolicySpec.model_validate(FAST), "t"), 1
+    )
+    result = sim.run()
+    useful = 600 * (1 / 8) * 0.2 / 3600
+    assert result.figures["notRun"] == 0 and result.figures["waitSeconds"]["max"] < 10
+    assert result.figures["priceWeightedUtilisation"] == round(useful / sim.ledger.cost, 3)
+    assert 0 < result.figures["priceWeightedUtilisation"] < 1

@@ -3,7 +3,8 @@
 The simulator drives the operator's own pure code (`scheduling.scheduler.plan`,
 `scheduling.instancetypes`, the node-manager matrix, the power gates and state machine)
 on a simulated fleet, with no sleeps, threads or I/O in its core, and compares policies
-with baselines and an oracle lower bound. docs/simulation.md explains the formats, the
+with baselines, peers (Arvados, Karpenter, cluster-autoscaler, SLURM), prophets and an
+oracle lower bound. docs/simulation.md explains the formats, the
 oracle and the table.
 
     trace       workload traces: CSV / JSONL format, parse and write
@@ -15,7 +16,9 @@ oracle and the table.
     nodes       simulated nodes (machine path, dispatcher-path VMs)
     engine      the event loop: Simulation(trace, fleet, policy, seed).run()
     accounting  cost, node-hours, waits, cycles
+    utilisation price-weighted utilisation (the share of the cost that paid for work)
     oracle      the oracle lower bound and a brute-force optimum for tiny traces
+    peers       other schedulers' rules with their own placement, the prophet, sweeps
     report      compare() several policies; the table and the JSON document
     export      ContainerDispatch objects -> trace (pure)
     plot        --plot (matplotlib, lazy)

@@ -22,6 +22,8 @@ Definitions (docs/simulation.md "Reading the table"):
   number, so "vm m5.large #3 was launched 40 times" is a cycle count per slot).
 * not run: containers that never started (nothing fits them, held at priority 0, or
   still queued when the run stopped).
+* price-weighted utilisation: Σ over finished containers of run time x share of the node
+  x the node's price ÷ cost (`simulate.utilisation`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class Ledger:
     series: list[tuple[int, int, int]] = field(default_factory=list)
     requeued: int = 0
     idle_by_cause: dict[str, float] = field(default_factory=dict)
+    useful: float = 0.0
+    """Price-weighted work of the finished containers (`simulate.utilisation`)."""
 
     def on_interval(self, start: int, end: int, price: float, billed: int | None = None) -> None:
         """A node was on from start to end; `billed` overrides the charged duration."""
@@ -127,6 +131,7 @@ class Ledger:
             "notRun": self.not_run,
             "unfinished": self.unfinished,
             "requeued": self.requeued,
+            "priceWeightedUtilisation": round(self.useful / self.cost, 3) if self.cost > 0 else 0.0,
             "medianBootSeconds": round(percentile(sorted(self.boots), 50), 1),
             "idleSpendByCause": self._idle_causes(idle_spend),
             "decisions": dict(sorted(self.decisions.items())),

@@ -1,7 +1,7 @@
 """`nodewarden simulate` and `nodewarden trace`: the thin shell around the simulator.
 
     nodewarden simulate --trace T --policy A.yaml [--policy B.yaml ...] [--fleet F.yaml]
-                        [-o table|json] [--plot FILE.png] [--seed N]
+                        [-o table|json] [--plot FILE.png] [--seed N] [--peers] [--prophet]
     nodewarden trace generate [--preset NAME] [--seed N] [--days D] [--scale F] -o FILE
     nodewarden trace export [--kubeconfig F] [-n NS] [--since 7d|RFC3339] -o FILE
 
@@ -141,12 +141,23 @@ def _simulate_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", metavar="FILE.png", help="write nodes-on / queue-length plot")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="add a row per peer (Arvados, Karpenter, cluster-autoscaler, SLURM) at its defaults",
+    )
+    p.add_argument(
+        "--prophet",
+        action="store_true",
+        help="add the prophet of every row: its placement with clairvoyant power",
+    )
     return p
 
 
 def simulate_main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
+    from nodewarden.simulate.peers import PEERS
     from nodewarden.simulate.plot import PlotUnavailable, write_plot
     from nodewarden.simulate.report import compare, comparison_document, render_table
 
@@ -168,7 +179,8 @@ def simulate_main(
         err.write(f"nodewarden simulate: {exc}\n")
         return EXIT_BAD_INPUT
     try:
-        comparison = compare(trace, fleet, policies, args.seed)
+        peers = [spec.build(spec.default) for spec in PEERS] if args.peers else []
+        comparison = compare(trace, fleet, policies, args.seed, peers=peers, prophets=args.prophet)
     except SimulationError as exc:
         err.write(f"nodewarden simulate: simulation failed: {exc}\n")
         return EXIT_FAILED

@@ -24,7 +24,12 @@ from nodewarden.policy.events import Event
 from nodewarden.policy.facts import DemandReading
 from nodewarden.rules.demand import PLANNED, demand_event, idle_view, plan_waits, waits_on_plan
 from nodewarden.scheduling import ledger as capacity
-from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
+from nodewarden.scheduling.instancetypes import (
+    Catalogue,
+    InstanceTypePolicy,
+    Requirements,
+    effective_requirements,
+)
 from nodewarden.scheduling.scheduler import plan, qualified_demand
 from nodewarden.scheduling.views import CloudState, ContainerView, Limits, NodeState, Phase, Plan
 from nodewarden.simulate.accounting import Ledger
@@ -33,6 +38,7 @@ from nodewarden.simulate.fleet import Fleet
 from nodewarden.simulate.nodes import MachineNode
 from nodewarden.simulate.sensing import Sensing
 from nodewarden.simulate.trace import Trace, TraceContainer
+from nodewarden.simulate.utilisation import dominant_share, weighted_work
 
 _US = 1_000_000
 
@@ -52,6 +58,8 @@ class SimContainer:
     """What the ledger counts while it runs (its node holds it from its start)."""
     done: bool = False
     token: int = 0
+    instance: str | None = None
+    """The node instance it last started on (a VM: name@launch; a side node: its name)."""
 
 
 class Steps(Protocol):
@@ -98,6 +106,7 @@ class Dispatching:
         self.running: dict[str, SimContainer] = {}
         self.shapes: dict[tuple[object, ...], list[Any]] = {}  # shape -> [resources, count]
         self.qualifies: dict[tuple[tuple[object, ...], str], bool] = {}
+        self.needs: dict[tuple[object, ...], Requirements] = {}
         self.round_pending = False
 
     # -- containers -----------------------------------------------------------------------
@@ -126,6 +135,8 @@ class Dispatching:
         self.dequeue(c)
         c.node = node.name
         c.started = self.w.now + self.w._start_latency
+        vm = node.node_type == "CloudVM"
+        c.instance = f"{node.name}@{node.power_since}" if vm else node.name
         c.token += 1
         c.run_view = ContainerView(
             uuid=c.spec.uuid,
@@ -175,11 +186,25 @@ class Dispatching:
         self.w._done += 1
         assert c.started is not None
         self.w.ledger.waits.append((c.started - c.spec.arrival) / _US)
+        self.count_work(c)
         idle = self.release(c)
         if idle is not None:
             self.node_idle(idle)
         self.w._sample()
         self.request_round()
+
+    def count_work(self, c: SimContainer) -> None:
+        """The finished container's price-weighted work (`simulate.utilisation`)."""
+        node = self.w.nodes.get(c.node or "")
+        if node is None:
+            return
+        need = self.needs.get(c.shape)
+        if need is None:
+            need = self.needs[c.shape] = effective_requirements(
+                c.spec.resources, self.w._type_policy
+            )
+        share = dominant_share(need, node.capacity)
+        self.w.ledger.useful += weighted_work(c.spec.runtime, share, node.price)
 
     def requeue(self, node: MachineNode) -> None:
         """The node went away under running containers: they go back to the queue."""

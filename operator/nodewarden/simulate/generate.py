@@ -229,6 +229,28 @@ _BURST_CPU = JobClass(
     priority=300,
 )
 
+_GPU_ONE = JobClass(
+    name="gpu-one",
+    per_day=440,
+    runtime_median=1.5 * 3600,
+    runtime_sigma=0.6,
+    runtime_min=30 * 60,
+    runtime_max=6 * 3600,
+    shapes=(Shape(0.6, 4, "14Gi", "100Gi", gpus=1), Shape(0.4, 8, "28Gi", "200Gi", gpus=1)),
+    priority=800,
+    diurnal=0.3,
+)
+_BURST_SMALL = JobClass(
+    name="burst-small",
+    per_day=0,
+    runtime_median=6 * 60,
+    runtime_sigma=0.6,
+    runtime_min=30,
+    runtime_max=60 * 60,
+    shapes=(Shape(0.6, 1, "2Gi"), Shape(0.4, 2, "4Gi")),
+    priority=300,
+)
+
 PRESETS: dict[str, GeneratorSpec] = {
     "bursty-week": GeneratorSpec(
         name="bursty-week",
@@ -241,6 +263,13 @@ PRESETS: dict[str, GeneratorSpec] = {
         days=1,
         classes=(replace(_SHORT_CPU, per_day=300), replace(_GPU_LONG, per_day=4)),
     ),
+    "dense-day": GeneratorSpec(
+        name="dense-day",
+        days=1.2,
+        start_hour=6.0,
+        classes=(replace(_SHORT_CPU, per_day=3000, diurnal=0.5), _GPU_ONE),
+        bursts=(Bursts(per_day=20, size_min=20, size_max=120, spread=300, job=_BURST_SMALL),),
+    ),
     "smoke": GeneratorSpec(
         name="smoke",
         days=0.25,
@@ -249,4 +278,7 @@ PRESETS: dict[str, GeneratorSpec] = {
         bursts=(Bursts(per_day=2.0, size_min=20, size_max=40, spread=300, job=_BURST_CPU),),
     ),
 }
-"""Built-in traces: `bursty-week` (the benchmark), `steady-day`, `smoke` (6 hours, tests)."""
+"""Built-in traces: `bursty-week` (the benchmark), `dense-day` (the benchmark's second
+trace: 1.2 days from Monday 06:00, ~6,000 containers, 8 % one-GPU jobs of 30 min-6 h,
+~20 bursts a working day of 20-120 small jobs within 5 minutes), `steady-day`, `smoke`
+(6 hours, tests)."""

@@ -5,11 +5,13 @@
     comparison_document(comparison) -> dict  the `-o json` document
 
 Rows: every policy given, then the baselines (never-off, fixed-timeout-1m), then the
-oracle lower bound. Columns (definitions in `nodewarden.simulate.accounting`): total
-cost, cost / oracle, node-hours, idle node-hours, idle spend %, queue wait p50 / p95 /
-p99 / max, power cycles and cycles per node slot, containers that did not run, and the
-energy columns (`simulate.energy`): side nodes' kWh, kWh saved and money saved against
-never-off. Below
+peers asked for (`simulate.peers`: other schedulers' rules with their own placement),
+then the prophet of each of those runs (`peers.prophet`), then the oracle lower bound.
+Columns (definitions in `nodewarden.simulate.accounting`): total cost, cost / oracle,
+node-hours, idle node-hours, idle spend %, queue wait p50 / p95 / p99 / max, power
+cycles and cycles per node slot, price-weighted utilisation, containers that did not
+run, the energy columns (`simulate.energy`): side nodes' kWh, kWh saved and money
+saved against never-off, and whose placement the row uses. Below
 it, the idle spend by cause (what kept nodes on without work, and what that cost), and
 the decisions by reason code: how many decision episodes (a node's decision and
 reasons changing) named each code, per policy. Pure: numbers in, text out; floats are
@@ -25,6 +27,9 @@ from typing import Any
 from nodewarden.simulate.engine import Simulation
 from nodewarden.simulate.fleet import Fleet
 from nodewarden.simulate.oracle import OracleBound, oracle_bound
+from nodewarden.simulate.peers import run_peer_and_prophet
+from nodewarden.simulate.peers.prophet import prophet_of_simulation
+from nodewarden.simulate.peers.world import Peer, PeerRun
 from nodewarden.simulate.policies import SimPolicy, baselines
 from nodewarden.simulate.results import RunResult, SimOptions
 from nodewarden.simulate.trace import Trace, describe
@@ -49,6 +54,8 @@ class Comparison:
     seed: int
     runs: tuple[RunResult, ...]
     oracle: OracleBound
+    peers: tuple[PeerRun, ...] = ()
+    prophets: tuple[PeerRun, ...] = ()
 
 
 def compare(
@@ -58,18 +65,52 @@ def compare(
     seed: int,
     options: SimOptions | None = None,
     with_baselines: bool = True,
+    peers: Sequence[Peer] = (),
+    prophets: bool = False,
 ) -> Comparison:
-    """Simulate each policy (and the baselines) on the same trace, fleet and seed."""
+    """Simulate each policy (and the baselines) and each peer on the same trace, fleet
+    and seed; with `prophets`, the prophet of every run too."""
     chosen = list(policies) + (list(baselines()) if with_baselines else [])
-    runs = tuple(Simulation(trace, fleet, p, seed, options).run() for p in chosen)
-    return Comparison(trace, fleet, seed, runs, oracle_bound(trace, fleet))
+    runs: list[RunResult] = []
+    seers: list[PeerRun] = []
+    for policy in chosen:
+        sim = Simulation(trace, fleet, policy, seed, options)
+        runs.append(sim.run())
+        if prophets:
+            seers.append(prophet_of_simulation(sim, runs[-1]))
+    peer_runs: list[PeerRun] = []
+    for peer in peers:
+        run, prophet = run_peer_and_prophet(trace, fleet, peer, seed)
+        peer_runs.append(run)
+        if prophets:
+            seers.append(prophet)
+    return Comparison(
+        trace,
+        fleet,
+        seed,
+        tuple(runs),
+        oracle_bound(trace, fleet),
+        tuple(peer_runs),
+        tuple(seers),
+    )
 
 
-def _label(run: RunResult) -> str:
+def _label(run: RunResult | PeerRun) -> str:
+    if isinstance(run, PeerRun):
+        return run.name if run.name.startswith("prophet") else f"{run.name} (peer)"
     policy = run.policy
     if policy.baseline is not None:
         return f"{policy.name} (baseline)"
     return policy.name
+
+
+def _placement(run: RunResult | PeerRun) -> str:
+    return run.placement if isinstance(run, PeerRun) else "nodewarden"
+
+
+def rows(cmp: Comparison) -> list[RunResult | PeerRun]:
+    """Every row of the table but the oracle, in order."""
+    return [*cmp.runs, *cmp.peers, *cmp.prophets]
 
 
 def _ratio(cost: float, oracle: float) -> str:
@@ -119,15 +160,17 @@ def render_table(cmp: Comparison) -> str:
         "MAX",
         "CYCLES",
         "/NODE",
+        "P-UTIL",
         "NOT-RUN",
         *ENERGY_HEADER,
+        "PLACEMENT",
     ]
-    rows = [header]
+    table = [header]
     oracle = cmp.oracle.cost
-    for run in cmp.runs:
+    for run in rows(cmp):
         f = run.figures
         w = f["waitSeconds"]
-        rows.append(
+        table.append(
             [
                 _label(run),
                 f"{f['cost']:.2f}",
@@ -141,12 +184,14 @@ def render_table(cmp: Comparison) -> str:
                 _seconds(w["max"]),
                 str(f["powerCycles"]),
                 f"{f['cyclesPerNode']:.2f}",
+                f"{f['priceWeightedUtilisation']:.2f}",
                 str(f["notRun"]),
                 *energy_cells(f),
+                _placement(run),
             ]
         )
-    rows.append([ORACLE_NAME, f"{oracle:.2f}", "1.00", *["-"] * (len(header) - 3)])
-    out.append(_grid(rows, right=set(range(1, len(header)))))
+    table.append([ORACLE_NAME, f"{oracle:.2f}", "1.00", *["-"] * (len(header) - 3)])
+    out.append(_grid(table, right=set(range(1, len(header) - 1))))
     causes: dict[str, float] = {}
     for run in cmp.runs:
         for cause, cost in run.figures["idleSpendByCause"].items():
@@ -192,10 +237,23 @@ def comparison_document(cmp: Comparison) -> dict[str, Any]:
             }
             for run in cmp.runs
         ],
+        "peers": [_peer_document(run, oracle.cost) for run in cmp.peers],
+        "prophets": [_peer_document(run, oracle.cost) for run in cmp.prophets],
         "oracle": {
             "cost": round(oracle.cost, 2),
             "work": round(oracle.work, 2),
             "boots": round(oracle.boots, 2),
             "unplaceable": oracle.unplaceable,
         },
+    }
+
+
+def _peer_document(run: PeerRun, oracle: float) -> dict[str, Any]:
+    return {
+        "name": run.name,
+        "placement": run.placement,
+        "costOverOracle": round(run.cost / oracle, 3) if oracle > 0 else None,
+        "evicted": run.evicted,
+        "nodesDown": run.down,
+        **run.figures,
     }
