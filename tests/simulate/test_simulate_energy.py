@@ -113,7 +113,7 @@ def test_the_table_and_json_carry_the_energy_columns(tmp_path: Any) -> None:
     code, out, err = simulate("--trace", str(trace), "--policy", "builtin:default")
     assert code == 0, err
     header = next(line for line in out.splitlines() if line.startswith("POLICY"))
-    assert header.split()[-3:] == ["KWH", "KWH-SAVED", "SAVED"]
+    assert header.split()[-4:-1] == ["KWH", "KWH-SAVED", "SAVED"]  # then PLACEMENT
     rows = [line for line in out.splitlines() if line.startswith(("default", "never-off"))]
     assert rows and all(len(r.split()) >= 16 for r in rows)
     code, out, err = simulate("--trace", str(trace), "--policy", "builtin:default", "-o", "json")
