@@ -9,7 +9,9 @@ demand per node and when it is news), `fleet` (the fleet counts: disruption budg
 warm idle nodes), `vm` (a cloud VM's node-manager facts from a pool snapshot),
 `nodeview` (the node view the scheduler sees, and the power board's admission,
 readiness and wakeability checks), `effects` (what a step's actions mean: the typed
-effects the power round and the simulator both carry out).
+effects the power round and the simulator both carry out), `warm` (node classes, warm
+windows in IANA time zones, the warm-capacity levers' targets, cloud VMs to create ahead
+of demand), `forecast` (the forecast's histogram of arrivals and its warm nodes).
 
 Imports only value modules: `api/`, `policy/`, `scheduling/`, `units` and `fleet.ports`
 (never an adapter: readings converted from the adapters' fact types stay in
