@@ -106,25 +106,33 @@ def test_a_warm_window_wakes_side_nodes_in_the_simulation() -> None:
 
 def test_train_days_on_the_cli(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
-    trace.write_text(_trace(3))
-    policy = tmp_path / "forecast.yaml"
-    policy.write_text(
+    trace.write_text(_trace(3, every=1200))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
         json.dumps(
             {
-                "nodeClasses": [{**SMALL, "instanceType": "t3.small"}],
-                "forecastWake": {"mode": "On", "minDays": 2},
+                "cloud": {
+                    "instanceTypes": [{"name": "small", "vcpus": 2, "ram": "4Gi", "price": 0.1}],
+                    "boot": "60s",
+                }
             }
         )
     )
+    policy = tmp_path / "forecast.yaml"
+    policy.write_text(
+        json.dumps({"nodeClasses": [SMALL], "forecastWake": {"mode": "On", "minDays": 2}})
+    )
+    args = ("--trace", str(trace), "--fleet", str(fleet), "--policy", str(policy))
     code, out, err = simulate(
-        "--trace", str(trace), "--policy", str(policy), "--policy", "builtin:default",
-        "--train-days", "2", "-o", "json",
-    )  # fmt: skip
+        *args, "--policy", "builtin:default", "--train-days", "2", "-o", "json"
+    )
     assert code == 0, err
-    doc = json.loads(out)
-    assert doc["forecastTraining"]["trainedOn"] == 72
-    assert doc["forecastTraining"]["judgedOn"] == 36
-    code, out, err = simulate("--trace", str(trace), "--policy", str(policy))
+    training = json.loads(out)["forecastTraining"]
+    assert (training["trainedOn"], training["judgedOn"]) == (36, 18)
+    assert training["policies"] == ["forecast"]
+    code, out, err = simulate(*args, "--train-days", "2")
+    assert code == 0 and out.startswith("forecast trained on the first 2 days (36 containers)")
+    code, out, err = simulate(*args)
     assert code == 0 and "forecastWake has no history without --train-days" in err
-    code, _, err = simulate("--trace", str(trace), "--policy", str(policy), "--train-days", "9")
+    code, _, err = simulate(*args, "--train-days", "9")
     assert code == 2 and "--train-days" in err

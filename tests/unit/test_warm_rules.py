@@ -206,8 +206,14 @@ def test_the_forecast_looks_one_boot_time_ahead_and_is_quiet_at_night() -> None:
     assert ahead is not None and ahead.count == 2
     night = forecast_want(h, GPU, _utc(2027, 1, 6, 3, 0), SETTINGS)
     assert night is not None and night.count == 0
-    # weekend hours were never watched: no forecast for them
-    assert forecast_want(h, GPU, _utc(2027, 1, 9, 10, 0), SETTINGS) is None
+    # no weekend hour was watched yet: Saturday borrows the weekdays' 10 o'clock, and says so
+    saturday = forecast_want(h, GPU, _utc(2027, 1, 9, 10, 0), SETTINGS)
+    assert saturday is not None and saturday.count == 2
+    assert "borrowed: no weekend 10:00 watched yet" in saturday.why
+    h.arrive("gpu", 0.5, _utc(2027, 1, 9, 10, 30))
+    h.advance(_utc(2027, 1, 10))  # a Saturday watched: weekends have their own rate now
+    own = forecast_want(h, GPU, _utc(2027, 1, 16, 10, 0), SETTINGS)
+    assert own is not None and own.count == 0 and "(weekend 10:00 UTC)" in own.why
     # due times: each hour, and the boot time before it
     assert next_due(h, [GPU], _utc(2027, 1, 6, 9, 0)) == _utc(2027, 1, 6, 9, 54)
     assert next_due(h, [GPU], _utc(2027, 1, 6, 9, 54)) == _utc(2027, 1, 6, 10, 0)

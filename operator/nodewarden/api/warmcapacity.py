@@ -182,7 +182,7 @@ class ForecastWake(_Model):
         description="No forecast until this many days of arrivals have been observed.",
     )
     confidence: float = Field(
-        default=0.9,
+        default=0.8,
         ge=0.5,
         le=0.999,
         description=(

@@ -14,7 +14,9 @@ The forecast (`forecast_want`) for class C at time t: the hour's arrival rate (t
 of the hour of t and the hour of t + C's boot time, so the capacity is there when the
 next hour's demand begins), the arrivals within the boot time as a Poisson count, its
 `confidence` quantile K, and ceil(K x the mean share) warm nodes, at most `maxWarmNodes`.
-None (no forecast) until `minDays` days have been watched, or for an hour never watched.
+None (no forecast) until `minDays` days have been watched. An hour of a day kind never
+watched (the first weekend) borrows the same hour of the other kind until it is, and
+says so in its why.
 It changes only at hour boundaries and at `bootTime` before them: `next_due`.
 
 A container's class (`container_class`) is the first class, in the policy's order, whose
@@ -69,6 +71,7 @@ BURST_MEMORY = 10_000
 """An arrival is part of a burst when more than max(BURST_FLOOR, BURST_FACTOR x the
 learned rate's expectation) arrivals of its class came within BURST_SPAN (at most
 BURST_MEMORY remembered per class)."""
+_OTHER: dict[Kind, Kind] = {"weekday": "weekend", "weekend": "weekday"}
 _HOUR = timedelta(hours=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -219,20 +222,25 @@ def forecast_want(
     if h.days_observed < settings.min_days:
         return None
     boot = parse_duration(c.boot_time)
-    best: tuple[float, float, Kind, int] | None = None
+    best: tuple[float, float, Kind, int, bool] | None = None
     for t in (at, at + boot):
         kind, hour = h.bucket(t)
-        rate = h.rate(c.name, kind, hour)
+        rate, borrowed = h.rate(c.name, kind, hour), False
+        if rate is None:  # never watched: the other day kind's same hour, until it is
+            rate, borrowed = h.rate(c.name, _OTHER[kind], hour), True
         if rate is not None and (best is None or rate[0] > best[0]):
-            best = (rate[0], rate[1], kind, hour)
+            best = (rate[0], rate[1], _OTHER[kind] if borrowed else kind, hour, borrowed)
     if best is None:
         return None
-    per_hour, share, kind, hour = best
+    per_hour, share, kind, hour, borrowed = best
     mean = per_hour * boot.total_seconds() / 3600.0
     k = poisson_quantile(mean, settings.confidence)
     nodes = min(settings.max_warm_nodes, math.ceil(k * share - 1e-9))
+    source = f"{kind} {hour:02d}:00 {h.time_zone}" + (
+        f", borrowed: no {_OTHER[kind]} {hour:02d}:00 watched yet" if borrowed else ""
+    )
     why = (
-        f"forecast: {per_hour:.1f} arrivals/h ({kind} {hour:02d}:00 {h.time_zone}); "
+        f"forecast: {per_hour:.1f} arrivals/h ({source}); "
         f"p{settings.confidence * 100:g} within bootTime {c.boot_time}: {k} "
         f"(~{k * share:.2f} nodes)"
     )

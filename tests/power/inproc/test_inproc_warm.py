@@ -228,3 +228,35 @@ async def test_the_forecast_learns_then_shadows_then_wakes_and_survives_a_restar
         assert status["forecast"]["state"] == "Forecasting"
         (a10,) = status["warmCapacity"]["classes"]
         assert a10["target"] == 2, a10
+
+
+async def test_warm_levers_at_rest_cost_nothing_between_their_due_times() -> None:
+    """Counted, not timed: with a window open nothing is stepped or written for ten fake
+    minutes; at its close the class's nodes alone are stepped (a due time, not a scan)."""
+    policy = {**WINDOW_POLICY, "idleThreshold": "2h"}
+    clock = FakeClock(_utc(2027, 3, 26, 18, 30))  # Friday 19:30 in Berlin: the window is open
+    async with PowerHarness(policy=policy, clock=clock, probe_interval=5.0) as h:
+        h.plan_changes = True
+        gpus = ["g0", "g1", "g2", "g3"]
+        others = [f"cpu-{i}" for i in range(8)]
+        for name in gpus:
+            h.side_node(name, power="Off")
+        for name in others:  # no class: no GPU model
+            h.side_node(name, spec={"capacity": {"vcpus": 8, "ram": "32Gi"}})
+        await h.start()
+        await h.run_until(
+            lambda: sum(h.state(n) == "Idle" for n in gpus) == 2, within=600, tick=5, what="2 on"
+        )
+        await h.run_for(60, tick=5)
+        steps, writes = h.ctrl.steps, h.kube.writes
+        await h.run_for(600, tick=10)
+        assert h.ctrl.steps - steps == 0, "a node was evaluated with nothing due"
+        assert h.kube.writes - writes == 0, "an API write with nothing changed"
+        left = (_utc(2027, 3, 26, 18, 59, 50) - clock.now).total_seconds()
+        await h.run_for(left, tick=10)
+        steps = h.ctrl.steps
+        await h.run_for(20, tick=5)  # 19:00 UTC (20:00 in Berlin): the window closes
+        stepped = h.ctrl.steps - steps
+        assert 1 <= stepped <= 2 * len(gpus), stepped  # the class's nodes, not the fleet
+        (a10,) = h.kube.status(POWER_POLICY, NS, "default")["warmCapacity"]["classes"] or [None]
+        assert a10 is None or a10["target"] == 0
