@@ -126,44 +126,55 @@ class PowerWarmth:
         if versions == self._versions and (self.next_due is None or now < self.next_due):
             return  # nothing due (None: nothing until a policy changes)
         self._versions = versions
-        upcoming: list[datetime] = []
-        for policy in policies:
-            spec = policy.spec
-            before = self.targets.get(policy.name, _NOTHING)
-            h = self.book.histogram(policy.name, spec, now)
-            if h is not None:
-                h.advance(now)
-                FORECAST_DAYS.labels(policy.name).set(h.days_observed)
-            windows = windows_of(spec.warm_capacity)
-            classes = covered(spec.forecast_wake, spec.node_classes)
-
-            now_targets = targets(
-                spec.node_classes,
-                windows,
-                spec.warm_capacity.mode,
-                _forecast(h, classes, spec.forecast_wake),
-                spec.forecast_wake.mode,
-                now,
-            )
-            self.targets[policy.name] = now_targets
-            for name in before.keys() | now_targets.keys():
-                if before.get(name) != now_targets.get(name):
-                    self._look_again(policy.name, name, only_off=False)
-                    self._gauge(policy.name, name, now_targets.get(name, NO_TARGET))
-            if spec.warm_capacity.mode != "Off" and windows:
-                boundary = next_window_boundary(windows, now)
-                if boundary is not None:
-                    upcoming.append(boundary)
-            if h is not None and classes:
-                hour = next_due(h, classes, now)
-                if hour is not None:
-                    upcoming.append(hour)
-            self._persist(policy, now, min(upcoming) if upcoming else None)
+        active = {p.name for p in policies}
+        for name in [n for n in self.targets if n not in active]:  # its levers went Off
+            for node_class in self.targets.pop(name):
+                self._look_again(name, node_class, only_off=False)
+                self._gauge(name, node_class, NO_TARGET)
+        upcoming = [t for p in policies if (t := self._policy_due(p, now)) is not None]
         self.next_due = min(upcoming) if upcoming else None
         default = self.targets.get(self.ctx.policies.default_name, _NOTHING)
         self.ctx.board.set_warm(
             {name: WarmWant(t.count, t.shadow_count, t.why) for name, t in default.items()}
         )
+
+    def _policy_due(self, policy: Policy, now: datetime) -> datetime | None:
+        """One policy's targets now (the nodes of a class whose target moved step again);
+        its status written when it changed; its next due time."""
+        spec = policy.spec
+        before = self.targets.get(policy.name, _NOTHING)
+        h = self.book.histogram(policy.name, spec, now)
+        if h is not None:
+            h.advance(now)
+            FORECAST_DAYS.labels(policy.name).set(h.days_observed)
+        windows = windows_of(spec.warm_capacity)
+        classes = covered(spec.forecast_wake, spec.node_classes)
+        forecast = _forecast(h, classes, spec.forecast_wake)
+        after = targets(
+            spec.node_classes,
+            windows,
+            spec.warm_capacity.mode,
+            forecast,
+            spec.forecast_wake.mode,
+            now,
+        )
+        self.targets[policy.name] = after
+        for name in before.keys() | after.keys():
+            if before.get(name) != after.get(name):
+                self._look_again(policy.name, name, only_off=False)
+                self._gauge(policy.name, name, after.get(name, NO_TARGET))
+        upcoming: list[datetime] = []
+        if spec.warm_capacity.mode != "Off" and windows:
+            boundary = next_window_boundary(windows, now)
+            if boundary is not None:
+                upcoming.append(boundary)
+        if h is not None and classes:
+            hour = next_due(h, classes, now)
+            if hour is not None:
+                upcoming.append(hour)
+        next_at = min(upcoming) if upcoming else None
+        self._persist(policy, now, next_at)
+        return next_at
 
     # -- inputs ------------------------------------------------------------------------
 

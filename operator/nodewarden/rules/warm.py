@@ -285,10 +285,13 @@ def vm_creates(
     nothing on, and nodes booting (or whose create is pending) that no container waits
     for. Creates the plan makes for containers are theirs, not warm capacity."""
     by_name = {c.name: c for c in classes if c.node_type == "CloudVM"}
+    types = {c.instance_type for name, c in by_name.items() if name in wanted}
+    if not types:
+        return []
     have: dict[str, int] = {}
     busy = {s.node for s in plan.starts} | set(plan.wait_nodes.values())
     for view in nodes:
-        if view.instance_type is None or view.name in busy:
+        if view.instance_type not in types or view.name in busy:
             continue
         name = class_of_view(view, classes)
         if name is None or name not in wanted:

@@ -93,7 +93,9 @@ class World(Protocol):
     def _touch(self, node: MachineNode) -> None: ...
     def _sample(self) -> None: ...
     def _create_vm(self, type_name: str) -> None: ...
-    def _warm_creates(self, nodes: list[NodeView] | None, plan: Plan | None, room: int) -> None: ...
+    def _warm_creates(
+        self, nodes: list[NodeView] | None, plan: Plan | None, room: int | None
+    ) -> None: ...
 
 
 class Dispatching:
@@ -222,7 +224,7 @@ class Dispatching:
             # nothing startable is queued: the plan would start and create nothing, and
             # every node's demand is zero
             self.update_demand(None)
-            self.w._warm_creates(None, None, self._room())
+            self.w._warm_creates(None, None, None)
             return
         placed = [c.placement for c in self.running.values() if c.placement is not None]
         queued = [c.queued_view for c in self.queued.values()]
@@ -261,7 +263,7 @@ class Dispatching:
         self.update_demand(result)
         self.w._sample()
 
-    def _room(self) -> int:
+    def room(self) -> int:
         """Creates the cloud may still start this round (`maxNewNodesPerRound`)."""
         pending = sum(
             1 for n in self.w.nodes.values() if n.node_view(self.w.now).state is NodeState.PENDING

@@ -384,14 +384,20 @@ class Simulation:
         """The node's fleet reading with its class's warm counts and target."""
         if not self.warmth.active:
             return
-        fleet = node.facts.fleet
-        reading = self.warmth.reading(node, fleet)
-        if reading != fleet:
+        reading = self.warmth.reading(node)
+        if reading is not None:
             node.facts = node.facts.model_copy(update={"fleet": reading})
 
-    def _warm_creates(self, nodes: list[NodeView] | None, plan: Plan | None, room: int) -> None:
-        """The cloud VMs the warm levers want created after a dispatcher round."""
-        if not self.warmth.active or room <= 0:
+    def _warm_creates(
+        self, nodes: list[NodeView] | None, plan: Plan | None, room: int | None
+    ) -> None:
+        """The cloud VMs the warm levers want created after a dispatcher round (`room`
+        None: the round's room is counted here)."""
+        if not self.warmth.active or not self.warmth.wants_vms():
+            return
+        if room is None:
+            room = self.dispatching.room()
+        if room <= 0:
             return
         if nodes is None:
             nodes = [n.node_view(self.now) for n in self.nodes.values()]

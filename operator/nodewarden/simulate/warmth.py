@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.api.warmcapacity import NodeClass
 from nodewarden.policy.facts import FleetReading
+from nodewarden.policy.state import PowerState
 from nodewarden.rules.demand import idle_view
 from nodewarden.rules.fleet import FleetTally
 from nodewarden.rules.forecast import (
@@ -83,6 +84,9 @@ class SimWarmth:
         self.tally.class_changed = self._class_changed
         self.targets: dict[str, WarmTarget] = {}
         self._class_of: dict[str, str | None] = {}
+        self._applied: dict[str, tuple[FleetReading, tuple[object, ...]]] = {}
+        """Per node: the fleet reading it was given and the class figures in it."""
+        self._vm_classes = {c.name for c in self.classes if c.node_type == "CloudVM"}
         self._due_token = 0
 
     @property
@@ -109,14 +113,27 @@ class SimWarmth:
     def forget(self, node: MachineNode) -> None:
         self.tally.forget(node.name)
         self._class_of.pop(node.name, None)
+        self._applied.pop(node.name, None)
 
-    def reading(self, node: MachineNode, base: FleetReading | None) -> FleetReading | None:
-        """The node's fleet reading with its class's counts and target (as live)."""
+    def reading(self, node: MachineNode) -> FleetReading | None:
+        """The node's fleet reading with its class's counts and target (as live); None
+        when the reading it holds already says so."""
         name = self.node_class(node)
+        base = node.facts.fleet
         if name is None or base is None:
-            return base
-        counts = self.tally.class_counts(None, name)
-        return with_class(base, name, counts, self.targets.get(name, NO_TARGET))
+            return None
+        key = (self.tally.class_counts(None, name), self.targets.get(name, NO_TARGET))
+        applied = self._applied.get(node.name)
+        if applied is not None and applied[0] is base and applied[1] == key:
+            return None
+        reading = with_class(base, name, key[0], key[1])
+        assert reading is not None  # a base reading and a class: never None
+        self._applied[node.name] = (reading, key)
+        return reading
+
+    def wants_vms(self) -> bool:
+        """Whether a cloud-VM class has a target (else no create is worth looking for)."""
+        return any(t.count > 0 for name, t in self.targets.items() if name in self._vm_classes)
 
     # -- due times ------------------------------------------------------------------------
 
@@ -157,12 +174,14 @@ class SimWarmth:
             return
         warm, coming = self.tally.class_counts(None, name)
         if warm + coming < target.count:
-            self._look_again(name)
+            self._look_again(name, only_off=True)
 
-    def _look_again(self, name: str) -> None:
+    def _look_again(self, name: str, only_off: bool = False) -> None:
+        """The class's nodes step again (`only_off`: its Off nodes, which may be woken);
+        the dispatcher looks again (its cloud VMs may be created)."""
         for member in sorted(self.tally.members(None, name)):
             node = self.w.nodes.get(member)
-            if node is not None:
+            if node is not None and (not only_off or node.state.state is PowerState.OFF):
                 self.w._schedule(self.w.now, self.w._evaluate, node)
         self.w._request_round()
 

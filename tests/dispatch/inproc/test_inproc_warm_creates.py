@@ -68,3 +68,27 @@ async def test_no_warm_create_without_a_class_for_the_type() -> None:
     rig.board.set_warm({"small": WarmWant(2)})
     await rig.rounds(3)
     assert rig.cloud.created == []
+
+
+async def test_a_create_the_choke_point_refuses_is_not_retried_in_the_same_round() -> None:
+    """Warm creates go through `pool.create`, the create choke point (the hard caps and
+    the cloud's back-off: tests/unit/test_create_choke_point.py); a refusal (None) stops
+    that class's creates for the round and counts nothing."""
+    rig = Rig([SMALL])
+    _policy(rig)
+    asked: list[str] = []
+    create = rig.pool.create
+
+    def capped(itype: object) -> object:
+        asked.append(getattr(itype, "name", "?"))
+        return create(itype) if len(rig.cloud.created) < 1 else None  # type: ignore[arg-type]
+
+    rig.pool.create = capped  # type: ignore[method-assign]
+    await rig.start()
+    labels = {"policy": "default", "node_class": "small", "mode": "On"}
+    before = REGISTRY.get_sample_value("nodewarden_warm_creates_total", labels) or 0.0
+    rig.board.set_warm({"small": WarmWant(3, 0, "window office")})
+    await rig.round()
+    assert rig.cloud.created == ["small"] and asked == ["small", "small"]
+    after = REGISTRY.get_sample_value("nodewarden_warm_creates_total", labels) or 0.0
+    assert after - before == 1

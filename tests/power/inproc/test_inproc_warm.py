@@ -139,6 +139,20 @@ async def test_each_node_class_keeps_its_own_minimum_and_a_window_holds_a_cloud_
             "nodewarden_warm_target_nodes", policy="default", node_class="cpu", mode="On"
         )
         assert target == 2
+        # the lever switched Off: nothing holds the idle nodes any more
+        h.set_policy(
+            "default", **{**policy, "warmCapacity": {**policy["warmCapacity"], "mode": "Off"}}
+        )
+        await h.run_until(
+            lambda: all(h.state(n) == "Off" for n in [*on, kept] if n in h.hosts),
+            within=600,
+            tick=5,
+            what="released",
+        )
+        assert (
+            _gauge("nodewarden_warm_target_nodes", policy="default", node_class="cpu", mode="On")
+            == 0
+        )
 
 
 def _capacity(name: str) -> dict[str, Any]:
