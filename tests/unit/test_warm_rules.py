@@ -302,3 +302,40 @@ def test_the_tz_database_comes_with_the_python_dependencies() -> None:
         assert datetime(2027, 7, 1, tzinfo=berlin).utcoffset() == timedelta(hours=2)
     finally:
         zoneinfo.reset_tzpath(to=saved)
+
+
+def test_the_live_book_counts_each_arrival_once_and_restores_without_the_downtime() -> None:
+    from nodewarden.power.warmbook import WarmBook
+    from nodewarden.scheduling.views import ContainerView, Phase
+
+    small = InstanceType(name="small", provider_type="s", vcpus=2, ram=4 * GI, price=0.02)
+    spec = PowerPolicySpec.model_validate(
+        {
+            "nodeClasses": [{"name": "small", "nodeType": "CloudVM", "instanceType": "small"}],
+            "forecastWake": {"mode": "Shadow", "minDays": 1},
+        }
+    )
+    policies = [("p", spec)]
+    t0 = _utc(2027, 1, 4, 9)
+    res = ContainerResources.model_validate({"vcpus": 1, "ram": "1Gi"})
+
+    def view(uuid: str, at: datetime) -> ContainerView:
+        return ContainerView(uuid, Phase.QUEUED, 500, at, res)
+
+    book = WarmBook(Catalogue(types=(small,)), InstanceTypePolicy())
+    book.planned([view("old", t0 - timedelta(hours=1))], policies, t0)  # before: not counted
+    new = view("new", t0 + timedelta(minutes=1))
+    book.planned([new], policies, t0 + timedelta(minutes=2))
+    book.planned([new], policies, t0 + timedelta(minutes=3))  # the same one: counted once
+    h = book.histograms["p"]
+    assert sum(h.classes["small"]["weekday"].arrivals) == 1
+    h.advance(t0 + timedelta(hours=1))
+    wire = to_status(h, spec.forecast_wake).to_wire()
+    # a restart five hours later: the histogram comes back, the downtime is not watched
+    again = WarmBook(Catalogue(types=(small,)), InstanceTypePolicy())
+    again.observe("p", {"forecast": wire})
+    restored = again.histogram("p", spec, t0 + timedelta(hours=6))
+    assert restored is not None
+    assert sum(restored.classes["small"]["weekday"].arrivals) == 1
+    assert restored.counted_until == t0 + timedelta(hours=6)
+    assert restored.days_observed == pytest.approx(1 / 24)

@@ -51,6 +51,9 @@ class WarmBook:
     """Per (policy name, side-node class): a member node as the scheduler sees it idle."""
     seen: frozenset[str] = frozenset()
     """The uuids of the containers in the dispatcher's last plan."""
+    since: dict[str, datetime] = field(default_factory=dict)
+    """Per PowerPolicy name: when this process began counting into its histogram (an
+    arrival from before -- the forecast was Off then -- is not counted)."""
 
     def observe(self, name: str, status: Any) -> None:
         """A PowerPolicy was read: keep the histogram its status holds, the first time
@@ -65,6 +68,7 @@ class WarmBook:
         """The PowerPolicy was deleted: its histogram goes with it."""
         self.histograms.pop(name, None)
         self.stored.pop(name, None)
+        self.since.pop(name, None)
 
     def histogram(self, name: str, spec: PowerPolicySpec, now: datetime) -> Histogram | None:
         """The policy's histogram (made, or restored from its status, on first use), or
@@ -83,6 +87,7 @@ class WarmBook:
         else:
             h = fresh(tz, now)
         self.histograms[name] = h
+        self.since[name] = now
         return h
 
     def register(self, policy: str, node_class: str, view: NodeView) -> None:
@@ -113,6 +118,7 @@ class WarmBook:
         histogram of each policy given. Returns the policies whose histogram changed."""
         if self.started_at is None:
             self.started_at = now
+        histograms = [(name, spec, self.histogram(name, spec, now)) for name, spec in policies]
         uuids: set[str] = set()
         fresh_ones: list[ContainerView] = []
         for c in containers:
@@ -123,12 +129,14 @@ class WarmBook:
         changed: set[str] = set()
         if not fresh_ones:
             return changed
-        for name, spec in policies:
-            h = self.histogram(name, spec, now)
+        for name, spec, h in histograms:
             if h is None:
                 continue
             views = self.class_views(name, spec)
+            since = self.since.get(name, now)
             for c in fresh_ones:
+                if c.first_seen < since:
+                    continue
                 found = container_class(c.resources, views, self.catalogue, self.type_policy)
                 if found is not None:
                     h.arrive(found[0], found[1], c.first_seen)
