@@ -1,6 +1,10 @@
 # nodewarden operator image. Build it with `make image` (docker where there is a Docker
 # engine, podman/buildah elsewhere); see README "Build and publish the image".
 #
+# The IANA tz database (warm windows, the forecast's hours) comes with the image's Python
+# dependencies (the tzdata wheel in requirements.lock; the slim base ships none): the build
+# checks that Europe/Berlin resolves.
+#
 # Reproducible inputs: the base is pinned by Debian point release (pin a digest as well
 # when you publish: --build-arg BASE_IMAGE=docker.io/library/debian:12.15-slim@sha256:...),
 # and every Python dependency comes from requirements.lock (exact versions + hashes,
@@ -26,6 +30,7 @@ COPY operator/nodewarden ./operator/nodewarden
 RUN /opt/nodewarden/bin/pip install --no-cache-dir --no-deps --no-build-isolation --no-index . \
     && /opt/nodewarden/bin/pip uninstall --yes setuptools wheel pip \
     && /opt/nodewarden/bin/python -c "import nodewarden.cli" \
+    && /opt/nodewarden/bin/python -c "import tzdata, zoneinfo; zoneinfo.ZoneInfo('Europe/Berlin')" \
     && ! /opt/nodewarden/bin/python -c "import nodewarden_doubles" 2>/dev/null
 
 FROM ${BASE_IMAGE}

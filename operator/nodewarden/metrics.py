@@ -536,3 +536,28 @@ def _zero_children() -> None:
 
 
 _zero_children()
+
+# -- warm capacity (rules.warm, rules.forecast; issue 25 items 5 and 6) ----------------------
+
+WARM_TARGET = Gauge(
+    "nodewarden_warm_target_nodes",
+    "Warm nodes the warm-capacity levers want of a node class now, by policy, class and "
+    "mode (On: enforced; Shadow: what a lever in Shadow would want).",
+    ["policy", "node_class", "mode"],
+    registry=REGISTRY,
+)
+
+FORECAST_DAYS = Gauge(
+    "nodewarden_forecast_days_observed",
+    "Days of arrivals the forecast of a PowerPolicy has watched (it forecasts from minDays).",
+    ["policy"],
+    registry=REGISTRY,
+)
+
+WARM_CREATES = Counter(
+    "nodewarden_warm_creates_total",
+    "Cloud instances the dispatcher asked to create for warm capacity (ahead of demand), by "
+    "policy, node class and lever mode (Shadow: would have created, nothing done).",
+    ["policy", "node_class", "mode"],
+    registry=REGISTRY,
+)

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from nodewarden.api.containerdispatch import ContainerDispatchSpec
 from nodewarden.api.powerintent import PowerIntentSpec
 from nodewarden.api.powerpolicy import PowerPolicySpec
+from nodewarden.api.warmcapacity import warm_problems
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.units import parse_duration
 
@@ -140,6 +141,10 @@ def validate_powerpolicy(spec: PowerPolicySpec) -> Verdict:
     for name in ("shutdown", "wake", "ready"):
         if parse_duration(getattr(deadlines, name)).total_seconds() < 1:
             problems.append(f"spec.deadlines.{name}: must be at least 1s")
+    problems.extend(
+        f"spec.{p}"
+        for p in warm_problems(spec.node_classes, spec.warm_capacity, spec.forecast_wake)
+    )
     if problems:
         return Verdict(False, "InvalidSpec", "; ".join(problems))
     return VALID

@@ -244,6 +244,65 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.override",
     ),
     (
+        "pp-duplicate-node-class",
+        _obj(
+            "PowerPolicy",
+            {"nodeClasses": [{"name": "a", "nodeType": "SideNode"}] * 2},
+        ),
+        "every class name must be unique",
+    ),
+    (
+        "pp-window-of-no-class",
+        _obj(
+            "PowerPolicy",
+            {
+                "warmCapacity": {
+                    "windows": [
+                        {
+                            "name": "w",
+                            "nodeClass": "a100",
+                            "minWarm": 1,
+                            "start": "08:00",
+                            "end": "20:00",
+                        }
+                    ]
+                }
+            },
+        ),
+        "every nodeClass must name a spec.nodeClasses entry",
+    ),
+    (
+        "pp-window-start-is-end",
+        _obj(
+            "PowerPolicy",
+            {
+                "nodeClasses": [{"name": "a", "nodeType": "SideNode"}],
+                "warmCapacity": {
+                    "windows": [
+                        {
+                            "name": "w",
+                            "nodeClass": "a",
+                            "minWarm": 1,
+                            "start": "08:00",
+                            "end": "08:00",
+                        }
+                    ]
+                },
+            },
+        ),
+        "start and end must differ",
+    ),
+    (
+        "pp-cloud-class-without-type",
+        _obj("PowerPolicy", {"nodeClasses": [{"name": "a", "nodeType": "CloudVM"}]}),
+        "names its instanceType",
+    ),
+    (
+        "pp-forecast-confidence-out-of-range",
+        _obj("PowerPolicy", {"forecastWake": {"confidence": 1.5}}),
+        "spec.forecastWake.confidence",
+    ),
+    (
         "pi-override-short-justification",
         _obj("PowerIntent", {**INTENT, "override": {"inhibitors": True, "justification": "x"}}),
         "spec.override.justification",

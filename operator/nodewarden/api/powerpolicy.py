@@ -25,6 +25,14 @@ from nodewarden.api.base import (
     fence_field,
 )
 from nodewarden.api.energy import PolicyEnergyStatus
+from nodewarden.api.warmcapacity import (
+    MAX_NODE_CLASSES,
+    ForecastStatus,
+    ForecastWake,
+    NodeClass,
+    WarmCapacity,
+    WarmStatus,
+)
 from nodewarden.units import Duration, cel_durations, parse_duration
 
 ResetAction = Literal[
@@ -262,6 +270,19 @@ class PowerPolicySpec(ApiModel):
             "message": "minOn must not exceed maxOn",
             "fieldPath": ".minOn",
         },
+        {
+            "rule": "!has(self.nodeClasses) || self.nodeClasses.all(c, "
+            "self.nodeClasses.exists_one(d, d.name == c.name))",
+            "message": "nodeClasses: every class name must be unique",
+            "fieldPath": ".nodeClasses",
+        },
+        {
+            "rule": "!has(self.warmCapacity) || !has(self.warmCapacity.windows) || "
+            "self.warmCapacity.windows.all(w, has(self.nodeClasses) && "
+            "self.nodeClasses.exists(c, c.name == w.nodeClass))",
+            "message": "warmCapacity.windows: every nodeClass must name a spec.nodeClasses entry",
+            "fieldPath": ".warmCapacity",
+        },
     ]
 
     idle_threshold: Duration = Field(
@@ -383,6 +404,24 @@ class PowerPolicySpec(ApiModel):
         zone_of(value)
         return value
 
+    # -- warm capacity (api/warmcapacity.py; issue 25 items 5 and 6) --------------------
+    node_classes: list[NodeClass] = Field(
+        default_factory=list,
+        max_length=MAX_NODE_CLASSES,
+        description=(
+            "Named sets of nodes the warm-capacity levers count and keep warm (a node "
+            "belongs to the first class that matches it)."
+        ),
+    )
+    warm_capacity: WarmCapacity = Field(
+        default_factory=WarmCapacity,
+        description="Warm windows: at least N nodes of a class on by the clock.",
+    )
+    forecast_wake: ForecastWake = Field(
+        default_factory=ForecastWake,
+        description="Warm capacity ahead of the demand the arrivals seen so far predict.",
+    )
+
     def seconds(self, field: str) -> float:
         """The named top-level duration knob in seconds, e.g. `spec.seconds('min_on')`."""
         value = getattr(self, field)
@@ -431,6 +470,14 @@ class PowerPolicyStatus(StatusModel):
         default_factory=list,
         max_length=MAX_CONDITIONS,
         description="Valid and other standard conditions.",
+    )
+    # -- warm capacity (written by the power controller at its due times) ---------------
+    forecast: ForecastStatus | None = Field(
+        default=None,
+        description="The forecast's learned histogram of arrivals (forecastWake not Off).",
+    )
+    warm_capacity: WarmStatus | None = Field(
+        default=None, description="What the warm-capacity levers want of each node class now."
     )
 
 

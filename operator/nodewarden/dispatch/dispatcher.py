@@ -10,6 +10,7 @@ the service and the handlers call it). It composes collaborators that share a
     Planner    dispatch/planner.py    plan from the capacity ledger, then carry it out
     Loop       dispatch/loop.py       recovery at start-up and the rounds (the steps of a round)
     NodeList   dispatch/nodelist.py   the management API's node and container list
+    DispatchWarmth dispatch/warming.py cloud VMs ahead of demand (warm capacity)
 
 What the pool owns (a worker's runners, its last container, when to probe it again) the
 dispatcher never writes: it tells the worker what happened (`pool.worker.Worker`).
@@ -32,6 +33,7 @@ from nodewarden.dispatch.planner import Planner
 from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
 from nodewarden.dispatch.runners import Runners
 from nodewarden.dispatch.views import NodeViews
+from nodewarden.dispatch.warming import DispatchWarmth
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.scheduling.views import ContainerView, Plan
@@ -72,7 +74,8 @@ class Dispatcher:
         self.runners = Runners(self.ctx, self.outcomes)
         self.views = NodeViews(self.ctx.board)
         self.planner = Planner(self.ctx, self.outcomes, self.runners, self.views)
-        self.loop = Loop(self.ctx, self.outcomes, self.runners, self.planner)
+        self.warmth = DispatchWarmth(self.ctx, self.views)
+        self.loop = Loop(self.ctx, self.outcomes, self.runners, self.planner, self.warmth)
         self.nodelist = NodeList(self.ctx)
 
     # --- the parts the composition root and the service use ---------------------------

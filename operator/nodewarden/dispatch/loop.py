@@ -12,7 +12,8 @@ Each round (`step`, every `tick_interval` or sooner when an event arrives):
 2. reconcile runners with containers, node by node, from the latest probe (`Runners`);
 3. cancel what was cancelled, and drop the finalizer of earlier releases from terminal
    containers (`Outcomes`);
-4. plan from the capacity ledger and 5. execute the plan (`Planner`) -- only when
+4. plan from the capacity ledger and 5. execute the plan (`Planner`), then create the
+   cloud VMs warm capacity wants (`DispatchWarmth`) -- only when
    `replan.plan_wanted` says so: something the plan reads changed, starts or writes are
    under way, a time the last plan named came, or `replan_backstop` passed; an idle tick
    plans nothing, writes nothing, and hands the pool's status fields over only after a
@@ -44,6 +45,7 @@ from nodewarden.dispatch.replan import (
     plan_wanted,
 )
 from nodewarden.dispatch.runners import Runners
+from nodewarden.dispatch.warming import DispatchWarmth
 from nodewarden.drain import drain
 from nodewarden.metrics import CONTAINERS, DISPATCH_PLANS, OVERCOMMITTED_NODES
 from nodewarden.scheduling.ledger import with_starts
@@ -58,12 +60,18 @@ class Loop:
     """Recovers, then runs rounds until stopped (module docstring)."""
 
     def __init__(
-        self, ctx: DispatchContext, outcomes: Outcomes, runners: Runners, planner: Planner
+        self,
+        ctx: DispatchContext,
+        outcomes: Outcomes,
+        runners: Runners,
+        planner: Planner,
+        warmth: DispatchWarmth,
     ) -> None:
         self.ctx = ctx
         self.outcomes = outcomes
         self.runners = runners
         self.planner = planner
+        self.warmth = warmth
         self.node_marks = NodeMarks()
 
     async def start(self) -> None:
@@ -184,6 +192,7 @@ class Loop:
         result = self.planner.plan(now)
         ctx.last_plan = result
         await self.planner.execute(result, now)
+        self.warmth.create(result)  # cloud VMs ahead of demand (dispatch.warming)
         # the marks from before the plan: whatever moved since is planned at the next
         # tick (a round that failed is not recorded, so it is planned again)
         ctx.marks, ctx.planned_at = marks, now

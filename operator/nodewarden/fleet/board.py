@@ -5,7 +5,9 @@ place work on a node (`admission_open`) and how to count it (`view`: state, read
 whether an off side node can be woken). Closing admission is a handshake: the controller
 `close`s, the dispatcher `acknowledge`s at the start of a round once no runner start is
 in flight for the node, and the controller turns the acknowledgement into the state
-machine's AdmissionClosed event. Nothing here is I/O; both sides run in one event loop.
+machine's AdmissionClosed event. The controller also puts up what the warm-capacity levers
+want of each node class (`warm`): the dispatcher creates cloud VMs ahead of demand from
+it. Nothing here is I/O; both sides run in one event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ class NodePowerView:
     """A side node that is off (or waking) and that the controller may wake for demand."""
 
 
+@dataclass(frozen=True, slots=True)
+class WarmWant:
+    """What the warm-capacity levers want of one node class of the default policy now
+    (`power.warming`): warm nodes in force, and what a lever in Shadow would want."""
+
+    count: int
+    shadow: int = 0
+    why: str | None = None
+
+
 @dataclass
 class PowerBoard:
     views: dict[str, NodePowerView] = field(default_factory=dict)
@@ -37,6 +49,16 @@ class PowerBoard:
     version: int = 0
     """Bumped on every change of what placement reads (a node's view, admission): the
     dispatcher plans again only when it moved (`dispatch.replan`)."""
+
+    warm: dict[str, WarmWant] = field(default_factory=dict)
+    """Per node class of the default policy: what the warm-capacity levers want now (the
+    dispatcher creates cloud VMs for its cloud classes from it, `dispatch.warming`)."""
+
+    def set_warm(self, wants: dict[str, WarmWant]) -> None:
+        """The levers' wants at the power controller's due time (a change is planned on)."""
+        if wants != self.warm:
+            self.warm = wants
+            self.version += 1
 
     def view(self, node: str) -> NodePowerView | None:
         return self.views.get(node)

@@ -213,3 +213,5 @@ class GateInputs:
     stale: tuple[FactName, ...] = ()
     missing: tuple[FactName, ...] = ()
     oldest: datetime | None = None
+    warm: ReasonCode | None = None
+    """A wake justified by warm capacity, not queued demand (WARM_WINDOW, FORECAST_DEMAND)."""

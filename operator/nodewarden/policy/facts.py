@@ -238,6 +238,31 @@ class FleetReading(Reading):
     warm_idle_nodes: int = Field(
         ge=0, description="Nodes under this policy that are on, ready, open and idle (incl. this)."
     )
+    # -- warm capacity of the node's class (rules.warm; all 0 / None without a class) ---
+    node_class: str | None = Field(
+        default=None, max_length=63, description="The node's class (spec.nodeClasses)."
+    )
+    class_warm_idle: int = Field(
+        default=0, ge=0, description="Nodes of the class on, idle and open (incl. this)."
+    )
+    class_coming: int = Field(
+        default=0, ge=0, description="Nodes of the class waking or being verified after a boot."
+    )
+    warm_target: int = Field(
+        default=0, ge=0, description="Warm nodes of the class the levers in force want now."
+    )
+    warm_lever: Literal["WarmWindow", "Forecast"] | None = Field(
+        default=None, description="The lever behind warm_target."
+    )
+    warm_why: str | None = Field(
+        default=None, max_length=1024, description="The window or forecast behind it."
+    )
+    shadow_target: int = Field(
+        default=0, ge=0, description="Warm nodes a lever in Shadow would want (not enforced)."
+    )
+    shadow_why: str | None = Field(
+        default=None, max_length=1024, description="The Shadow lever's window or forecast."
+    )
 
 
 class NodeFacts(CoreModel):

@@ -270,7 +270,60 @@ def fleet_gate(
         reasons.append(R.DISRUPTION_BUDGET_EXHAUSTED)
     if check_warm and left < policy.min_warm_nodes:
         reasons.append(R.MIN_WARM_NODES)
+    if check_warm and fleet.node_class is not None:
+        with_class, held = _class_warmth(fleet, counted, evidence)
+        if held is not None:
+            reasons.append(held)
+        return gate_result(_G_FLEET, reasons, with_class)
     return gate_result(_G_FLEET, reasons, evidence)
+
+
+def _class_warmth(
+    fleet: FleetReading, counted: bool, before: tuple[Evidence, ...]
+) -> tuple[tuple[Evidence, ...], ReasonCode | None]:
+    """The warm-capacity levers on a shutdown (`rules.warm`): the code that holds the node
+    when going would leave its class fewer warm nodes than the levers in force want
+    (None: nothing holds it), with the evidence; a Shadow lever's hold is evidence only."""
+    left = max(0, fleet.class_warm_idle - (1 if counted else 0))
+    target, shadow = fleet.warm_target, fleet.shadow_target
+    if target <= 0 and shadow <= 0:
+        return before, None
+    evidence: tuple[Evidence, ...] = (
+        *before,
+        evidence_of("nodeClass", fleet.node_class, fleet),
+        evidence_of("classWarmNodesLeft", left, fleet),
+    )
+    held: ReasonCode | None = None
+    if target > 0:
+        evidence = (*evidence, evidence_of("warmTarget", f"{target}: {fleet.warm_why}", fleet))
+        if left < target:
+            held = R.FORECAST_DEMAND if fleet.warm_lever == "Forecast" else R.WARM_WINDOW
+    if shadow > 0 and left < shadow:
+        evidence = (
+            *evidence,
+            evidence_of(
+                "shadowWarmHold", f"would keep it on ({shadow}): {fleet.shadow_why}", fleet
+            ),
+        )
+    return evidence, held
+
+
+def warm_wake(fleet: FleetReading | None) -> ReasonCode | None:
+    """The lever that wants a node of this class woken: its class has fewer warm and coming
+    nodes than the levers in force want (None: none does)."""
+    if fleet is None or fleet.warm_target <= 0:
+        return None
+    if fleet.class_warm_idle + fleet.class_coming >= fleet.warm_target:
+        return None
+    return R.FORECAST_DEMAND if fleet.warm_lever == "Forecast" else R.WARM_WINDOW
+
+
+def _warm_wake_evidence(fleet: FleetReading) -> tuple[Evidence, ...]:
+    return (
+        evidence_of("nodeClass", fleet.node_class, fleet),
+        evidence_of("classWarmAndComing", fleet.class_warm_idle + fleet.class_coming, fleet),
+        evidence_of("warmTarget", f"{fleet.warm_target}: {fleet.warm_why}", fleet),
+    )
 
 
 def drain_context(
@@ -358,5 +411,14 @@ def demand_present(c: GateInputs) -> GateResult:
     queued = demand.queued
     d_evidence = (Evidence("queued", queued, demand.source, demand.observed_at),)
     if queued == 0:
+        fleet = c.facts.fleet
+        # warm capacity wakes side nodes only (cloud VMs are created by the dispatcher)
+        warm = warm_wake(fleet) if c.facts.node_type == "SideNode" else None
+        if warm is not None and fleet is not None:
+            c.warm = warm  # no queued demand: warm capacity justifies the wake
+            return GateResult(_G_DEMAND, _PASS, (), (*d_evidence, *_warm_wake_evidence(fleet)))
+        if fleet is not None and fleet.shadow_target > fleet.class_warm_idle + fleet.class_coming:
+            shadow = Evidence("shadowWarmWake", f"would wake it: {fleet.shadow_why}", fleet.source)
+            return GateResult(_G_DEMAND, _FAIL, (R.NO_DEMAND,), (*d_evidence, shadow))
         return GateResult(_G_DEMAND, _FAIL, (R.NO_DEMAND,), d_evidence)
     return GateResult(_G_DEMAND, _PASS, (), d_evidence)

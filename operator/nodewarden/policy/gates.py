@@ -247,6 +247,8 @@ def evaluate_wake(
     c = GateInputs(False, facts, now, policy, state, facts.intent, _CLOSED, None, waking, None)
     gates = _wake_gates(c)
     decision, codes = decide(gates, _START, RANK, ())
+    if c.warm is not None and decision is _START:
+        codes = (*codes, c.warm)  # woken for warm capacity: the record says which lever
     return Evaluation(  # positional, in field order: keyword arguments cost twice as much
         "wake",  # kind
         decision,  # decision

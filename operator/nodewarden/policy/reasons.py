@@ -82,6 +82,8 @@ class ReasonCode(StrEnum):
     INTENT_NOT_SUPPORTED = "INTENT_NOT_SUPPORTED"
     DISRUPTION_BUDGET_EXHAUSTED = "DISRUPTION_BUDGET_EXHAUSTED"
     MIN_WARM_NODES = "MIN_WARM_NODES"
+    WARM_WINDOW = "WARM_WINDOW"
+    FORECAST_DEMAND = "FORECAST_DEMAND"
     # -- transition progress and trouble --------------------------------------
     CONFIRMATION_PENDING = "CONFIRMATION_PENDING"
     READY_PROBE_PENDING = "READY_PROBE_PENDING"
@@ -319,6 +321,22 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
         _C.NONE,
         "Switching this node off would leave fewer idle nodes than minWarmNodes.",
         "Nothing; lower minWarmNodes to allow it.",
+    ),
+    _R.WARM_WINDOW: ReasonDoc(
+        _C.NONE,
+        "A warm window of the PowerPolicy (warmCapacity.windows) is open for the node's class: "
+        "switching it off would leave fewer warm nodes of the class than the window's minWarm "
+        "(a shutdown is held), or the class has fewer warm and waking nodes than that (the "
+        "node is woken; the wake gates still apply). The record names the window.",
+        "Nothing; edit or remove the window, or set warmCapacity.mode Shadow or Off.",
+    ),
+    _R.FORECAST_DEMAND: ReasonDoc(
+        _C.NONE,
+        "The forecast (forecastWake) expects more arrivals of the node's class within its "
+        "bootTime than the class's warm nodes can take: the node is kept on (a shutdown is "
+        "held) or woken ahead of them (the wake gates still apply). The record gives the "
+        "hour's rate and the quantile.",
+        "Nothing; lower forecastWake.confidence or maxWarmNodes, or set its mode Shadow or Off.",
     ),
     _R.CONFIRMATION_PENDING: ReasonDoc(
         _C.DEFER,

@@ -44,6 +44,7 @@ collaborators, which call one another one way only (top to bottom) --
 - `validation.Validation`     -- the `Valid` condition and the BMC claims;
 - `energy.Energy`             -- power readings, energy figures, a policy's sums;
 - `recording.Recorder`        -- records, intents' phases, Events, conditions;
+- `warming.PowerWarmth`       -- warm-capacity targets (windows, forecast) and classes;
 
 and keeps the public surface: the feed's inputs, the pool's `WorkerObserver`, the
 dispatcher's `planned`, the validation index, `explain`, `run`/`halt`/`stop`.
@@ -82,6 +83,7 @@ from nodewarden.power.round import Round
 from nodewarden.power.runtime import ControllerSettings, NodeRuntime
 from nodewarden.power.sensing import Sensing
 from nodewarden.power.validation import Validation
+from nodewarden.power.warming import PowerWarmth
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.views import ContainerView, Plan
@@ -175,6 +177,7 @@ class PowerController:
         self._poolfacts = PoolFacts(ctx, self._observations, recorder)
         sensing = Sensing(ctx, self._observations, recorder, self.energy)
         self._sensing = sensing
+        self.warmth = PowerWarmth(ctx)
         self._round = Round(
             ctx,
             recorder=recorder,
@@ -183,6 +186,7 @@ class PowerController:
             poolfacts=self._poolfacts,
             sensing=sensing,
             energy=self.energy,
+            warmth=self.warmth,
         )
 
     @property
@@ -214,6 +218,7 @@ class PowerController:
 
     def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A PowerPolicy event: every node under it re-evaluates with the new version."""
+        self.warmth.observe_policy(body, deleted)  # the histogram its status holds
         self._observations.observe_policy(body, deleted)
 
     def requester_admission(self, admission: RequesterAdmission) -> None:
@@ -224,6 +229,7 @@ class PowerController:
         """The dispatcher's round: its capacity ledger (each node's work) and queued
         demand for every node, by the plan's fit rules."""
         self._poolfacts.planned(containers, plan, now)
+        self.warmth.planned(containers, now)  # the forecast's arrivals
 
     def await_ledger(self) -> None:
         """A dispatcher places work here and has not planned yet (it recovers): until its
@@ -392,6 +398,9 @@ class PowerController:
         released = self._ctx.first_writes.soonest()
         if released is not None:
             soonest = min(soonest, (released - now).total_seconds())
+        warm = self.warmth.next_due  # a window boundary or forecast hour
+        if warm is not None:
+            soonest = min(soonest, (warm - now).total_seconds())
         return max(0.05, soonest)
 
 

@@ -7,7 +7,9 @@ rechecks) -- then the status writes of the round are flushed.
 
 `Round` is the top collaborator of `PowerController`: it calls `Validation` (periodic
 re-validation), `Sensing` (the reads due, a read a step asks for), `PoolFacts` (re-reads of
-the queue), `Observations` (a refused state write reloads the stored state) and `Recorder`.
+the queue), `Observations` (a refused state write reloads the stored state), `Recorder` and
+`PowerWarmth` (warm-capacity targets at their due times; each node's class in its fleet
+reading).
 Shadow mode (`PowerPolicy.spec.mode: Shadow`) records a step that would act and does not
 carry it out.
 """
@@ -43,6 +45,7 @@ from nodewarden.power.recording import Recorder
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.power.sensing import Sensing
 from nodewarden.power.validation import Validation
+from nodewarden.power.warming import PowerWarmth
 from nodewarden.rules.effects import (
     Effect,
     Observation,
@@ -76,9 +79,11 @@ class Round:
         poolfacts: PoolFacts,
         sensing: Sensing,
         energy: Energy,
+        warmth: PowerWarmth,
     ) -> None:
         self.ctx = ctx
         self.energy = energy
+        self.warmth = warmth
         self.recorder = recorder
         self.validation = validation
         self.observations = observations
@@ -109,6 +114,7 @@ class Round:
             for intent in ctx.intents.abandoned(self._transition_intent):
                 ctx.spawn(ctx.intents.abandon(intent, now))
         self.sensing.schedule(now)
+        self.warmth.due(now)  # window boundaries, forecast hours, policy changes
         agenda = ctx.agenda
         names = agenda.take_dirty()
         names |= agenda.due(Timer.STEP, now, self._current("due_at"))
@@ -117,7 +123,7 @@ class Round:
             if self._expired(ctx.nodes[name], now):
                 names.add(name)
         stepping = sorted((ctx.nodes[n] for n in names if n in ctx.nodes), key=_arrival)
-        tally = ctx.tally  # kept as each step changes a state: the next node reads it
+        # the tally is kept as each step changes a state: the next node reads it
         # a first round over a big fleet must not hold the loop for seconds; a round of a
         # few nodes stays whole (what it decides then never depends on a mid-round read)
         turns = Turns(after=WHOLE_ROUND)
@@ -130,7 +136,8 @@ class Round:
                 continue
             if due:
                 rt.due_at = None
-            rt.facts = rt.facts.model_copy(update={"fleet": tally.reading(rt.policy_name, now)})
+            # the fleet counts (the tally), with the node's class and its warm target
+            rt.facts = rt.facts.model_copy(update={"fleet": self.warmth.reading(rt, now)})
             try:
                 await self.process(rt, now, due=due)
             except asyncio.CancelledError:

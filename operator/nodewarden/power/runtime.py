@@ -148,6 +148,10 @@ class NodeRuntime:
     """Its last power reading (the watts metric)."""
     energy_none: str | None = None
     """Why it has no reading (a BMC without a power resource, no BMC, a cloud VM)."""
+    node_class: str | None = None
+    """The node's class under its policy (`spec.nodeClasses`; `power.warming`)."""
+    classed_from: tuple[int, Any] | None = field(default=None, repr=False, compare=False)
+    """(id of the spec, policy version) `node_class` was computed from."""
     agenda: Agenda | None = field(default=None, repr=False, compare=False)
 
     tally: FleetTally | None = field(default=None, repr=False, compare=False)
@@ -162,7 +166,7 @@ class NodeRuntime:
         elif name in _TALLIED:
             tally = self.__dict__.get("tally")
             if tally is not None:
-                tally.set(self.name, self.policy_name, self.node_type, self.state)
+                tally.set(self.name, self.policy_name, self.node_type, self.state, self.node_class)
 
     def bind(self, agenda: Agenda, order: int, tally: FleetTally) -> None:
         """Put the node on `agenda` (its events mark it dirty, its timers are pushed) and
@@ -170,7 +174,7 @@ class NodeRuntime:
         self.order = order
         self.agenda = agenda
         self.tally = tally
-        tally.set(self.name, self.policy_name, self.node_type, self.state)
+        tally.set(self.name, self.policy_name, self.node_type, self.state, self.node_class)
         events = self.events
         if not isinstance(events, EventQueue):
             events = EventQueue(events)
@@ -235,8 +239,8 @@ def poll_phase(name: str) -> float:
     return 0.5 + 0.5 * zlib.crc32(name.encode()) / 2**32
 
 
-_TALLIED = frozenset({"state", "spec"})
-"""The attributes a node's fleet marks come from (its policy, type and power state)."""
+_TALLIED = frozenset({"state", "spec", "node_class"})
+"""The attributes a node's fleet marks come from (its policy, type, power state, class)."""
 
 _UNPERSISTED = frozenset({"seq", "recheck_at"})
 

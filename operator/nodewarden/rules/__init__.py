@@ -11,7 +11,9 @@ warm idle nodes), `vm` (a cloud VM's node-manager facts from a pool snapshot),
 readiness and wakeability checks), `effects` (what a step's actions mean: the typed
 effects the power round and the simulator both carry out), `energy` (a node's meter:
 BMC readings into energy, gaps never integrated), `savings` (the never-off
-counterfactual, money saved, a policy's sums).
+counterfactual, money saved, a policy's sums), `warm` (node classes, warm windows in
+IANA time zones, the warm-capacity levers' targets, cloud VMs to create ahead of
+demand), `forecast` (the forecast's histogram of arrivals and its warm nodes).
 
 Imports only value modules: `api/`, `policy/`, `scheduling/`, `units` and `fleet.ports`
 (never an adapter: readings converted from the adapters' fact types stay in

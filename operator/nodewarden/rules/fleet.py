@@ -1,6 +1,7 @@
 """The fleet counts the core reads per policy: side-node transitions in progress (the
-disruption budget) and warm idle nodes (min warm). Pure: callers pass each node's
-policy, type and power state.
+disruption budget) and warm idle nodes (min warm), and per node class its warm and
+coming nodes (the warm-capacity levers, `rules.warm`). Pure: callers pass each node's
+policy, type, power state and class.
 
 `fleet_readings` counts a whole fleet at once (the reference); `FleetTally` keeps the same
 counts as nodes change, one node at a time (the power controller's: a round that steps a
@@ -8,8 +9,9 @@ few nodes never counts the fleet)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Literal
 
 from nodewarden.policy.facts import FleetReading
 from nodewarden.policy.state import NodePowerState, PowerState, TransitionKind, api_admission
@@ -18,6 +20,9 @@ SOURCE = "power controller (every node under the policy)"
 
 FleetMember = tuple[str | None, str, NodePowerState]
 """(policy name, node type, power state) of one node."""
+ClassMark = Literal["warm", "coming"] | None
+ClassKey = tuple[str | None, str]
+"""(policy name, node class)."""
 
 
 def in_budget(node_type: str, state: NodePowerState) -> bool:
@@ -36,6 +41,19 @@ def warm_idle(state: NodePowerState) -> bool:
 def fleet_marks(node_type: str, state: NodePowerState) -> tuple[bool, bool]:
     """What one node adds to its policy's fleet counts: (in the budget, warm idle)."""
     return in_budget(node_type, state), warm_idle(state)
+
+
+def class_mark(state: NodePowerState) -> ClassMark:
+    """What a node adds to its node class's counts (`rules.warm`): warm (on, idle,
+    admission open), coming (waking, or being verified after a boot or wake), or nothing."""
+    if warm_idle(state):
+        return "warm"
+    t = state.transition
+    if state.state is PowerState.WAKING or (
+        state.state is PowerState.UNKNOWN and t is not None and t.kind is TransitionKind.VERIFY
+    ):
+        return "coming"
+    return None
 
 
 def fleet_reading(transitions: int, warm: int, now: datetime) -> FleetReading:
@@ -57,30 +75,50 @@ def fleet_readings(nodes: Iterable[FleetMember], now: datetime) -> dict[str | No
 
 
 class FleetTally:
-    """The counts of `fleet_readings`, kept as each node changes (`set`, `forget`)."""
+    """The counts of `fleet_readings`, kept as each node changes (`set`, `forget`), and
+    per node class (`rules.warm`) its warm and coming nodes and its members."""
 
     def __init__(self) -> None:
-        self._marks: dict[str, tuple[str | None, bool, bool]] = {}
+        self._marks: dict[str, tuple[str | None, bool, bool, str | None, ClassMark]] = {}
         self._counts: dict[str | None, list[int]] = {}
         """Per policy: [members, in the budget, warm idle]."""
+        self._classes: dict[ClassKey, list[int]] = {}
+        """Per (policy, class): [warm, coming]."""
+        self._members: dict[ClassKey, set[str]] = {}
+        self.class_changed: Callable[[ClassKey], None] | None = None
+        """Told when a class's warm or coming count went down (it may need a node woken)."""
 
-    def set(self, name: str, policy: str | None, node_type: str, state: NodePowerState) -> None:
-        """Node `name` is under `policy` with this type and state now."""
+    def set(
+        self,
+        name: str,
+        policy: str | None,
+        node_type: str,
+        state: NodePowerState,
+        node_class: str | None = None,
+    ) -> None:
+        """Node `name` is under `policy` with this type, state and class now."""
         budget, warm = fleet_marks(node_type, state)
-        new = (policy, budget, warm)
+        mark = class_mark(state) if node_class is not None else None
+        new = (policy, budget, warm, node_class, mark)
         old = self._marks.get(name)
         if old == new:
             return
         if old is not None:
-            self._add(old, -1)
+            self._add(name, old, -1)
         self._marks[name] = new
-        self._add(new, 1)
+        self._add(name, new, 1)
+        if old is not None and old[4] is not None and old[3] is not None:
+            lost = old[3] != node_class or old[0] != policy or old[4] != mark
+            if lost and self.class_changed is not None:
+                self.class_changed((old[0], old[3]))
 
     def forget(self, name: str) -> None:
         """Node `name` left the fleet."""
         old = self._marks.pop(name, None)
         if old is not None:
-            self._add(old, -1)
+            self._add(name, old, -1)
+            if old[4] is not None and old[3] is not None and self.class_changed is not None:
+                self.class_changed((old[0], old[3]))
 
     def reading(self, policy: str | None, now: datetime) -> FleetReading | None:
         """The fleet reading of `policy` (None: no node is under it)."""
@@ -90,11 +128,39 @@ class FleetTally:
     def readings(self, now: datetime) -> dict[str | None, FleetReading]:
         return {policy: fleet_reading(c[1], c[2], now) for policy, c in self._counts.items()}
 
-    def _add(self, marks: tuple[str | None, bool, bool], sign: int) -> None:
-        policy, budget, warm = marks
+    def class_counts(self, policy: str | None, node_class: str) -> tuple[int, int]:
+        """(warm, coming) nodes of `node_class` under `policy`."""
+        c = self._classes.get((policy, node_class))
+        return (c[0], c[1]) if c is not None else (0, 0)
+
+    def members(self, policy: str | None, node_class: str) -> frozenset[str]:
+        """The nodes of `node_class` under `policy`."""
+        return frozenset(self._members.get((policy, node_class), ()))
+
+    def _add(
+        self,
+        name: str,
+        marks: tuple[str | None, bool, bool, str | None, ClassMark],
+        sign: int,
+    ) -> None:
+        policy, budget, warm, node_class, mark = marks
         c = self._counts.setdefault(policy, [0, 0, 0])
         c[0] += sign
         c[1] += sign * int(budget)
         c[2] += sign * int(warm)
         if c[0] == 0:
             del self._counts[policy]
+        if node_class is None:
+            return
+        key = (policy, node_class)
+        members = self._members.setdefault(key, set())
+        if sign > 0:
+            members.add(name)
+        else:
+            members.discard(name)
+        k = self._classes.setdefault(key, [0, 0])
+        k[0] += sign * int(mark == "warm")
+        k[1] += sign * int(mark == "coming")
+        if not members:
+            del self._members[key]
+            del self._classes[key]

@@ -2,6 +2,7 @@
 
     nodewarden simulate --trace T --policy A.yaml [--policy B.yaml ...] [--fleet F.yaml]
                         [-o table|json] [--plot FILE.png] [--seed N] [--peers] [--prophet]
+                        [--train-days D]
     nodewarden trace generate [--preset NAME] [--seed N] [--days D] [--scale F] -o FILE
     nodewarden trace export [--kubeconfig F] [-n NS] [--since 7d|RFC3339] -o FILE
 
@@ -151,7 +152,52 @@ def _simulate_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add the prophet of every row: its placement with clairvoyant power",
     )
+    p.add_argument(
+        "--train-days",
+        type=float,
+        metavar="D",
+        help=(
+            "train every policy's forecastWake on the trace's first D days and run every "
+            "row on the days after them only (the forecast is never judged on its training)"
+        ),
+    )
     return p
+
+
+def _train(
+    trace: Trace, fleet: Fleet, policies: list[SimPolicy], days: float | None, err: TextIO
+) -> tuple[Trace, list[SimPolicy], dict[str, Any] | None]:
+    """The trace to judge on and the policies with their forecasts trained (`--train-days`)."""
+    from dataclasses import replace
+
+    from nodewarden.simulate.warmth import split_trace, train
+
+    wanting = [p.name for p in policies if p.spec.forecast_wake.mode != "Off"]
+    if days is None:
+        for name in wanting:
+            err.write(
+                f"nodewarden simulate: note: policy {name}: forecastWake has no history without "
+                "--train-days; it forecasts nothing\n"
+            )
+        return trace, policies, None
+    if days <= 0 or days * 86_400_000_000 >= trace.end:
+        raise InputError("--train-days: must be more than 0 and less than the trace's length")
+    first, judged = split_trace(trace, days)
+    catalogue, types = fleet.cloud.catalogue, fleet.cloud.instance_type_policy
+    trained = [
+        replace(p, forecast=train(first, p.spec, fleet, catalogue, types))
+        if p.spec.forecast_wake.mode != "Off"
+        else p
+        for p in policies
+    ]
+    note = {
+        "trainDays": days,
+        "trainedOn": len(first.containers),
+        "judgedOn": len(judged.containers),
+        "judgedFrom": judged.start.isoformat(),
+        "policies": wanting,
+    }
+    return judged, trained, note
 
 
 def simulate_main(
@@ -168,6 +214,7 @@ def simulate_main(
         policies = [load_policy_arg(v) for v in args.policy]
         policies = _unique_names(policies, args.policy)
         fleet = load_fleet_arg(args.fleet)
+        trace, policies, training = _train(trace, fleet, policies, args.train_days, err)
         if args.plot:
             from nodewarden.simulate.plot import _pyplot
 
@@ -191,8 +238,17 @@ def simulate_main(
             err.write(f"nodewarden simulate: cannot write {args.plot}: {exc.strerror or exc}\n")
             return EXIT_FAILED
     if args.output == "json":
-        out.write(json.dumps(comparison_document(comparison), indent=2, sort_keys=False) + "\n")
+        doc = comparison_document(comparison)
+        if training is not None:
+            doc["forecastTraining"] = training
+        out.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     else:
+        if training is not None:
+            out.write(
+                f"forecast trained on the first {training['trainDays']:g} days "
+                f"({training['trainedOn']} containers); every row judged on the rest "
+                f"({training['judgedOn']} containers from {training['judgedFrom']})\n\n"
+            )
         out.write(render_table(comparison))
     return EXIT_OK
 

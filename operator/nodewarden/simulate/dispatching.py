@@ -31,7 +31,15 @@ from nodewarden.scheduling.instancetypes import (
     effective_requirements,
 )
 from nodewarden.scheduling.scheduler import plan, qualified_demand
-from nodewarden.scheduling.views import CloudState, ContainerView, Limits, NodeState, Phase, Plan
+from nodewarden.scheduling.views import (
+    CloudState,
+    ContainerView,
+    Limits,
+    NodeState,
+    NodeView,
+    Phase,
+    Plan,
+)
 from nodewarden.simulate.accounting import Ledger
 from nodewarden.simulate.energy import EnergyLedger
 from nodewarden.simulate.fleet import Fleet
@@ -95,6 +103,9 @@ class World(Protocol):
     def _touch(self, node: MachineNode) -> None: ...
     def _sample(self) -> None: ...
     def _create_vm(self, type_name: str) -> None: ...
+    def _warm_creates(
+        self, nodes: list[NodeView] | None, plan: Plan | None, room: int | None
+    ) -> None: ...
 
 
 class Dispatching:
@@ -241,6 +252,7 @@ class Dispatching:
             # nothing startable is queued: the plan would start and create nothing, and
             # every node's demand is zero
             self.update_demand(None)
+            self.w._warm_creates(None, None, None)
             return
         placed = [c.placement for c in self.running.values() if c.placement is not None]
         queued = [c.queued_view for c in self.queued.values()]
@@ -268,6 +280,7 @@ class Dispatching:
                 self.start(c, node)
         for create in result.creates:
             self.w._create_vm(create.instance_type)
+        self.w._warm_creates(nodes, result, room - len(result.creates))
         for uuid in result.unsatisfiable:
             c = self.queued.get(uuid)
             if c is not None and not c.done:
@@ -277,6 +290,13 @@ class Dispatching:
                 self.w.ledger.failed_unsatisfiable += 1
         self.update_demand(result)
         self.w._sample()
+
+    def room(self) -> int:
+        """Creates the cloud may still start this round (`maxNewNodesPerRound`)."""
+        pending = sum(
+            1 for n in self.w.nodes.values() if n.node_view(self.w.now).state is NodeState.PENDING
+        )
+        return self.w.fleet.cloud.max_new_nodes_per_round - pending
 
     # -- queued demand --------------------------------------------------------------------
 

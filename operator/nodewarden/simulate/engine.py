@@ -68,7 +68,7 @@ from nodewarden.policy.state import NodePowerState, PowerState
 from nodewarden.rules.fleet import in_budget, warm_idle
 from nodewarden.rules.readings import cloud_capability
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
-from nodewarden.scheduling.views import Capacity, ContainerView, Limits, Phase
+from nodewarden.scheduling.views import Capacity, ContainerView, Limits, NodeView, Phase, Plan
 from nodewarden.simulate.accounting import Ledger, billed_us
 from nodewarden.simulate.dispatching import Dispatching, SimContainer, container_shape
 from nodewarden.simulate.distributions import Delay, stream, to_us
@@ -80,6 +80,7 @@ from nodewarden.simulate.results import Recording, RunResult, SimOptions
 from nodewarden.simulate.sensing import Sensing
 from nodewarden.simulate.steps import PROGRESS, Machines
 from nodewarden.simulate.trace import Trace
+from nodewarden.simulate.warmth import SimWarmth
 
 _US = 1_000_000
 _ONE_US = timedelta(microseconds=1)
@@ -160,6 +161,8 @@ class Simulation:
         self._stepped: dict[str, NodeFacts] = {}
         self.machines = Machines(self)
         self.dispatching = Dispatching(self)
+        self.warmth = SimWarmth(self, policy.spec, policy.forecast)
+        """The warm-capacity levers (windows, forecast wake; `simulate.warmth`)."""
 
     # -- clock and queue ------------------------------------------------------------------
 
@@ -196,6 +199,8 @@ class Simulation:
         for group in self.fleet.side_nodes:
             for name in group.names():
                 self._add_side_node(group, name)
+        if self.warmth.active:
+            self.warmth.start()
         total = len(self.containers)
         cap = self.trace.end + self.options.max_overrun
         while self._heap:
@@ -351,6 +356,8 @@ class Simulation:
         self._slots.get(itype, set()).discard(node.slot)
         self._in_transition.discard(node.name)
         self._warm.discard(node.name)
+        if self.warmth.active:
+            self.warmth.forget(node)
         if node.powered:
             self._nodes_on -= 1
         self._sample()
@@ -369,6 +376,38 @@ class Simulation:
             self._in_transition.add(node.name)
         else:
             self._in_transition.discard(node.name)
+        if self.warmth.active:
+            self.warmth.touch(node)
+
+    # -- warm capacity (simulate.warmth) --------------------------------------------------
+
+    def _evaluate(self, node: MachineNode) -> None:
+        self.machines.evaluate(node)
+
+    def _warm_reading(self, node: MachineNode) -> None:
+        """The node's fleet reading with its class's warm counts and target."""
+        if not self.warmth.active:
+            return
+        reading = self.warmth.reading(node)
+        if reading is not None:
+            node.facts = node.facts.model_copy(update={"fleet": reading})
+
+    def _warm_creates(
+        self, nodes: list[NodeView] | None, plan: Plan | None, room: int | None
+    ) -> None:
+        """The cloud VMs the warm levers want created after a dispatcher round (`room`
+        None: the round's room is counted here)."""
+        if not self.warmth.active or not self.warmth.wants_vms():
+            return
+        if room is None:
+            room = self.dispatching.room()
+        if room <= 0:
+            return
+        if nodes is None:
+            nodes = [n.node_view(self.now) for n in self.nodes.values()]
+        wanted = [t for t in self.warmth.creates(nodes, plan or Plan()) if t in self._types]
+        for itype in wanted[:room]:
+            self._create_vm(itype)
 
     def _look_again(self, code: str) -> None:
         """Nodes a fleet count held back (`code`) look again: the count changed."""

@@ -26,7 +26,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
+from nodewarden.api.warmcapacity import warm_problems
 from nodewarden.policy.view import PolicyView
+from nodewarden.rules.forecast import Histogram
 from nodewarden.simulate.errors import InputError, field_errors
 
 
@@ -39,6 +41,9 @@ class SimPolicy:
     view: PolicyView
     baseline: str | None = None
     """None for a policy file; 'never-off' or 'fixed-timeout' for a baseline."""
+    forecast: Histogram | None = None
+    """The forecast lever's histogram, trained on the first days of the trace
+    (`simulate.warmth.train`); None: the forecast has nothing to go on."""
 
     @property
     def never_off(self) -> bool:
@@ -49,8 +54,12 @@ def policy_from_spec(
     spec: PowerPolicySpec, name: str, generation: int | None = None, baseline: str | None = None
 ) -> SimPolicy:
     view = PolicyView.from_spec(spec, name=name, generation=generation)
-    if view.problems:
-        raise InputError("; ".join(f"spec.{p}" for p in view.problems))
+    problems = [
+        *view.problems,
+        *warm_problems(spec.node_classes, spec.warm_capacity, spec.forecast_wake),
+    ]
+    if problems:
+        raise InputError("; ".join(f"spec.{p}" for p in problems))
     return SimPolicy(name=name, spec=spec, view=view, baseline=baseline)
 
 

@@ -164,7 +164,7 @@ class PowerHarness:
         else:
             for body in self.kube.changed(POWER_POLICY.kind, self._seen):
                 self.book.observe(body)
-                self.ctrl.observe_policy(body)  # as the feed's first PowerPolicy events
+                self.ctrl.observe_policy(body)  # as the feed's first LIST hands it over
 
     async def __aenter__(self) -> PowerHarness:
         return self
