@@ -13,6 +13,7 @@ from powerfakes import NS, FakeClock
 
 from nodewarden.api.kinds import POWER_POLICY
 from nodewarden.metrics import REGISTRY
+from nodewarden.power.runtime import ControllerSettings, EnergyBook
 
 A10 = {"name": "a10", "nodeType": "SideNode", "gpuModel": "a10", "bootTime": "2m"}
 OFFICE = {
@@ -249,7 +250,9 @@ async def test_warm_levers_at_rest_cost_nothing_between_their_due_times() -> Non
     minutes; at its close the class's nodes alone are stepped (a due time, not a scan)."""
     policy = {**WINDOW_POLICY, "idleThreshold": "2h"}
     clock = FakeClock(_utc(2027, 3, 26, 18, 30))  # Friday 19:30 in Berlin: the window is open
-    async with PowerHarness(policy=policy, clock=clock, probe_interval=5.0) as h:
+    # energy figures hourly (issue 26): the ten minutes at rest hold none of them
+    settings = ControllerSettings(energy=EnergyBook(status_interval=3600.0))
+    async with PowerHarness(policy=policy, clock=clock, probe_interval=5.0, settings=settings) as h:
         h.plan_changes = True
         gpus = ["g0", "g1", "g2", "g3"]
         others = [f"cpu-{i}" for i in range(8)]
