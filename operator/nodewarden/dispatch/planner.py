@@ -4,7 +4,9 @@ Plan (`plan`, `nodewarden.scheduling.scheduler.plan`) from the capacity ledger
 (`nodewarden.scheduling.ledger`): a container holds its node from the moment it is
 chosen for it (`claims`, before the Locked write) until its runner is seen gone there,
 in every phase; a lock from before a restart is placed again only after the node's
-runner list was read and the node said its runner never ran.
+runner list was read and the node said its runner never ran. The placement levers are
+the default policy's `spec.placement`; the boot times seen (`rules.boots`) go with the
+node views; the plan's due time (a wait budget running out) is one of the planner's.
 
 Execute (`execute`): fail unsatisfiable containers, unlock stale locks and overflow,
 lock + start runners, create instances (through the pool's `admit` choke point), and
@@ -30,6 +32,7 @@ from nodewarden.pool.times import iso
 from nodewarden.scheduling.caps import PolicyLimits, effective_limits
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.ledger import Claim, Placement, account
+from nodewarden.scheduling.placement import PlacementRules
 from nodewarden.scheduling.scheduler import lock_retry_at, plan
 from nodewarden.scheduling.views import CloudState, ContainerView, Phase, Plan
 
@@ -144,10 +147,11 @@ class Planner:
             self.ctx.settings.limits.ceilings(),
             (t.name for t in catalogue.types),
         )
-        cloud = self._cloud_state(now)
+        self.views.boots.watch(nodes, now)
+        cloud = replace(self._cloud_state(now), boot_seconds=self.views.boots.types())
         if stopped is not None:
             cloud = replace(cloud, creates_blocked=f"no instance is created: {stopped}")
-        return plan(
+        result = plan(
             containers,
             nodes,
             catalogue,
@@ -155,7 +159,11 @@ class Planner:
             limits,
             cloud,
             now,
+            PlacementRules.of(self.ctx.policies.default.spec.placement),
         )
+        if result.due is not None:
+            self.due.append(result.due)  # a wait budget or an expected wake: a due time
+        return result
 
     @staticmethod
     def _view(

@@ -58,6 +58,34 @@ class Slot:
         self.blocked = True
         self.containers += 1
 
+    def fullness(self) -> float:
+        """How full the node is: the mean used share of its vCPUs and RAM (and GPUs, when
+        it has any), 0 idle .. 1 full; a node without capacity counts as full."""
+        cap = self.view.capacity
+        if cap.vcpus <= 0 or cap.ram <= 0:
+            return 1.0
+        used = (cap.vcpus - self.free_vcpus) / cap.vcpus + (cap.ram - self.free_ram) / cap.ram
+        if cap.gpus > 0:
+            return (used + (cap.gpus - self.free_gpus) / cap.gpus) / 3
+        return used / 2
+
+    def count(self, need: Requirements) -> int:
+        """How many containers of `need` fit beside what the node holds (0 when the node
+        is of another market or GPU model, or holds a runner of unknown size)."""
+        if not self.fits(need):
+            return 0
+        counts = [
+            free // asked
+            for free, asked in (
+                (self.free_vcpus, need.vcpus),
+                (self.free_ram, need.ram),
+                (self.free_scratch, need.scratch),
+                (self.free_gpus, need.gpus),
+            )
+            if asked > 0
+        ]
+        return min(counts) if counts else 1 << 30
+
     @property
     def full(self) -> bool:
         return self.blocked or self.free_vcpus <= 0 or self.free_ram <= 0
