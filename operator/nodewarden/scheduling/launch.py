@@ -1,33 +1,40 @@
 """Capacity that is not ready yet: VMs coming up, side nodes waking, new VMs and side
 nodes to wake (pure; one `Launcher` per plan).
 
-The scheduler hands over, in queue order, every Queued container no ready node can take
-(`place`). It goes, in this order of preference, to
-- a VM coming up with room (pending or booting: counted, so demand is never
-  double-counted; best fit, or earlier: the first of a fitting type), then a side node
-  already waking, with room, whose wake its wait budget allows (`scheduling.waiting`;
-  earliest expected first). Earlier releases took the waking side node first;
-- new capacity. Under the queue as a whole (`PlacementRules.queue_launch`, Karpenter's
-  launch) this is decided once every container was seen (`run`): for the container at
-  the head, every option -- each instance type that fits it and that the limits and the
-  cloud allow, each side node that is off and could be woken -- is filled with the
-  pending containers that fit beside it (shape by shape, in queue order; for a side node
-  only those whose wait budget allows its wake), and the option with the lowest price per
-  container-hour is opened: its price over what the containers on it would pay each on
-  its own cheapest type (`Ask.standalone`; equal run times assumed, since none is known).
-  A type is an option while that ratio is within the price factor (a dearer type when
-  cheaper ones are at capacity, as before); a side node while it is no dearer than those
-  containers alone -- its price set against the resources they use of it
-  (`PerResource`), or (`PerNode`) only when its hourly price is no more than the head's
-  cheapest type. On a tie the option with fewer containers wins (one node per container
-  runs no longer than its container). Later containers join what was opened first.
-  One container at a time (earlier releases): a side node that is off, fits and is not
-  dearer than its cheapest type (per node, or per resource: its share of the node's
-  price), else its cheapest available type, placed at once; later containers fill what
-  is left.
+The scheduler hands over, in queue order, every Queued container no ready node takes
+(`place`). A side node already waking, with room, takes it first when its wake fits the
+container's wait budget (`scheduling.waiting`; earliest expected first under best fit).
+Then, for the queue as a whole (`PlacementRules.queue_launch`, Karpenter's launch),
+once every container was seen (`run`), each in queue order goes to
+
+1. a side node this plan wakes, with room, within its budget;
+2. a side node that is off, woken now (`_wake_for_queue`) when it is worth it: the
+   container has no alternative; or, priced per resource, its share of the node is
+   cheaper than its own type and the whole node costs no more than the price factor
+   allows even if nothing else comes (a GPU server for one GPU job); or the pending
+   containers that would fill it -- shape by shape in queue order, only those whose
+   budget allows its wake -- would pay more for their own types than it costs (a burst
+   onto one large server). Tried before a VM coming up: the containers woken for it wait
+   for it on the next plans too, and VMs nobody waits for any more fall idle;
+3. a VM coming up (pending, booting, or created by this plan) with room: counted, so
+   demand is never double-counted (best fit, or earlier: the first of a fitting type);
+4. a new VM: of each instance type that fits it and that the limits and the cloud
+   allow, filled with the pending containers that fit beside it, the one with the lowest
+   price per container-hour -- its price over what the containers on it would pay each on
+   its own cheapest type (`Ask.standalone`; equal run times assumed: none is known), at
+   most the price factor (a dearer type when cheaper ones are at capacity, as before). On
+   a tie the option with fewer containers wins (a node per container runs no longer than
+   its container).
+
+One container at a time (`PerContainer`, earlier releases): a waking side node, an off
+one that fits and is not dearer than its cheapest type (per node; per resource: its share
+of the node's price), a VM coming up, else its cheapest available type -- placed at
+once; later containers fill what is left.
 
 A container none of these can take waits with the reason (limits, cloud back-off, no
-type), or is unsatisfiable when no instance type or side node could ever run it.
+type), or is unsatisfiable when no instance type or side node could ever run it. The
+plan's due time (`Plan.due`) is the earliest moment a judgement of the wait budget can
+change with nothing else changing.
 """
 
 from __future__ import annotations
@@ -145,6 +152,8 @@ class Launcher:
             self.coming_by_type.setdefault(slot.view.instance_type or "", []).append(slot)
         self.scan_from: dict[tuple[str, Shape], int] = {}
         self.members: dict[str, list[str]] = {}  # new VM -> containers for it
+        self.off_set = set(side_off)
+        self._kinds: dict[tuple[object, ...], tuple[datetime | None, list[Slot]]] | None = None
         self.too_dear: set[tuple[object, ...]] = set()
         """Kinds of side node (capacity, price, boot time, expected ready) that the
         pending queue did not pay for in this plan."""
@@ -170,8 +179,14 @@ class Launcher:
     def run(self) -> None:
         """New capacity for the queue as a whole, head first (module docstring); the
         creates and the due time into the plan."""
+        # without side nodes in play, a shape that found no room and no new node finds none
+        # later in the plan either (room only shrinks, the limits only tighten)
+        exhausted: set[Shape] | None = set() if not (self.off or self.waking) else None
         for p in self.pending:
             if p.done:
+                continue
+            if exhausted is not None and p.shape in exhausted:
+                self._nothing(p)
                 continue
             if (
                 self._join_waking(p)
@@ -180,6 +195,8 @@ class Launcher:
                 or self._open_vm_best(p)
             ):
                 continue
+            if exhausted is not None:
+                exhausted.add(p.shape)
             self._nothing(p)
         self.result.creates = [
             Create(self.types[name].name, tuple(uuids)) for name, uuids in self.members.items()
@@ -208,6 +225,8 @@ class Launcher:
     def _join_waking(self, p: _Pending) -> bool:
         """A side node waking (or woken by this plan) with room whose wake the container's
         wait budget allows; earliest expected first under best fit."""
+        if not self.waking:
+            return False
         ask = p.ask
         fits = [s for s in self.waking if s.fits(ask.need) and ask.takes(s, self.rules)]
         if not fits:
@@ -269,19 +288,18 @@ class Launcher:
         type. Tried before a VM coming up takes `p`: the containers woken for it wait for
         it on the next plans too (waking nodes come first), the VMs nobody waits for any
         more fall idle."""
+        if not self.off:
+            return False
         ask = p.ask
         factor = self.type_policy.price_factor
         alternative = ask.choice.instance_type is not None and self.cloud.creates_blocked is None
         own = ask.choice.instance_type.price if ask.choice.instance_type is not None else None
         options: list[_Option] = []
-        seen: set[tuple[object, ...]] = set()
-        for side in self.off:
-            view = side.view
-            ready, _ = expected_ready(view, self.now)
-            kind = (view.capacity, view.price, view.boot_seconds, ready)
-            if kind in seen or not (side.fits(ask.need) and ask.admits(side, self.rules)):
+        for kind, ready, alike in self._off_kinds():
+            side = next((s for s in alike if s in self.off_set and s.fits(ask.need)), None)
+            if side is None or not ask.admits(side, self.rules):
                 continue
-            seen.add(kind)
+            view = side.view
             if not self.rules.per_resource_price:
                 alone = own is None or view.price <= own
                 if not alone:
@@ -312,6 +330,24 @@ class Launcher:
             side.take(member.ask.need)
         self._open_side(side, best.members)
         return True
+
+    def _off_kinds(self) -> list[tuple[tuple[object, ...], datetime | None, list[Slot]]]:
+        """The side nodes still off, by kind (capacity, price, boot time seen, expected
+        ready): nodes of one kind are alike, so each head looks at a kind once."""
+        if self._kinds is None:
+            self._kinds = {}
+            for slot in self.off:
+                view = slot.view
+                ready, _ = expected_ready(view, self.now)
+                key: tuple[object, ...] = (view.capacity, view.price, view.boot_seconds, ready)
+                self._kinds.setdefault(key, (ready, []))[1].append(slot)
+        out: list[tuple[tuple[object, ...], datetime | None, list[Slot]]] = []
+        for kind, (expected, slots) in self._kinds.items():
+            while slots and slots[0] not in self.off_set:
+                slots.pop(0)
+            if slots:
+                out.append((kind, expected, slots))
+        return out
 
     def _open_vm_best(self, p: _Pending) -> bool:
         """Create the instance type that costs least per container-hour for `p` and the
@@ -432,6 +468,7 @@ class Launcher:
 
     def _open_side(self, slot: Slot, members: list[_Pending]) -> None:
         self.off.remove(slot)
+        self.off_set.discard(slot)
         self.waking.append(slot)  # later containers pack into it first
         self.result.wakes[slot.view.name] = []
         self._to_side(slot, members, taken=True)

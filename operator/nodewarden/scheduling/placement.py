@@ -193,8 +193,11 @@ class BestFit:
 
     def first(self, ask: Ask, shape: object, rules: PlacementRules) -> Slot | None:
         slots = self.slots
+        start = self._from.get(shape, 0)
+        if start >= len(slots):
+            return None
         need = ask.need
-        for index in range(self._from.get(shape, 0), len(slots)):
+        for index in range(start, len(slots)):
             slot = slots[index]
             if slot.fits(need) and ask.takes(slot, rules):
                 self._from[shape] = index
