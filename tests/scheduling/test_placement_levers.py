@@ -292,3 +292,32 @@ def test_qualified_demand_follows_the_same_levers() -> None:
     assert qualified_demand(gpu_side, queued, CATALOGUE, POLICY) == ["g"]  # a quarter: 0.275/h
     dear_gpu = side("a100", NodeState.IDLE, gpus=4, price=4.0)  # a quarter: 1.00/h > 1.5 x 0.21
     assert qualified_demand(dear_gpu, queued, CATALOGUE, POLICY) == []
+
+
+# -- a node about to free up --------------------------------------------------------------
+
+
+def test_a_container_waits_for_room_that_a_cancelled_container_frees_soon() -> None:
+    fours = Catalogue(types=(FOUR,))
+    full = vm("busy", FOUR, NodeState.ACTIVE)
+    cancelling = replace(
+        cv("r", vcpus=4, ram="8Gi", phase=Phase.RUNNING, node="busy"),
+        frees_at=T0 + timedelta(seconds=60),
+    )
+    queued = cv("a", vcpus=4, ram="8Gi")
+    p = run([cancelling, queued], [full], catalogue=fours)
+    assert p.creates == [] and p.wait_nodes == {"a": "busy"}
+    assert p.waits["a"] == "waiting up to 2m for node busy to free up"
+    assert p.due == T0 + timedelta(seconds=60)
+    # not back by then: a new VM
+    later = run([cancelling, queued], [full], now=p.due, catalogue=fours)
+    assert [c.instance_type for c in later.creates] == ["four"]
+    # back later than a VM plus the budget: a new VM at once
+    slow = replace(cancelling, frees_at=T0 + timedelta(minutes=5))
+    assert run([slow, queued], [full], catalogue=fours).creates != []
+    # earlier releases never waited for it
+    unbounded = replace(DEFAULT, wait_budget=None)
+    assert run([cancelling, queued], [full], unbounded, catalogue=fours).creates != []
+    # nothing else starts on the room it waits for
+    both = run([cancelling, queued, cv("b", ram="1Gi")], [full], catalogue=fours)
+    assert both.starts == [] and both.wait_nodes == {"a": "busy"}

@@ -4,7 +4,7 @@ off GPU capacity while something without GPUs fits it.
 
 The fleet is random: cloud VMs of a small catalogue in every scheduler state, with
 Running containers holding them (sometimes more than they hold: an old leader's
-overcommit), side nodes with and without GPUs off, waking or on; a random queue; the
+overcommit; some being cancelled, their room back soon), side nodes with and without GPUs off, waking or on; a random queue; the
 limits from random PowerPolicy limits under random operator ceilings
 (`scheduling.caps.effective_limits`); a cloud that blocks some types or every create."""
 
@@ -59,8 +59,9 @@ container_st = st.tuples(
 )
 vm_st = st.tuples(
     st.sampled_from([t.name for t in TYPES]),
-    st.sampled_from(list(NodeState)),
-    st.lists(st.sampled_from(SHAPES[:4]), max_size=3),  # Running there
+    st.sampled_from([*NodeState, NodeState.ACTIVE, NodeState.ACTIVE, NodeState.ACTIVE]),
+    # Running there; some being cancelled (their room back in 30 s or 10 min)
+    st.lists(st.tuples(st.sampled_from(SHAPES[:4]), st.sampled_from([None, 30, 600])), max_size=3),
 )
 side_st = st.tuples(
     st.sampled_from([NodeState.OFF, NodeState.WAKING, NodeState.IDLE, NodeState.ACTIVE]),
@@ -91,7 +92,7 @@ def _resources(shape: tuple[int, int], gpus: int) -> ContainerResources:
 def test_a_plan_never_overcommits_a_node_nor_passes_a_cap(
     rules: PlacementRules,
     queued: list[tuple[tuple[int, int], int, int, int]],
-    vms: list[tuple[str, NodeState, list[tuple[int, int]]]],
+    vms: list[tuple[str, NodeState, list[tuple[tuple[int, int], int | None]]]],
     sides: list[tuple[NodeState, int, float, float | None]],
     policy_nodes: int | None,
     ceiling_nodes: int | None,
@@ -110,9 +111,18 @@ def test_a_plan_never_overcommits_a_node_nor_passes_a_cap(
         nodes.append(
             NodeView(name, state, Capacity.of(t), t.name, t.price, admission_open=True, ready=ready)
         )
-        for j, shape in enumerate(running):
+        for j, (shape, frees_in) in enumerate(running):
+            frees_at = None if frees_in is None else T0 + timedelta(seconds=frees_in)
             containers.append(
-                ContainerView(f"{name}-r{j}", Phase.RUNNING, 500, T0, _resources(shape, 0), name)
+                ContainerView(
+                    f"{name}-r{j}",
+                    Phase.RUNNING,
+                    500,
+                    T0,
+                    _resources(shape, 0),
+                    name,
+                    frees_at=frees_at,
+                )
             )
     for i, (state, gpus, price, boot) in enumerate(sides):
         on = state in (NodeState.IDLE, NodeState.ACTIVE)
@@ -160,25 +170,30 @@ def test_a_plan_never_overcommits_a_node_nor_passes_a_cap(
     outcomes = [set(started), set(p.waits), set(p.unsatisfiable)]
     assert set().union(*outcomes) == queue
     assert sum(len(o) for o in outcomes) == len(queue)
-    # no node is given more than it holds: Running + started, waited for, woken for
-    given_to: dict[str, list[str]] = defaultdict(list)
+    # no node is given more than it holds: now, Running + started; once the containers
+    # being cancelled are gone, the rest + started + waited for (or woken for)
+    now_on: dict[str, list[str]] = defaultdict(list)
+    later_on: dict[str, list[str]] = defaultdict(list)
     for s in p.starts:
         node = by_name[s.node]
-        assert (
-            node.ready and node.admission_open and node.state in (NodeState.IDLE, NodeState.ACTIVE)
-        )
+        assert node.ready and node.admission_open
+        assert node.state in (NodeState.IDLE, NodeState.ACTIVE)
         assert s.node not in p.over_capacity
-        given_to[s.node].append(s.uuid)
+        now_on[s.node].append(s.uuid)
+        later_on[s.node].append(s.uuid)
     for uuid, name in p.wait_nodes.items():
-        given_to[name].append(uuid)
+        later_on[name].append(uuid)
     for c in containers:
-        if c.phase is Phase.RUNNING and c.node in given_to:
-            given_to[c.node].append(c.uuid)
-    for name, uuids in given_to.items():
-        cap = by_name[name].capacity
-        assert sum(need[u].vcpus for u in uuids) <= cap.vcpus
-        assert sum(int(need[u].ram[:-2]) * GI for u in uuids) <= cap.ram
-        assert sum(need[u].gpus for u in uuids) <= cap.gpus
+        if c.phase is Phase.RUNNING and c.node in now_on:
+            now_on[c.node].append(c.uuid)
+        if c.phase is Phase.RUNNING and c.node in later_on and c.frees_at is None:
+            later_on[c.node].append(c.uuid)
+    for given_to in (now_on, later_on):
+        for name, uuids in given_to.items():
+            cap = by_name[name].capacity
+            assert sum(need[u].vcpus for u in uuids) <= cap.vcpus
+            assert sum(int(need[u].ram[:-2]) * GI for u in uuids) <= cap.ram
+            assert sum(need[u].gpus for u in uuids) <= cap.gpus
     for name, uuids in p.wakes.items():
         assert by_name[name].state is NodeState.OFF and by_name[name].wakeable
         assert set(uuids) <= {u for u, n in p.wait_nodes.items() if n == name}

@@ -290,10 +290,11 @@ class PlacementPolicy(ApiModel):
     wait_for_cheaper: Literal["WithinBudget", "Unbounded"] = Field(
         default="WithinBudget",
         description=(
-            "WithinBudget: a container waits for cheaper capacity (a side node waking up "
-            "instead of a new VM) only while that is expected to delay its start by at "
-            "most waitBudget. Unbounded (earlier releases): it waits for a waking side node "
-            "however long the wake takes."
+            "WithinBudget: a container waits for cheaper capacity (a side node waking up, "
+            "a node whose room comes back soon because a container there is cancelled) "
+            "instead of a new VM only while that is expected to delay its start by at most "
+            "waitBudget. Unbounded (earlier releases): it waits for a waking side node "
+            "however long the wake takes, and never for a node freeing up."
         ),
     )
     wait_budget: Duration = Field(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.cloud.errors import CloudErrorKind
@@ -112,6 +112,8 @@ class Planner:
             if node is None:
                 phase = Phase.QUEUED
             view = view_of(c, phase, c.status.resources or spec.resources, node)
+            if c.cancel_requested and node is not None:
+                view = replace(view, frees_at=self._frees_at(c, now))
             placed.append(
                 Placement(
                     view,
@@ -164,6 +166,13 @@ class Planner:
         if result.due is not None:
             self.due.append(result.due)  # a wait budget or an expected wake: a due time
         return result
+
+    def _frees_at(self, c: Container, now: datetime) -> datetime:
+        """When a cancelled container's node is expected to have seen its runner gone: a
+        KILL `term_timeout` after the first TERM, then one probe."""
+        settings = self.ctx.settings
+        first = c.first_term_at or now
+        return first + timedelta(seconds=settings.term_timeout + settings.probe_interval)
 
     @staticmethod
     def _view(

@@ -3,7 +3,9 @@ nodes to wake (pure; one `Launcher` per plan).
 
 The scheduler hands over, in queue order, every Queued container no ready node takes
 (`place`). A side node already waking, with room, takes it first when its wake fits the
-container's wait budget (`scheduling.waiting`; earliest expected first under best fit).
+container's wait budget (`scheduling.waiting`; earliest expected first under best fit),
+then a ready node whose room comes back soon (containers being cancelled there:
+`ContainerView.frees_at`) before the budget ends.
 Then, for the queue as a whole (`PlacementRules.queue_launch`, Karpenter's launch),
 once every container was seen (`run`), each in queue order goes to
 
@@ -66,6 +68,7 @@ from nodewarden.scheduling.views import (
 from nodewarden.scheduling.waiting import (
     Patience,
     expected_ready,
+    freeing_status,
     patience,
     percent_cheaper,
     side_status,
@@ -127,6 +130,7 @@ class Launcher:
         fleet: Counted,
         now: datetime,
         result: Plan,
+        ready: list[Slot],
         coming: list[Slot],
         side_waking: list[Slot],
         side_off: list[Slot],
@@ -141,6 +145,8 @@ class Launcher:
         self.now = now
         self.result = result
         self.waking = side_waking  # those this plan wakes are appended
+        self.ready = ready
+        self.freeing: list[Slot] | None = None
         self.off = side_off
         self.side_all = side_all
         self.due: list[datetime] = []
@@ -166,7 +172,7 @@ class Launcher:
         if not self.rules.queue_launch:
             self._one(p)
             return
-        if self._join_waking(p):
+        if self._join_waking(p) or self._join_freeing(p):
             return
         self.pending.append(p)
         self.groups.setdefault(shape, []).append(p)
@@ -240,6 +246,34 @@ class Launcher:
             if wait.allows(ready, off=slot.view.state is NodeState.OFF):
                 self._to_side(slot, [p])
                 return True
+        return False
+
+    def _join_freeing(self, p: _Pending) -> bool:
+        """A ready node whose room comes back soon (containers being cancelled there)
+        before the container's wait budget ends (the budget's lever on: earlier releases
+        never waited for it); waited for until then, and judged again then."""
+        if self.rules.wait_budget is None:
+            return False
+        if self.freeing is None:
+            self.freeing = [s for s in self.ready if s.soon is not None]
+        if not self.freeing:
+            return False
+        ask = p.ask
+        for slot in self.freeing:
+            at = slot.soon_at
+            if at is None or at <= self.now:
+                continue  # overdue: not waited for
+            if not (slot.fits_soon(ask.need) and ask.takes(slot, self.rules)):
+                continue
+            wait = self._wait(p)
+            if not wait.allows(at):
+                continue
+            slot.take(ask.need)  # below zero until it is back: nothing else starts there
+            p.done = True
+            self.result.waits[p.c.uuid] = freeing_status(slot.view.name, wait)
+            self.result.wait_nodes[p.c.uuid] = slot.view.name
+            self.due.append(at)
+            return True
         return False
 
     def _join_coming(self, p: _Pending) -> bool:

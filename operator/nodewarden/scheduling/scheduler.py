@@ -25,10 +25,11 @@ Rules (after the Arvados cloud dispatcher, with the levers of issue 25):
       order of fullness when the plan begins, then cheaper, then name), so work gathers
       on busy nodes and emptier ones fall idle; earlier releases: an idle node of the
       cheapest fitting type, a ready side node, then a busy node of a fitting type;
-   b. capacity not ready yet (`scheduling.launch`): a VM coming up with room (its
-      creation pending or booting -- counted, so demand is never double-counted), a side
-      node already waking with room whose wake its wait budget allows
-      (`scheduling.waiting`);
+   b. capacity not ready yet (`scheduling.launch`): a side node already waking with
+      room whose wake its wait budget allows (`scheduling.waiting`), a ready node whose
+      room comes back soon (containers being cancelled there, `ContainerView.frees_at`)
+      within the budget, a VM coming up with room (its creation pending or booting --
+      counted, so demand is never double-counted);
    c. new capacity (`scheduling.launch`): new VMs and side nodes to wake, chosen for the
       pending queue as a whole (several pending containers onto one new node when that is
       cheaper per container-hour) or, earlier, one cheapest node per container -- subject
@@ -200,7 +201,7 @@ def plan(
         catalogue, type_policy, frozenset(fleet.blocked), [s.view.capacity for s in side_all], rules
     )
     launcher = Launcher(
-        rules, catalogue, type_policy, limits, cloud, fleet, now, result, coming,
+        rules, catalogue, type_policy, limits, cloud, fleet, now, result, ready, coming,
         side_waking, side_off, side_all,
     )  # fmt: skip
     placing: _Ready | None = None
@@ -213,6 +214,8 @@ def plan(
                     own.block()
                 else:
                     own.take(ask.need)
+                    if c.frees_at is not None:
+                        own.freeing(ask.need, c.frees_at)
             continue
         if placing is None:
             # every Running container is counted: which nodes run too much; the order
@@ -220,7 +223,10 @@ def plan(
             result.over_capacity = over_capacity(slots)
             placing = _Ready(ready, rules)
         if c.phase is Phase.LOCKED:
-            _locked(c, ask.need, slots.get(c.node or ""), result)
+            own = slots.get(c.node or "")
+            _locked(c, ask.need, own, result)
+            if c.frees_at is not None and own is not None and not c.runner_absent:
+                own.freeing(ask.need, c.frees_at)
             continue
         if c.priority <= 0:
             result.waits[c.uuid] = "held: priority 0"

@@ -55,6 +55,9 @@ class ContainerView:
     fits). Otherwise a Locked container holds its node unconditionally."""
     whole_node: bool = False
     """Running: a runner the node lists of no container known here; holds the whole node."""
+    frees_at: datetime | None = None
+    """Running or Locked and being cancelled: when its node is expected to have seen its
+    runner gone (the KILL after the TERM timeout, then a probe): capacity about to free."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,13 @@ long a container may wait for it, and what its scheduling status says (pure).
 
 A container that could have a new VM (its cheapest fitting type is available and creates
 are not blocked: it has an alternative) may wait instead for cheaper capacity -- a side
-node that is waking up, or one the plan would wake for it -- only while that is expected
-to delay its start by at most its wait budget (`PlacementRules.budget`: the policy's
+node that is waking up, one the plan would wake for it, or a node whose room comes back
+soon (containers being cancelled there) -- only while that is expected to delay its
+start by at most its wait budget (`PlacementRules.budget`: the policy's
 `waitBudget`, 0 s above `noWaitAbovePriority`):
 
     a waking node:   expected ready  <=  max(now, first seen + budget) + lead
+    (a node freeing up: its room expected back by the same bound)
     an off node:     expected ready  <=  first seen + budget + lead
 
 where `lead` is how long a new VM of its type takes to come up (as seen, `rules.boots`;
@@ -134,6 +136,13 @@ def percent_cheaper(price: float, standalone: float | None) -> int | None:
     if standalone is None or standalone <= 0 or price >= standalone:
         return None
     return round(100 * (1 - price / standalone))
+
+
+def freeing_status(node: str, wait: Patience) -> str:
+    """The scheduling status of a container waiting for room on `node` to come back."""
+    if wait.until is not None and wait.budget is not None:
+        return f"waiting up to {format_duration(wait.budget)} for node {node} to free up"
+    return f"waiting for node {node} to free up"
 
 
 def side_status(node: str, wait: Patience, cheaper: int | None) -> str:

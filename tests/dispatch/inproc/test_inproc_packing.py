@@ -158,3 +158,22 @@ async def test_unbounded_waits_for_the_waking_side_node_however_long_it_takes() 
     await rig.rounds(200)
     assert rig.cloud.created == []
     assert statuses(rig, "c1") == f"waiting for side node {SIDE} to wake"
+
+
+async def test_a_container_waits_for_the_room_a_cancelled_container_leaves() -> None:
+    for placement, created in (({}, []), ({"waitForCheaper": "Unbounded"}, ["quad"])):
+        rig = Rig([QUAD], placement=placement)
+        vm = rig.vm("vm-a", QUAD)
+        vm.term_stops = False  # the runner goes only at the KILL (term_timeout 30 s)
+        await rig.start()
+        rig.api.create(container("c1", vcpus=4, ram="8Gi"))
+        await rig.rounds(2)
+        rig.api.create(container("c2", vcpus=4, ram="8Gi"))
+        rig.api.cancel("c1")
+        await rig.rounds(3)
+        assert rig.cloud.created == created, placement
+        if created:
+            continue
+        assert statuses(rig, "c2") == "waiting up to 2m for node vm-a to free up"
+        await rig.rounds(40)  # KILL after 30 s, then the probe sees the runner gone
+        assert rig.runners() == {"c2": "vm-a"} and rig.cloud.created == []
