@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.dispatch.views import NodeViews
@@ -30,6 +31,7 @@ from nodewarden.policy.state import (
     Transition,
     TransitionKind,
 )
+from nodewarden.policy.view import PolicyView
 from nodewarden.pool.worker import Worker
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.runtime import NodeRuntime
@@ -242,3 +244,19 @@ def test_the_boards_view_is_the_rule(
         facts.capability,
         policy_valid,
     )
+
+
+def test_an_off_side_node_shows_when_its_wake_timing_lets_it_wake_in_both() -> None:
+    """min-off since it went off, cooldown since its last transition: the board's view
+    (live) and the simulator's (`wake_timing`) name the same time."""
+    policy = PolicyView.from_spec(PowerPolicySpec(min_off="10m", cooldown="15m"))
+    state = _state("gpu", PowerState.OFF, AdmissionState.CLOSED).model_copy(
+        update={"off_since": T0, "last_transition_at": T0 + timedelta(minutes=1)}
+    )
+    node, worker, rt = _side_node("gpu", state, None, "Redfish")
+    board = PowerBoard()
+    board.set(worker.name, board_view(rt, True, policy))
+    live = NodeViews(board).node_view(worker)
+    simulated = node.node_view(NOW, wake_timing=(policy.min_off, policy.cooldown))
+    assert simulated == live
+    assert live.wake_after == T0 + timedelta(minutes=16)  # the cooldown ends last
