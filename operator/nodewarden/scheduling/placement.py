@@ -4,9 +4,12 @@
 (`PlacementRules.of`); `EARLIER` is every lever switched back to the behaviour of
 earlier releases. The levers:
 
-- best fit (`best_fit`): a container goes to the fullest ready node that fits it
-  (`BestFit`: the nodes in order of fullness, fullest first, then cheaper, then name), so
-  work gathers on busy nodes and the emptier ones fall idle;
+- best fit (`best_fit`): a container goes to the fullest ready node that takes it
+  (`Ask.takes`: a VM of one of its fitting types, a side node whose share for it costs
+  no more; `BestFit`: the nodes in order of fullness, fullest first, then cheaper, then
+  name), so work gathers on busy nodes and the emptier ones fall idle. Not onto a VM of
+  any type with room: extending a large VM for a small container costs the whole VM's
+  price (measured dearer on the bursty week, docs/simulation.md "Placement");
 - the queue as a whole (`queue_launch`): new capacity is chosen for the pending queue
   (`scheduling.launch`), not one cheapest node per container;
 - GPU capacity last (`gpu_last`): a container that asks for no GPU goes to a node or

@@ -21,20 +21,26 @@ Rules (after the Arvados cloud dispatcher, with the levers of issue 25):
    open and has room; unlocked ("no room") when it does not fit; unlocked when its node
    vanished or cannot take work. Nothing else is ever started under an existing lock.
 3. A Queued container (priority > 0) is placed, in this order of preference, on
-   a. a ready, open node with room: best fit -- the fullest such node (`BestFit`: in
-      order of fullness when the plan begins, then cheaper, then name), so work gathers
-      on busy nodes and emptier ones fall idle; earlier releases: an idle node of the
-      cheapest fitting type, a ready side node, then a busy node of a fitting type;
-   b. capacity not ready yet (`scheduling.launch`): a side node already waking with
-      room whose wake its wait budget allows (`scheduling.waiting`), a ready node whose
-      room comes back soon (containers being cancelled there, `ContainerView.frees_at`)
-      within the budget, a VM coming up with room (its creation pending or booting --
-      counted, so demand is never double-counted);
-   c. new capacity (`scheduling.launch`): new VMs and side nodes to wake, chosen for the
-      pending queue as a whole (several pending containers onto one new node when that is
-      cheaper per container-hour) or, earlier, one cheapest node per container -- subject
-      to the policy limits (max nodes, per-type max, max hourly spend), the cloud's state
-      (quota / capacity / rate-limit back-off) and the price factor.
+   a. a ready, open node with room -- a VM of one of its fitting types (those a new node
+      for it would be chosen from), or a side node whose share for it costs no more
+      (`Ask.takes`): best fit, the fullest such node (`BestFit`: in order of fullness
+      when the plan begins, then cheaper, then name), so work gathers on busy nodes and
+      emptier ones fall idle; earlier releases: an idle node of the cheapest fitting
+      type, a ready side node, then a busy node of a fitting type;
+   b. (`scheduling.launch`) a side node already waking, with room, whose wake its wait
+      budget allows (`scheduling.waiting`), or a ready node whose room comes back soon
+      (containers being cancelled there, `ContainerView.frees_at`) within the budget;
+   c. (`scheduling.launch`, once every container was seen) for the pending queue as a
+      whole: a side node that is off, woken when the pending containers that would fill
+      it pay more for VMs (or, priced per resource, when its share is cheaper and the
+      whole node within the price factor of the container's type); a VM coming up with
+      room (its creation pending or booting -- counted, so demand is never
+      double-counted); new VMs, several containers onto one when that is cheaper per
+      container-hour -- subject to the policy limits (max nodes, per-type max, max
+      hourly spend), the cloud's state (quota / capacity / rate-limit back-off) and the
+      price factor. Earlier releases (`PerContainer`): one container at a time, a waking
+      side node, an off one no dearer per hour than its cheapest type, a VM coming up,
+      its cheapest available type.
    GPU capacity last: a container that asks for no GPU goes to a node or instance type
    with GPUs only when nothing without GPUs could ever fit it (earlier: GPU side nodes
    never take it; GPU types only by price). A side node is priced per resource: the share
@@ -43,8 +49,9 @@ Rules (after the Arvados cloud dispatcher, with the levers of issue 25):
    dispatcher fails it with the reason). One that fits but cannot be placed now waits
    with a human-readable reason ("waiting for a new m5.large to boot", "waiting: cloud
    instance quota reached", "waiting up to 2m for side node gpu-3: 40 % cheaper").
-   Reasons name a node only when the container waits for a side node, so a container
-   waiting through create -> boot is written once, not once per step.
+   Reasons name a node only when the container waits for a side node or for room to
+   come back, so a container waiting through create -> boot is written once, not once
+   per step.
 5. Idle nodes not needed by the plan are reported as surplus, except the `min_warm_nodes`
    cheapest ones, which are reported as kept warm.
 6. `Plan.due`: the first moment the plan may change though nothing it read did (a wait
