@@ -33,7 +33,7 @@ from datetime import timedelta
 
 from nodewarden.api.powerpolicy import PlacementPolicy
 from nodewarden.scheduling.instancetypes import InstanceTypeChoice, Requirements
-from nodewarden.scheduling.slots import Slot
+from nodewarden.scheduling.slots import Slot, amounts
 from nodewarden.scheduling.views import Capacity
 from nodewarden.units import parse_duration
 
@@ -152,16 +152,9 @@ def _holds(cap: Capacity, need: Requirements) -> bool:
 def dominant_share(cap: Capacity, need: Requirements) -> float:
     """The share of a node a container takes: its largest share of any resource the node
     offers (vCPUs, RAM, scratch, GPUs)."""
-    shares = [
-        asked / offered
-        for asked, offered in (
-            (need.vcpus, cap.vcpus),
-            (need.ram, cap.ram),
-            (need.scratch, cap.scratch),
-            (need.gpus, cap.gpus),
-        )
-        if offered > 0
-    ]
+    offers = (cap.vcpus, cap.ram, cap.scratch, cap.gpus)
+    pairs = zip(amounts(need), offers, strict=True)
+    shares = [asked / offered for asked, offered in pairs if offered > 0]
     return min(1.0, max(shares, default=1.0))
 
 

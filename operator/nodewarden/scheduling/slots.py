@@ -107,15 +107,9 @@ class Slot:
         is of another market or GPU model, or holds a runner of unknown size)."""
         if not self.fits(need):
             return 0
+        free = (self.free_vcpus, self.free_ram, self.free_scratch, self.free_gpus)
         counts = [
-            free // asked
-            for free, asked in (
-                (self.free_vcpus, need.vcpus),
-                (self.free_ram, need.ram),
-                (self.free_scratch, need.scratch),
-                (self.free_gpus, need.gpus),
-            )
-            if asked > 0
+            have // asked for have, asked in zip(free, amounts(need), strict=True) if asked > 0
         ]
         return min(counts) if counts else 1 << 30
 
@@ -140,6 +134,11 @@ class Slot:
 
 def gib(value: int) -> str:
     return f"{value / 2**30:.3g}Gi"
+
+
+def amounts(need: Requirements) -> tuple[int, int, int, int]:
+    """vCPUs, RAM, scratch, GPUs of `need` (in the order of `Capacity`)."""
+    return (need.vcpus, need.ram, need.scratch, need.gpus)
 
 
 def side_node_fits(slot: Slot, need: Requirements) -> bool:
