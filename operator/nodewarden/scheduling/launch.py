@@ -41,10 +41,10 @@ change with nothing else changing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
+from nodewarden.scheduling.creates import Counted, limit_reason, new_view, no_node_reason
 from nodewarden.scheduling.instancetypes import (
     Catalogue,
     ChoiceOutcome,
@@ -56,7 +56,6 @@ from nodewarden.scheduling.instancetypes import (
 from nodewarden.scheduling.placement import Ask, BestFit, PlacementRules, share_price
 from nodewarden.scheduling.slots import Slot
 from nodewarden.scheduling.views import (
-    Capacity,
     CloudState,
     ContainerView,
     Create,
@@ -75,17 +74,6 @@ from nodewarden.scheduling.waiting import (
 )
 
 Shape = tuple[object, ...]
-
-
-@dataclass(slots=True)
-class Counted:
-    """The cloud nodes counted against the limits (kept as the plan creates)."""
-
-    nodes: int = 0
-    spend: float = 0.0
-    per_type: dict[str, int] = field(default_factory=dict)
-    new_left: int | None = None
-    blocked: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -393,7 +381,7 @@ class Launcher:
         for itype in sorted(self.catalogue.types, key=preference_key):
             if misfit(itype, ask.need) is not None or self._limit(itype) is not None:
                 continue
-            slot = Slot(_new_view(itype, len(self.members) + 1))
+            slot = Slot(new_view(itype, len(self.members) + 1))
             if not ask.admits(slot, self.rules):
                 continue
             option = self._fill(p, slot, itype, None)
@@ -470,7 +458,7 @@ class Launcher:
         chosen = p.ask.choice.instance_type
         if self.cloud.creates_blocked is not None or chosen is None or self._limit(chosen):
             return False
-        slot = Slot(_new_view(chosen, len(self.members) + 1))
+        slot = Slot(new_view(chosen, len(self.members) + 1))
         slot.take(p.ask.need)
         self._open_vm(slot, chosen, [p])
         return True
@@ -483,12 +471,7 @@ class Launcher:
         self.members[name] = []
         self.arriving.add(slot)
         self.coming_by_type.setdefault(itype.name, []).append(slot)
-        fleet = self.fleet
-        fleet.nodes += 1
-        fleet.spend += itype.price
-        fleet.per_type[itype.name] = fleet.per_type.get(itype.name, 0) + 1
-        if fleet.new_left is not None:
-            fleet.new_left -= 1
+        self.fleet.created(itype)
         self._to_vm(slot, members)
 
     def _to_vm(self, slot: Slot, members: list[_Pending]) -> None:
@@ -532,43 +515,13 @@ class Launcher:
     # -- why nothing was opened -----------------------------------------------------------
 
     def _limit(self, itype: InstanceType) -> str | None:
-        """Why no new node of `itype` may be created now (None: it may)."""
-        limits, fleet = self.limits, self.fleet
-        if itype.name in fleet.blocked:
-            return fleet.blocked[itype.name]
-        if limits.max_nodes is not None and fleet.nodes >= limits.max_nodes:
-            return f"waiting: max nodes ({limits.max_nodes}) reached"
-        if limits.max_hourly_spend is not None and (
-            fleet.spend + itype.price > limits.max_hourly_spend + 1e-9
-        ):
-            return (
-                f"waiting: a new {itype.name} ({itype.price:g}/h) would exceed the max "
-                f"hourly spend ({limits.max_hourly_spend:g}/h; now {fleet.spend:g}/h)"
-            )
-        cap = limits.per_type_max.get(itype.name)
-        if cap is not None and fleet.per_type.get(itype.name, 0) >= cap:
-            return f"waiting: per-type limit of {cap} {itype.name} nodes reached"
-        if fleet.new_left is not None and fleet.new_left <= 0:
-            return f"waiting for a new {itype.name} (create queue full)"
-        return None
+        return limit_reason(itype, self.limits, self.fleet)
 
     def _why_no_node(self, p: _Pending) -> None:
-        result = self.result
-        uuid = p.c.uuid
-        if self.cloud.creates_blocked is not None:
-            result.waits[uuid] = f"waiting: {self.cloud.creates_blocked}"
-            return
-        chosen = p.ask.choice.instance_type
-        if chosen is None:
-            reasons = "; ".join(
-                sorted({self.fleet.blocked.get(n, "") for n in p.ask.candidates} - {""})
-            )
-            result.waits[uuid] = f"waiting: every fitting instance type is unavailable ({reasons})"
-            return
-        why = self._limit(chosen) or f"waiting for a new {chosen.name}"
-        result.waits[uuid] = why
-        if why.endswith("(create queue full)"):
-            result.chosen_types[uuid] = chosen.name
+        why, chosen = no_node_reason(p.ask, self.limits, self.cloud, self.fleet)
+        self.result.waits[p.c.uuid] = why
+        if chosen is not None:
+            self.result.chosen_types[p.c.uuid] = chosen
 
     def _no_type(self, p: _Pending) -> None:
         """No instance type fits: a side node that is busy, off or booting may still take
@@ -584,25 +537,6 @@ class Launcher:
             self.result.unsatisfiable[p.c.uuid] = (
                 f"no instance type or side node fits: {ask.choice.reason}"
             )
-
-
-def _new_view(itype: InstanceType, number: int) -> NodeView:
-    return NodeView(
-        name=f"(new {itype.name} #{number})",
-        state=NodeState.PENDING,
-        capacity=Capacity.of(itype),
-        instance_type=itype.name,
-        price=itype.price,
-    )
-
-
-def blocked_types(cloud: CloudState, limits: Limits, per_type: Mapping[str, int]) -> dict[str, str]:
-    """Instance types no new node may be of now: the cloud's back-off, per-type limits."""
-    blocked = dict(cloud.blocked_types)
-    for name, cap in limits.per_type_max.items():
-        if per_type.get(name, 0) >= cap:
-            blocked.setdefault(name, f"per-type limit of {cap} {name} nodes reached")
-    return blocked
 
 
 def _earliest(ready: datetime | None, name: str) -> tuple[bool, datetime | None, str]:

@@ -64,6 +64,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from nodewarden.api.containerdispatch import ContainerResources
+from nodewarden.scheduling.creates import Counted, blocked_types
 from nodewarden.scheduling.instancetypes import (
     Catalogue,
     InstanceType,
@@ -74,7 +75,7 @@ from nodewarden.scheduling.instancetypes import (
     gpu_last,
     misfit,
 )
-from nodewarden.scheduling.launch import Counted, Launcher, blocked_types
+from nodewarden.scheduling.launch import Launcher
 from nodewarden.scheduling.placement import (
     Ask,
     BestFit,
