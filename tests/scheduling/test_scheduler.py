@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType, InstanceTypePolicy
+from nodewarden.scheduling.placement import EARLIER
 from nodewarden.scheduling.scheduler import plan
 from nodewarden.scheduling.views import (
     Capacity,
@@ -354,7 +355,12 @@ def sv(
 def test_a_gpu_container_wakes_the_off_side_node_instead_of_creating_a_vm() -> None:
     p = run([cv("g1", gpus=1)], [sv("gpu-side")])
     assert p.wakes == {"gpu-side": ["g1"]} and p.creates == []
-    assert p.waits["g1"] == "waiting for side node gpu-side to wake"
+    # a free side node instead of a 1.20/h gpu VM, within the default wait budget
+    assert p.waits["g1"] == "waiting up to 2m for side node gpu-side: 100 % cheaper"
+    earlier = plan(
+        [cv("g1", gpus=1)], [sv("gpu-side")], CATALOGUE, POLICY, Limits(), CloudState(), T0, EARLIER
+    )
+    assert earlier.waits["g1"] == "waiting for side node gpu-side to wake"
 
 
 def test_more_containers_pack_into_one_wake_before_a_second_node() -> None:
@@ -366,7 +372,7 @@ def test_more_containers_pack_into_one_wake_before_a_second_node() -> None:
 
 def test_a_waking_node_is_counted_not_woken_twice() -> None:
     p = run([cv("g1", gpus=1)], [sv("gpu-side", NodeState.WAKING), sv("gpu-other")])
-    assert p.wakes == {} and p.waits["g1"] == "waiting for side node gpu-side to wake"
+    assert p.wakes == {} and p.waits["g1"].startswith("waiting up to 2m for side node gpu-side:")
 
 
 def test_a_dearer_side_node_loses_to_a_cheaper_vm() -> None:
@@ -406,3 +412,6 @@ def test_qualified_demand_follows_the_fit_rules() -> None:
     vm = nv("vm", "small")
     assert qualified_demand(vm, queued, CATALOGUE, POLICY) == ["cpu-job"]
     assert qualified_demand(nv("big", "large"), queued, CATALOGUE, POLICY) == []
+    assert qualified_demand(nv("big", "large"), queued, CATALOGUE, POLICY, EARLIER) == []
+    # GPU capacity last: never CPU work on a GPU VM while a type without GPUs fits it
+    assert qualified_demand(nv("g", "gpu"), queued, CATALOGUE, POLICY) == ["gpu-job"]

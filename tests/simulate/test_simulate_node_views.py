@@ -12,17 +12,26 @@ from __future__ import annotations
 
 import itertools
 import random
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.dispatch.views import NodeViews
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.policy.facts import CapabilityReading, NodeFacts, ReadyReading
-from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState
+from nodewarden.policy.state import (
+    AdmissionState,
+    NodePowerState,
+    PowerRequest,
+    PowerState,
+    Transition,
+    TransitionKind,
+)
+from nodewarden.policy.view import PolicyView
 from nodewarden.pool.worker import Worker
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.runtime import NodeRuntime
@@ -171,7 +180,26 @@ def test_vm_view_is_the_dispatchers(
         listed_at=NOW + 1 if phase == "pending" else NOW - 1,
         destroying=phase == "destroying",
     )
-    assert node.node_view(NOW) == _operator_view(worker, rt)
+    # a VM coming up is seen since its create (the wait budget's boot times)
+    assert node.node_view(NOW, created_at=T0) == _operator_view(worker, rt)
+
+
+def test_a_waking_side_node_is_seen_since_its_wake_began() -> None:
+    """Both shells show when a waking side node's wake began (its transition's start)."""
+    wake = Transition(
+        id="t-1",
+        kind=TransitionKind.WAKE,
+        started_at=T0,
+        deadline=T0 + timedelta(minutes=10),
+        request=PowerRequest(action="On", attempt=1, requested_at=T0),
+    )
+    state = _state("gpu", PowerState.WAKING, AdmissionState.CLOSED).model_copy(
+        update={"transition": wake}
+    )
+    node, worker, rt = _side_node("gpu", state, None, "Redfish")
+    view = node.node_view(NOW)
+    assert view == _operator_view(worker, rt)
+    assert view.coming_since == T0
 
 
 @pytest.mark.parametrize("power", list(PowerState))
@@ -216,3 +244,19 @@ def test_the_boards_view_is_the_rule(
         facts.capability,
         policy_valid,
     )
+
+
+def test_an_off_side_node_shows_when_its_wake_timing_lets_it_wake_in_both() -> None:
+    """min-off since it went off, cooldown since its last transition: the board's view
+    (live) and the simulator's (`wake_timing`) name the same time."""
+    policy = PolicyView.from_spec(PowerPolicySpec(min_off="10m", cooldown="15m"))
+    state = _state("gpu", PowerState.OFF, AdmissionState.CLOSED).model_copy(
+        update={"off_since": T0, "last_transition_at": T0 + timedelta(minutes=1)}
+    )
+    node, worker, rt = _side_node("gpu", state, None, "Redfish")
+    board = PowerBoard()
+    board.set(worker.name, board_view(rt, True, policy))
+    live = NodeViews(board).node_view(worker)
+    simulated = node.node_view(NOW, wake_timing=(policy.min_off, policy.cooldown))
+    assert simulated == live
+    assert live.wake_after == T0 + timedelta(minutes=16)  # the cooldown ends last

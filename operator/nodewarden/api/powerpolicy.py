@@ -254,6 +254,77 @@ class DispatchLimits(ApiModel):
     )
 
 
+class PlacementPolicy(ApiModel):
+    """How the dispatcher places containers (issue 25). Each lever can be switched back to
+    the behaviour of earlier releases (the value named in its description). The plan is
+    one for the whole queue: the dispatcher reads these knobs from its default policy."""
+
+    packing: Literal["BestFit", "IdleFirst"] = Field(
+        default="BestFit",
+        description=(
+            "BestFit: a container goes to the fullest ready node that fits it (a busy node "
+            "before an idle one), so emptier nodes fall idle and are switched off. "
+            "IdleFirst (earlier releases): an idle node of the cheapest fitting type first, "
+            "then a busy node of a fitting type."
+        ),
+    )
+    launch: Literal["Queue", "PerContainer"] = Field(
+        default="Queue",
+        description=(
+            "Queue: new capacity (a new VM, a side node woken) is chosen for the pending "
+            "queue as a whole: several pending containers go onto one new node when that is "
+            "cheaper per container-hour than each on its own cheapest type (as Karpenter's "
+            "launch packs pending pods). PerContainer (earlier releases): the cheapest "
+            "fitting type per container; later containers only fill what is left."
+        ),
+    )
+    gpu_capacity: Literal["LastResort", "GpuWorkOnly"] = Field(
+        default="LastResort",
+        description=(
+            "LastResort: a container that asks for no GPU goes to a GPU node or GPU "
+            "instance type only when no node or type without GPUs could ever fit it. "
+            "GpuWorkOnly (earlier releases): GPU side nodes never take CPU-only work; GPU "
+            "instance types are judged by price like any other."
+        ),
+    )
+    side_node_price: Literal["PerResource", "PerNode"] = Field(
+        default="PerResource",
+        description=(
+            "PerResource: a side node's price is set against the resources it offers -- "
+            "the share a container takes of it, and, for a node that is off, the pending "
+            "containers that would fill it -- so a large cheap-per-core server is woken "
+            "for a burst. PerNode (earlier releases): an off side node is woken only when "
+            "its hourly price is no more than the cheapest instance type that fits."
+        ),
+    )
+    wait_for_cheaper: Literal["WithinBudget", "Unbounded"] = Field(
+        default="WithinBudget",
+        description=(
+            "WithinBudget: a container waits for cheaper capacity (a side node waking up, "
+            "a node whose room comes back soon because a container there is cancelled) "
+            "instead of a new VM only while that is expected to delay its start by at most "
+            "waitBudget. Unbounded (earlier releases): it waits for a waking side node "
+            "however long the wake takes, and never for a node freeing up."
+        ),
+    )
+    wait_budget: Duration = Field(
+        default="2m",
+        description=(
+            "How much longer than on a new VM a container may wait for cheaper capacity, "
+            "counted from when it was first seen ('0s': only when it is no slower)."
+        ),
+    )
+    no_wait_above_priority: int = Field(
+        default=900,
+        ge=0,
+        le=1000,
+        description=(
+            "Containers with a priority above this never wait for cheaper capacity (their "
+            "wait budget is 0s); 1000 switches the exception off."
+        ),
+    )
+
+
 class PowerPolicySpec(ApiModel):
     """The knobs of power and capacity decisions."""
 
@@ -375,6 +446,14 @@ class PowerPolicySpec(ApiModel):
     dispatch: DispatchLimits = Field(
         default_factory=DispatchLimits,
         description="Dispatch attempts, lock flapping, lame-node and takeover limits.",
+    )
+    placement: PlacementPolicy = Field(
+        default_factory=PlacementPolicy,
+        description=(
+            "How containers are placed: packing, new capacity for the queue as a whole, GPU "
+            "capacity kept for GPU work, waiting for cheaper capacity (read from the "
+            "dispatcher's default policy)."
+        ),
     )
     paused: bool = Field(
         default=False,

@@ -4,7 +4,9 @@ Plan (`plan`, `nodewarden.scheduling.scheduler.plan`) from the capacity ledger
 (`nodewarden.scheduling.ledger`): a container holds its node from the moment it is
 chosen for it (`claims`, before the Locked write) until its runner is seen gone there,
 in every phase; a lock from before a restart is placed again only after the node's
-runner list was read and the node said its runner never ran.
+runner list was read and the node said its runner never ran. The placement levers are
+the default policy's `spec.placement`; the boot times seen (`rules.boots`) go with the
+node views; the plan's due time (a wait budget running out) is one of the planner's.
 
 Execute (`execute`): fail unsatisfiable containers, unlock stale locks and overflow,
 lock + start runners, create instances (through the pool's `admit` choke point), and
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.cloud.errors import CloudErrorKind
@@ -30,6 +32,7 @@ from nodewarden.pool.times import iso
 from nodewarden.scheduling.caps import PolicyLimits, effective_limits
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.ledger import Claim, Placement, account
+from nodewarden.scheduling.placement import PlacementRules
 from nodewarden.scheduling.scheduler import lock_retry_at, plan
 from nodewarden.scheduling.views import CloudState, ContainerView, Phase, Plan
 
@@ -109,6 +112,8 @@ class Planner:
             if node is None:
                 phase = Phase.QUEUED
             view = view_of(c, phase, c.status.resources or spec.resources, node)
+            if c.cancel_requested and node is not None:
+                view = replace(view, frees_at=self._frees_at(c, now))
             placed.append(
                 Placement(
                     view,
@@ -144,10 +149,11 @@ class Planner:
             self.ctx.settings.limits.ceilings(),
             (t.name for t in catalogue.types),
         )
-        cloud = self._cloud_state(now)
+        self.views.boots.watch(nodes, now)
+        cloud = replace(self._cloud_state(now), boot_seconds=self.views.boots.types())
         if stopped is not None:
             cloud = replace(cloud, creates_blocked=f"no instance is created: {stopped}")
-        return plan(
+        result = plan(
             containers,
             nodes,
             catalogue,
@@ -155,7 +161,18 @@ class Planner:
             limits,
             cloud,
             now,
+            PlacementRules.of(self.ctx.policies.default.spec.placement),
         )
+        if result.due is not None:
+            self.due.append(result.due)  # a wait budget or an expected wake: a due time
+        return result
+
+    def _frees_at(self, c: Container, now: datetime) -> datetime:
+        """When a cancelled container's node is expected to have seen its runner gone: a
+        KILL `term_timeout` after the first TERM, then one probe."""
+        settings = self.ctx.settings
+        first = c.first_term_at or now
+        return first + timedelta(seconds=settings.term_timeout + settings.probe_interval)
 
     @staticmethod
     def _view(

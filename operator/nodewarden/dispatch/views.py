@@ -1,8 +1,9 @@
 """The scheduler's view of each node of the pool (`NodeView`): the rule is
 `rules.nodeview` (shared with the simulator); this module feeds it the live facts --
 capacity from the catalogue (VMs) or the spec (side nodes), state, readiness, admission
-and wakeability from the power controller's board, the pool's worker for the rest -- and
-reuses a side node's view until its spec or its power view changes.
+and wakeability from the power controller's board, the pool's worker for the rest, and
+how long each kind of node took to come up (`rules.boots`, fed by the planner) -- and
+reuses a side node's view until its spec, its power view or its boot estimate changes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.fleet.board import NodePowerView, PowerBoard
 from nodewarden.pool.worker import Worker
+from nodewarden.rules.boots import BootTimes
 from nodewarden.rules.nodeview import NO_CAPACITY, cloud_view, side_view, spec_capacity
 from nodewarden.scheduling.views import Capacity, NodeView
 
@@ -24,6 +26,8 @@ class NodeViews:
         self.board = board
         self._side: dict[str, tuple[WorkerNodeSpec | None, NodePowerView | None, NodeView]] = {}
         """Each side node's last view, with the spec and power view it was made from."""
+        self.boots = BootTimes()
+        """How long nodes took to come up, as the plans saw them (`rules.boots`)."""
 
     def nodes(self, workers: Iterable[Worker]) -> list[NodeView]:
         """The view of every node of the pool (side nodes no longer in it are forgotten)."""
@@ -45,16 +49,24 @@ class NodeViews:
             # the same node view until its spec or its power view changes (10,000 side
             # nodes are viewed at every round)
             cached = last.get(w.name)
-            if cached is not None and cached[0] is w.spec and cached[1] == power:
+            boot = self.boots.estimate(w.name)
+            if (
+                cached is not None
+                and cached[0] is w.spec
+                and cached[1] == power
+                and (cached[2].boot_seconds, cached[2].boot_slowest) == boot
+            ):
                 self._side[w.name] = cached
                 return cached[2]
-            view = NodeViews._side_view(w, power)
+            view = NodeViews._side_view(w, power, boot)
             self._side[w.name] = (w.spec, power, view)
             return view
         return NodeViews._cloud_view(w, power)
 
     @staticmethod
-    def _side_view(w: Worker, power: NodePowerView | None) -> NodeView:
+    def _side_view(
+        w: Worker, power: NodePowerView | None, boot: tuple[float | None, float | None]
+    ) -> NodeView:
         return side_view(
             w.name,
             spec_capacity(w.spec.capacity if w.spec is not None else None),
@@ -63,6 +75,10 @@ class NodeViews:
             admission_open=power is not None and power.admission_open,
             ready=power is not None and power.ready,
             wakeable=power is not None and power.wakeable,
+            coming_since=power.waking_since if power is not None else None,
+            boot_seconds=boot[0],
+            boot_slowest=boot[1],
+            wake_after=power.wake_after if power is not None else None,
         )
 
     @staticmethod
@@ -79,4 +95,5 @@ class NodeViews:
             listed=w.instance is not None,
             destroying=w.destroy_requested_at is not None,
             runs_work=w.idle_behavior == "run" and not w.broken,
+            created_at=w.created_at,
         )

@@ -27,6 +27,10 @@ class NodePowerView:
     ready: bool
     wakeable: bool = False
     """A side node that is off (or waking) and that the controller may wake for demand."""
+    waking_since: datetime | None = None
+    """A waking side node: when its wake began (`rules.nodeview.waking_since`)."""
+    wake_after: datetime | None = None
+    """An off side node: when its wake timing lets it be woken (`rules.nodeview.wake_not_before`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,9 @@ class PowerBoard:
         """Admission closes now; the dispatcher acknowledges it (see the module docstring)."""
         view = self.views.get(node)
         if view is not None and view.admission_open:
-            self.views[node] = NodePowerView(view.state, False, view.ready, view.wakeable)
+            self.views[node] = NodePowerView(
+                view.state, False, view.ready, view.wakeable, view.waking_since, view.wake_after
+            )
             self.version += 1
         self.closing[node] = at
 

@@ -28,6 +28,7 @@ from nodewarden.power.runtime import ControllerSettings, NodeRuntime
 from nodewarden.rules.fleet import FleetTally
 from nodewarden.rules.freshness import expires_at
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
+from nodewarden.scheduling.placement import PlacementRules
 
 
 @dataclass
@@ -108,3 +109,8 @@ class PowerContext:
 
     def policy(self, rt: NodeRuntime) -> Policy:
         return self.policies.for_node(rt.policy_name)
+
+    def placement(self) -> PlacementRules:
+        """The placement levers the dispatcher plans with (the default policy's): demand
+        is judged by the same fit rules."""
+        return PlacementRules.of(self.policies.default.spec.placement)

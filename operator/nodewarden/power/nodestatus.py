@@ -14,22 +14,32 @@ from nodewarden.api.workernode import NodeState as ApiNodeState
 from nodewarden.fleet.board import NodePowerView
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import ON_STATES, PowerState, api_admission, api_state
+from nodewarden.policy.view import PolicyView
 from nodewarden.power.runtime import NodeRuntime, iso, persist_worthy
-from nodewarden.rules.nodeview import admits, can_wake, is_ready
+from nodewarden.rules.nodeview import admits, can_wake, is_ready, wake_not_before, waking_since
 from nodewarden.scheduling.caps import Admission, Cap
 
 _HOLD_REASONS = {Cap.STOPPED: "CreatesStopped", Cap.BACKOFF: "CloudBackoff"}
 
 
-def board_view(rt: NodeRuntime, policy_valid: bool) -> NodePowerView:
-    """What the dispatcher may know of the node: admission, state, readiness, wakeability
-    (the rule: `rules.nodeview`)."""
+def board_view(
+    rt: NodeRuntime, policy_valid: bool, policy: PolicyView | None = None
+) -> NodePowerView:
+    """What the dispatcher may know of the node: admission, state, readiness, wakeability,
+    when a wake began or may begin under `policy`'s wake timing (the rules:
+    `rules.nodeview`)."""
     state = rt.state.state
     return NodePowerView(
         state=state,
         admission_open=admits(rt.state.admission),
         ready=is_ready(state, rt.facts.ready),
         wakeable=can_wake(rt.node_type, state, rt.facts.capability, policy_valid),
+        waking_since=waking_since(rt.state),
+        wake_after=(
+            wake_not_before(rt.state, policy.min_off, policy.cooldown)
+            if policy is not None
+            else None
+        ),
     )
 
 

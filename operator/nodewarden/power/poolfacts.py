@@ -39,6 +39,7 @@ from nodewarden.rules.demand import (
     planned_demand,
     queued_from_bodies,
     reread_demands,
+    side_capacities,
 )
 from nodewarden.rules.freshness import only_time_moved
 from nodewarden.rules.readings import cloud_capability, cloud_gone, work_reading
@@ -320,7 +321,9 @@ class PoolFacts:
         ctx = self.ctx
         containers, plan, at = self._plan
         nodes = ((rt.name, rt.spec, rt.state.state) for rt in ctx.nodes.values())
-        readings = planned_demand(nodes, containers, plan, at, ctx.catalogue, ctx.type_policy)
+        readings = planned_demand(
+            nodes, containers, plan, at, ctx.catalogue, ctx.type_policy, ctx.placement()
+        )
         for name, reading in readings.items():
             rt = ctx.nodes[name]
             previous = rt.facts.demand
@@ -352,7 +355,13 @@ class PoolFacts:
         queued = queued_from_bodies(bodies, read_at)
         asking = [rt for rt in map(ctx.nodes.get, sorted(nodes)) if rt is not None]
         readings = reread_demands(
-            ((rt.name, rt.spec) for rt in asking), queued, read_at, ctx.catalogue, ctx.type_policy
+            ((rt.name, rt.spec) for rt in asking),
+            queued,
+            read_at,
+            ctx.catalogue,
+            ctx.type_policy,
+            ctx.placement(),
+            side_capacities(rt.spec for rt in ctx.nodes.values()),
         )
         for rt in asking:
             rt.events.append(DemandReread(reading=readings[rt.name]))

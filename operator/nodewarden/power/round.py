@@ -307,7 +307,8 @@ class Round:
         if record is not None:
             record = self.energy.annotate(rt, before.state, record, now)
         gauges.observe_step(before, state)
-        ctx.board.set(rt.name, board_view(rt, ctx.policy(rt).view.valid))
+        view = ctx.policy(rt).view
+        ctx.board.set(rt.name, board_view(rt, view.valid, view))
         ctx.status.contribute(rt.name, recorder.power_status(rt, record))
         requested = any(isinstance(e, SendPowerRequest) for e in fx)
         rt.settled = not any(isinstance(e, _UNSETTLED) for e in fx)

@@ -10,7 +10,7 @@ power state, the queue and the time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,10 +21,11 @@ from nodewarden.api.workernode import WorkerNodeSpec
 from nodewarden.policy.events import Evaluate
 from nodewarden.policy.facts import DemandReading
 from nodewarden.policy.state import PowerState
+from nodewarden.rules.nodeview import spec_capacity
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
+from nodewarden.scheduling.placement import PlacementRules
 from nodewarden.scheduling.scheduler import qualified_demand
 from nodewarden.scheduling.views import Capacity, ContainerView, NodeState, NodeView, Phase, Plan
-from nodewarden.units import parse_quantity
 
 MAX_LISTED = 64
 """Container uuids a DemandReading names (the count is always whole)."""
@@ -40,18 +41,24 @@ def idle_view(name: str, capacity: Capacity, instance_type: str | None, price: f
     return NodeView(name, NodeState.IDLE, capacity, instance_type, price)
 
 
+def side_capacities(specs: Iterable[WorkerNodeSpec | None]) -> tuple[Capacity, ...]:
+    """The distinct capacities of the side nodes among `specs` (the GPU rule's "nothing
+    without GPUs fits" reads them)."""
+    out: dict[Capacity, None] = {}
+    for spec in specs:
+        if spec is not None and spec.node_type == "SideNode" and spec.capacity is not None:
+            out[spec_capacity(spec.capacity)] = None
+    return tuple(out)
+
+
 def node_view(name: str, spec: WorkerNodeSpec | None, catalogue: Catalogue) -> NodeView | None:
     """The node as the scheduler sees an idle node of its shape (None: shape unknown)."""
     if spec is None:
         return None
     if spec.node_type == "SideNode":
-        cap = spec.capacity
-        if cap is None:
+        if spec.capacity is None:
             return None
-        capacity = Capacity(
-            cap.vcpus, parse_quantity(cap.ram), parse_quantity(cap.scratch), cap.gpus, cap.gpu_model
-        )
-        return idle_view(name, capacity, None, spec.cost_per_hour or 0.0)
+        return idle_view(name, spec_capacity(spec.capacity), None, spec.cost_per_hour or 0.0)
     itype = catalogue.by_name(spec.instance_type or "")
     if itype is None:
         return None
@@ -109,8 +116,12 @@ def planned_demand(
     at: datetime,
     catalogue: Catalogue,
     type_policy: InstanceTypePolicy,
+    rules: PlacementRules | None = None,
 ) -> dict[str, DemandReading]:
-    """Demand of every node with a spec, from the dispatcher's plan made at `at`."""
+    """Demand of every node with a spec, from the dispatcher's plan made at `at` under the
+    placement levers `rules`."""
+    nodes = list(nodes)
+    side = side_capacities(spec for _, spec, _ in nodes)
     queued = [c for c in containers if c.phase is Phase.QUEUED]
     waiting_for = plan_waits(plan)
     by_shape: dict[tuple[Any, ...], list[str]] = {}
@@ -128,7 +139,9 @@ def planned_demand(
             shape = (view.capacity, view.instance_type, view.price)
             found = by_shape.get(shape)
             if found is None:
-                found = by_shape[shape] = qualified_demand(view, queued, catalogue, type_policy)
+                found = by_shape[shape] = qualified_demand(
+                    view, queued, catalogue, type_policy, rules, side
+                )
             uuids = found
         key = tuple(uuids)
         reading = readings.get(key)
@@ -165,9 +178,13 @@ def reread_demand(
     read_at: datetime,
     catalogue: Catalogue,
     type_policy: InstanceTypePolicy,
+    rules: PlacementRules | None = None,
+    side: Sequence[Capacity] = (),
 ) -> DemandReading:
     """RereadDemand's reading for one node, from the live queue."""
-    return reread_demands([(name, spec)], queued, read_at, catalogue, type_policy)[name]
+    return reread_demands([(name, spec)], queued, read_at, catalogue, type_policy, rules, side)[
+        name
+    ]
 
 
 def reread_demands(
@@ -176,8 +193,11 @@ def reread_demands(
     read_at: datetime,
     catalogue: Catalogue,
     type_policy: InstanceTypePolicy,
+    rules: PlacementRules | None = None,
+    side: Sequence[Capacity] = (),
 ) -> dict[str, DemandReading]:
-    """RereadDemand's readings for many nodes from one live queue: nodes of the same shape
+    """RereadDemand's readings for many nodes from one live queue (`side`: the fleet's
+    side-node capacities, `side_capacities`): nodes of the same shape
     (capacity, instance type, price) qualify the same containers, so the queue is walked
     once per shape, not once per node (1,700 nodes re-reading a queue of 5,000 held the
     event loop for 67 s at 10,000 nodes)."""
@@ -191,7 +211,7 @@ def reread_demands(
         shape = (view.capacity, view.instance_type, view.price)
         reading = by_shape.get(shape)
         if reading is None:
-            uuids = qualified_demand(view, queued, catalogue, type_policy)
+            uuids = qualified_demand(view, queued, catalogue, type_policy, rules, side)
             reading = by_shape[shape] = _reading(LIVE, read_at, uuids)
         out[name] = reading
     return out

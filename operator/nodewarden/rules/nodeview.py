@@ -8,11 +8,13 @@ here, so the scheduler's input is the same rule on the same facts:
   (on and the ready probe passed), wakeable (a side node off or waking whose power
   controller allows a wake action, under a valid policy) -- `admits`, `is_ready`,
   `can_wake`;
-- a side node's view: its state by its power state, capacity from its spec;
+- a side node's view: its state by its power state, capacity from its spec, when its
+  wake began (`waking_since`) or may begin (`wake_not_before`), and how long it takes to
+  come up (`rules.boots`);
 - a cloud VM's view: shutting down once a destroy is requested, draining while the
   machine leaves, pending until the cloud lists it and booting until it is verified
-  ready (both counted open when it will run work: the work planned for it waits for it),
-  else idle or active.
+  ready (both counted open when it will run work: the work planned for it waits for it;
+  since its create), else idle or active.
 
 A node's occupancy is not here: the scheduler reads it from the capacity ledger
 (`scheduling.ledger.account`), which both callers feed.
@@ -21,11 +23,12 @@ A node's occupancy is not here: the scheduler reads it from the capacity ledger
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 from nodewarden.api.workernode import NodeCapacity, NodeType
 from nodewarden.policy.facts import CapabilityReading, ReadyReading
-from nodewarden.policy.state import ON_STATES, AdmissionState, PowerState
-from nodewarden.scheduling.views import Capacity, NodeState, NodeView
+from nodewarden.policy.state import ON_STATES, AdmissionState, NodePowerState, PowerState
+from nodewarden.scheduling.views import COMING_UP, Capacity, NodeState, NodeView
 from nodewarden.units import parse_quantity
 
 SIDE_STATE: Mapping[PowerState, NodeState] = {
@@ -84,6 +87,30 @@ def spec_capacity(cap: NodeCapacity | None) -> Capacity:
     )
 
 
+def wake_not_before(
+    state: NodePowerState, min_off: timedelta, cooldown: timedelta
+) -> datetime | None:
+    """When the wake gates' timing lets an off node be woken: min-off since it went off
+    and the cooldown since its last transition (`policy.timing.wake_timing`); None: not
+    off, or nothing holds it."""
+    if state.state is not PowerState.OFF:
+        return None
+    times = [
+        since + wait
+        for since, wait in ((state.off_since, min_off), (state.last_transition_at, cooldown))
+        if since is not None
+    ]
+    return max(times, default=None)
+
+
+def waking_since(state: NodePowerState) -> datetime | None:
+    """When a waking side node's wake began (its transition's start), else None."""
+    transition = state.transition
+    if state.state is not PowerState.WAKING or transition is None:
+        return None
+    return transition.started_at
+
+
 def side_view(
     name: str,
     capacity: Capacity,
@@ -93,8 +120,15 @@ def side_view(
     admission_open: bool,
     ready: bool,
     wakeable: bool,
+    coming_since: datetime | None = None,
+    boot_seconds: float | None = None,
+    boot_slowest: float | None = None,
+    wake_after: datetime | None = None,
 ) -> NodeView:
-    """A side node's view (`power` None: the power controller shows nothing of it yet)."""
+    """A side node's view (`power` None: the power controller shows nothing of it yet;
+    `coming_since`: when its wake began, `waking_since`; `boot_seconds`, `boot_slowest`:
+    how long it takes to come up, as seen, `rules.boots`; `wake_after`: when it may be
+    woken, `wake_not_before`)."""
     return NodeView(
         name=name,
         state=SIDE_STATE.get(power, NodeState.UNKNOWN) if power is not None else NodeState.UNKNOWN,
@@ -104,6 +138,10 @@ def side_view(
         admission_open=power is not None and admission_open,
         ready=power is not None and ready,
         wakeable=power is not None and wakeable,
+        coming_since=coming_since if power is PowerState.WAKING else None,
+        boot_seconds=boot_seconds,
+        boot_slowest=boot_slowest,
+        wake_after=wake_after if power is PowerState.OFF else None,
     )
 
 
@@ -119,10 +157,11 @@ def cloud_view(
     listed: bool,
     destroying: bool,
     runs_work: bool,
+    created_at: datetime | None = None,
 ) -> NodeView:
     """A cloud VM's view (`listed`: the cloud lists its instance; `destroying`: a destroy
     was requested; `runs_work`: idle behaviour run and not broken, so it takes the work
-    planned for it once verified ready)."""
+    planned for it once verified ready; `created_at`: when its create was asked)."""
     shown = power is not None
     ready = shown and ready
     admission_open = shown and admission_open
@@ -144,4 +183,5 @@ def cloud_view(
         price=price,
         admission_open=admission_open,
         ready=ready,
+        coming_since=created_at if state in COMING_UP else None,
     )

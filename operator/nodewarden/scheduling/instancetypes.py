@@ -180,6 +180,18 @@ def misfit(instance_type: InstanceType, need: Requirements) -> str | None:
     return None
 
 
+def gpu_last(
+    types: Sequence[InstanceType], need: Requirements
+) -> tuple[Sequence[InstanceType], bool]:
+    """GPU work first on GPU capacity: for a container that asks for no GPU, the types
+    without GPUs when one of them fits it, else every type; and whether one without GPUs
+    fits."""
+    without = tuple(t for t in types if t.gpus == 0)
+    if any(misfit(t, need) is None for t in without):
+        return without, True
+    return types, False
+
+
 def preference_key(instance_type: InstanceType) -> tuple[float, int, int, str]:
     """Sort key: cheaper first, then more RAM, then more vCPUs, then name."""
     return (instance_type.price, -instance_type.ram, -instance_type.vcpus, instance_type.name)

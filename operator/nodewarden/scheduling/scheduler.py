@@ -1,12 +1,14 @@
 """The pure container scheduler: which container starts on which node, which nodes to create.
 
-`plan(containers, nodes, catalogue, limits, cloud, now)` takes a snapshot and returns a
-`Plan`; it performs no I/O and keeps no state between calls. The dispatcher executes the
-plan (lock + start runners, create instances) and calls it again on the next tick.
-The input views and the `Plan` are values of `scheduling.views`; a node's free capacity
-during one call is a `scheduling.slots.Slot`.
+`plan(containers, nodes, catalogue, type_policy, limits, cloud, now, rules)` takes a
+snapshot and returns a `Plan`; it performs no I/O and keeps no state between calls. The
+dispatcher executes the plan (lock + start runners, create instances) and calls it again
+when something it read changed or a time it named came (`Plan.due`). The input views and
+the `Plan` are values of `scheduling.views`; a node's free capacity during one call is a
+`scheduling.slots.Slot`; the placement levers are `scheduling.placement.PlacementRules`
+(a PowerPolicy's `spec.placement`; `EARLIER` is the behaviour of earlier releases).
 
-Rules (after the Arvados cloud dispatcher):
+Rules (after the Arvados cloud dispatcher, with the levers of issue 25):
 
 1. Order: Running containers first (they keep their node), then Locked, then Queued;
    within each, higher priority first, then earlier first-seen, then uuid.
@@ -19,29 +21,41 @@ Rules (after the Arvados cloud dispatcher):
    open and has room; unlocked ("no room") when it does not fit; unlocked when its node
    vanished or cannot take work. Nothing else is ever started under an existing lock.
 3. A Queued container (priority > 0) is placed, in this order of preference, on
-   a. an idle, ready node of a fitting type (cheapest type first);
-   b. a ready node that already runs containers and has room (packing);
-   c. a node that is booting (or whose creation is pending) and has room left after the
-      containers already waiting for it -- nodes already booting are counted, so demand
-      is never double-counted;
-   d. a side node that is waking up (its wake already asked for) and has room left;
-   e. a side node that is off and can be woken, when it fits and no fitting instance type
-      is cheaper per hour (or none fits): the plan asks to wake it (`Plan.wakes`), and
-      further containers pack into it before a second node is woken;
-   f. a new node of the cheapest fitting type that is not at capacity (a dearer type within
-      the price factor when it is), subject to the policy limits (max nodes, per-type max,
-      max hourly spend) and the cloud's state (quota / capacity / rate-limit back-off).
-   "Fitting type" = every catalogue type that fits and is within the price factor of the
-   cheapest fit, so a small container never occupies an expensive GPU node. A side node
-   (fixed hardware, no catalogue type) fits when its capacity does, and it is only used
-   for GPU-less containers if it has no GPUs itself.
+   a. a ready, open node with room -- a VM of one of its fitting types (those a new node
+      for it would be chosen from), or a side node whose share for it costs no more
+      (`Ask.takes`): best fit, the fullest such node (`BestFit`: in order of fullness
+      when the plan begins, then cheaper, then name), so work gathers on busy nodes and
+      emptier ones fall idle; earlier releases: an idle node of the cheapest fitting
+      type, a ready side node, then a busy node of a fitting type;
+   b. (`scheduling.launch`) a side node already waking, with room, whose wake its wait
+      budget allows (`scheduling.waiting`), or a ready node whose room comes back soon
+      (containers being cancelled there, `ContainerView.frees_at`) within the budget;
+   c. (`scheduling.launch`, once every container was seen) for the pending queue as a
+      whole: a side node that is off, woken when the pending containers that would fill
+      it pay more for VMs (or, priced per resource, when its share is cheaper and the
+      whole node within the price factor of the container's type); a VM coming up with
+      room (its creation pending or booting -- counted, so demand is never
+      double-counted); new VMs, several containers onto one when that is cheaper per
+      container-hour -- subject to the policy limits (max nodes, per-type max, max
+      hourly spend), the cloud's state (quota / capacity / rate-limit back-off) and the
+      price factor. Earlier releases (`PerContainer`): one container at a time, a waking
+      side node, an off one no dearer per hour than its cheapest type, a VM coming up,
+      its cheapest available type.
+   GPU capacity last: a container that asks for no GPU goes to a node or instance type
+   with GPUs only when nothing without GPUs could ever fit it (earlier: GPU side nodes
+   never take it; GPU types only by price). A side node is priced per resource: the share
+   of it a container takes.
 4. A container that no instance type and no side node can ever fit is unsatisfiable (the
    dispatcher fails it with the reason). One that fits but cannot be placed now waits
    with a human-readable reason ("waiting for a new m5.large to boot", "waiting: cloud
-   instance quota reached"). Reasons deliberately do not name the node, so a container
-   waiting through create -> boot is written once, not once per step.
+   instance quota reached", "waiting up to 2m for side node gpu-3: 40 % cheaper").
+   Reasons name a node only when the container waits for a side node or for room to
+   come back, so a container waiting through create -> boot is written once, not once
+   per step.
 5. Idle nodes not needed by the plan are reported as surplus, except the `min_warm_nodes`
    cheapest ones, which are reported as kept warm.
+6. `Plan.due`: the first moment the plan may change though nothing it read did (a wait
+   budget running out, a waking node falling behind): the dispatcher plans again then.
 """
 
 from __future__ import annotations
@@ -50,15 +64,23 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from nodewarden.api.containerdispatch import ContainerResources
+from nodewarden.scheduling.creates import Counted, blocked_types
 from nodewarden.scheduling.instancetypes import (
     Catalogue,
-    ChoiceOutcome,
     InstanceType,
-    InstanceTypeChoice,
     InstanceTypePolicy,
     Requirements,
     choose_instance_type,
     effective_requirements,
+    gpu_last,
+    misfit,
+)
+from nodewarden.scheduling.launch import Launcher
+from nodewarden.scheduling.placement import (
+    Ask,
+    BestFit,
+    PlacementRules,
+    cpu_needs_gpu,
 )
 from nodewarden.scheduling.slots import Slot, over_capacity, side_node_fits
 from nodewarden.scheduling.views import (
@@ -67,7 +89,6 @@ from nodewarden.scheduling.views import (
     Capacity,
     CloudState,
     ContainerView,
-    Create,
     Limits,
     NodeState,
     NodeView,
@@ -93,6 +114,53 @@ def _shape(r: ContainerResources) -> Shape:
     return (r.vcpus, r.ram, r.scratch, r.gpus, r.gpu_model, r.preemptible)
 
 
+class _Asks:
+    """Each container shape's `Ask`, made once per plan."""
+
+    def __init__(
+        self,
+        catalogue: Catalogue,
+        type_policy: InstanceTypePolicy,
+        at_capacity: frozenset[str],
+        side: Sequence[Capacity],
+        rules: PlacementRules,
+    ) -> None:
+        self.catalogue = catalogue
+        self.type_policy = type_policy
+        self.at_capacity = at_capacity
+        self.side = side
+        self.rules = rules
+        self.cache: dict[Shape, Ask] = {}
+
+    def of(self, resources: ContainerResources) -> tuple[Ask, Shape]:
+        key = _shape(resources)
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = self._make(resources)
+        return hit, key
+
+    def _make(self, resources: ContainerResources) -> Ask:
+        need = effective_requirements(resources, self.type_policy)
+        types: Sequence[InstanceType] = self.catalogue.types
+        without_gpu = True
+        if self.rules.gpu_last and need.gpus == 0:
+            # GPU capacity last: GPU types only when no type without GPUs fits
+            types, without_gpu = gpu_last(types, need)
+        choice = choose_instance_type(resources, types, self.type_policy, self.at_capacity)
+        fitting = [t.price for t in types if misfit(t, need) is None]
+        standalone = min(fitting) if fitting else None
+        return Ask(
+            need=need,
+            choice=choice,
+            candidates=tuple(t.name for t in choice.candidates),
+            standalone=standalone,
+            gpu_anywhere=need.gpus > 0 or cpu_needs_gpu(need, without_gpu, self.side),
+            price_ceiling=(
+                None if standalone is None else standalone * self.type_policy.price_factor
+            ),
+        )
+
+
 def plan(
     containers: Iterable[ContainerView],
     nodes: Iterable[NodeView],
@@ -101,27 +169,28 @@ def plan(
     limits: Limits,
     cloud: CloudState,
     now: datetime,
+    rules: PlacementRules | None = None,
 ) -> Plan:
     """Plan one scheduling round from a snapshot. Pure and deterministic."""
-    del now  # part of the signature so reasons can mention times later; unused today
+    rules = rules or PlacementRules()
     result = Plan()
     ordered = sorted(containers, key=_order_key)
     slots: dict[str, Slot] = {}
-    by_type_ready: dict[str | None, list[Slot]] = {}
-    by_type_coming: dict[str | None, list[Slot]] = {}
-    side_ready: list[Slot] = []
+    ready: list[Slot] = []
+    coming: list[Slot] = []
     side_waking: list[Slot] = []
     side_off: list[Slot] = []
-    node_count = 0
-    spend = 0.0
-    per_type: dict[str, int] = {}
+    side_all: list[Slot] = []
+    fleet = Counted(new_left=cloud.max_new_nodes)
     for view in sorted(nodes, key=lambda n: (n.price, n.name)):
         slot = Slot(view)
         slots[view.name] = slot
-        if view.state not in (NodeState.OFF,) and view.instance_type is not None:
-            node_count += 1
-            spend += view.price
-            per_type[view.instance_type] = per_type.get(view.instance_type, 0) + 1
+        if view.instance_type is None:
+            side_all.append(slot)
+        elif view.state is not NodeState.OFF:
+            fleet.nodes += 1
+            fleet.spend += view.price
+            fleet.per_type[view.instance_type] = fleet.per_type.get(view.instance_type, 0) + 1
         if view.instance_type is None and view.wakeable:
             if view.state is NodeState.WAKING:
                 side_waking.append(slot)
@@ -131,208 +200,57 @@ def plan(
         if not view.admission_open:
             continue
         if view.state in USABLE_NOW and view.ready:
-            if view.instance_type is None:
-                side_ready.append(slot)
-            else:
-                by_type_ready.setdefault(view.instance_type, []).append(slot)
+            ready.append(slot)
         elif view.state in COMING_UP and view.instance_type is not None:
-            by_type_coming.setdefault(view.instance_type, []).append(slot)
+            coming.append(slot)
 
-    choice_cache: dict[Shape, tuple[InstanceTypeChoice, Requirements]] = {}
-    blocked_all = cloud.creates_blocked
-    blocked_types = dict(cloud.blocked_types)
-    for name, cap in limits.per_type_max.items():
-        if per_type.get(name, 0) >= cap:
-            blocked_types.setdefault(name, f"per-type limit of {cap} {name} nodes reached")
-    at_capacity = frozenset(blocked_types)
-    new_nodes_left = cloud.max_new_nodes
-    pending_creates: dict[str, Create] = {}
-    # Incremental first fit: during one plan capacity only shrinks, so the slots before
-    # scan_from[(pool, shape)] are known not to fit that shape; scans resume there.
-    scan_from: dict[tuple[int, Shape], int] = {}
-
-    def choose(resources: ContainerResources) -> tuple[InstanceTypeChoice, Requirements, Shape]:
-        key = _shape(resources)
-        hit = choice_cache.get(key)
-        if hit is None:
-            hit = (
-                choose_instance_type(resources, catalogue.types, type_policy, at_capacity),
-                effective_requirements(resources, type_policy),
-            )
-            choice_cache[key] = hit
-        return hit[0], hit[1], key
-
-    def first_fit(pool: Sequence[Slot], need: Requirements, shape: Shape) -> Slot | None:
-        memo = (id(pool), shape)
-        start = scan_from.get(memo, 0)
-        for index in range(start, len(pool)):
-            if pool[index].fits(need):
-                scan_from[memo] = index
-                return pool[index]
-        scan_from[memo] = len(pool)
-        return None
-
-    def first_idle(pool: list[Slot], need: Requirements) -> Slot | None:
-        # idle slots of one type are identical: only the first unused one needs checking
-        while pool and pool[0].containers:
-            pool.pop(0)
-        return pool[0] if pool and pool[0].fits(need) else None
-
-    idle_by_type: dict[str | None, list[Slot]] = {
-        t: [s for s in pool if s.view.state is NodeState.IDLE] for t, pool in by_type_ready.items()
-    }
-
-    judged = False
+    fleet.blocked = blocked_types(cloud, limits, fleet.per_type)
+    asks = _Asks(
+        catalogue, type_policy, frozenset(fleet.blocked), [s.view.capacity for s in side_all], rules
+    )
+    launcher = Launcher(
+        rules, catalogue, type_policy, limits, cloud, fleet, now, result, ready, coming,
+        side_waking, side_off, side_all,
+    )  # fmt: skip
+    placing: _Ready | None = None
     for c in ordered:
-        if not judged and c.phase is not Phase.RUNNING:
-            judged = True  # every Running container is counted: which nodes run too much
-            result.over_capacity = over_capacity(slots)
-        choice, need, shape = choose(c.resources)
+        ask, shape = asks.of(c.resources)
         if c.phase is Phase.RUNNING:
             own = slots.get(c.node or "")
             if own is not None:
                 if c.whole_node:
                     own.block()
                 else:
-                    own.take(need)
+                    own.take(ask.need)
+                    if c.frees_at is not None:
+                        own.freeing(ask.need, c.frees_at)
             continue
+        if placing is None:
+            # every Running container is counted: which nodes run too much; the order
+            # of fullness is taken once the ledger's holdings are in
+            result.over_capacity = over_capacity(slots)
+            placing = _Ready(ready, rules)
         if c.phase is Phase.LOCKED:
-            _locked(c, need, slots.get(c.node or ""), result)
+            own = slots.get(c.node or "")
+            _locked(c, ask.need, own, result)
+            if c.frees_at is not None and own is not None and not c.runner_absent:
+                own.freeing(ask.need, c.frees_at)
             continue
-
         if c.priority <= 0:
             result.waits[c.uuid] = "held: priority 0"
             continue
-        candidates = [t.name for t in choice.candidates]
-        # side nodes are checked even when no catalogue type fits
-        # a. idle ready node of a fitting type, cheapest type first
-        placed: Slot | None = None
-        for type_name in candidates:
-            placed = first_idle(idle_by_type.get(type_name, []), need)
-            if placed:
-                break
-        if placed is None:
-            placed = next((s for s in side_ready if side_node_fits(s, need)), None)
-        # b. packing onto a ready node with room
-        if placed is None:
-            for type_name in candidates:
-                placed = first_fit(by_type_ready.get(type_name, []), need, shape)
-                if placed:
-                    break
+        placed = placing.take(ask, shape)  # a. a ready node
         if placed is not None:
-            placed.take(need)
+            placed.take(ask.need)
             result.starts.append(Start(c.uuid, placed.view.name))
             if placed.view.instance_type:
                 result.chosen_types[c.uuid] = placed.view.instance_type
             continue
-        # d. a side node waking up with room; e. an off side node worth waking
-        cheapest = None if choice.outcome is ChoiceOutcome.NO_FIT else choice.instance_type
-        woken = _wait_for_side_node(c.uuid, need, side_waking, side_off, cheapest, result)
-        if woken:
-            continue
-        if choice.outcome is ChoiceOutcome.NO_FIT:
-            # a side node that is busy, off or booting may still take it later
-            later = next(
-                (
-                    s
-                    for s in slots.values()
-                    if s.view.instance_type is None and side_node_fits(Slot(s.view), need)
-                ),
-                None,
-            )
-            if later is not None:
-                result.waits[c.uuid] = f"waiting for side node {later.view.name}"
-            else:
-                result.unsatisfiable[c.uuid] = (
-                    f"no instance type or side node fits: {choice.reason}"
-                )
-            continue
-        # c. a node already coming up with room
-        for type_name in candidates:
-            coming = first_fit(by_type_coming.setdefault(type_name, []), need, shape)
-            if coming is not None:
-                coming.take(need)
-                result.waits[c.uuid] = f"waiting for a new {type_name} to boot"
-                result.wait_nodes[c.uuid] = coming.view.name
-                result.chosen_types[c.uuid] = type_name
-                placed = coming
-                break
-        if placed is not None:
-            continue
-        # f. a new node
-        if blocked_all:
-            result.waits[c.uuid] = f"waiting: {blocked_all}"
-            continue
-        chosen = choice.instance_type
-        if chosen is None:
-            reasons = "; ".join(sorted({blocked_types.get(n, "") for n in candidates} - {""}))
-            result.waits[c.uuid] = (
-                f"waiting: every fitting instance type is unavailable ({reasons})"
-            )
-            continue
-        if limits.max_nodes is not None and node_count >= limits.max_nodes:
-            result.waits[c.uuid] = f"waiting: max nodes ({limits.max_nodes}) reached"
-            continue
-        if (
-            limits.max_hourly_spend is not None
-            and spend + chosen.price > limits.max_hourly_spend + 1e-9
-        ):
-            result.waits[c.uuid] = (
-                f"waiting: a new {chosen.name} ({chosen.price:g}/h) would exceed the max "
-                f"hourly spend ({limits.max_hourly_spend:g}/h; now {spend:g}/h)"
-            )
-            continue
-        type_cap = limits.per_type_max.get(chosen.name)
-        if type_cap is not None and per_type.get(chosen.name, 0) >= type_cap:
-            result.waits[c.uuid] = (
-                f"waiting: per-type limit of {type_cap} {chosen.name} nodes reached"
-            )
-            continue
-        if new_nodes_left is not None and new_nodes_left <= 0:
-            result.waits[c.uuid] = f"waiting for a new {chosen.name} (create queue full)"
-            result.chosen_types[c.uuid] = chosen.name
-            continue
-        # plan the create and give the virtual node the container (others may pack into it)
-        virtual = Slot(
-            NodeView(
-                name=f"(new {chosen.name} #{len(result.creates) + 1})",
-                state=NodeState.PENDING,
-                capacity=Capacity.of(chosen),
-                instance_type=chosen.name,
-                price=chosen.price,
-            )
-        )
-        virtual.take(need)
-        create = Create(chosen.name, (c.uuid,))
-        result.creates.append(create)
-        pending_creates[virtual.view.name] = create
-        by_type_coming.setdefault(chosen.name, []).append(virtual)
-        node_count += 1
-        spend += chosen.price
-        per_type[chosen.name] = per_type.get(chosen.name, 0) + 1
-        if new_nodes_left is not None:
-            new_nodes_left -= 1
-        result.waits[c.uuid] = f"waiting for a new {chosen.name} to boot"
-        result.chosen_types[c.uuid] = chosen.name
-
-    # containers that packed into a planned new node: record them on its Create
-    if pending_creates:
-        extra: dict[str, list[str]] = {}
-        for uuid, node in list(result.wait_nodes.items()):
-            if node in pending_creates:
-                extra.setdefault(node, []).append(uuid)
-                del result.wait_nodes[uuid]
-                result.waits[uuid] = (
-                    f"waiting for a new {pending_creates[node].instance_type} to boot"
-                )
-        if extra:
-            result.creates = [
-                Create(cr.instance_type, cr.for_containers + tuple(extra.get(name, ())))
-                for name, cr in pending_creates.items()
-            ]
-
-    if not judged:
+        launcher.place(c, ask, shape)  # b. capacity coming up, c. new capacity
+    if placing is None:
         result.over_capacity = over_capacity(slots)
+    launcher.run()
+
     idle = [
         s
         for s in slots.values()
@@ -343,6 +261,53 @@ def plan(
     result.kept_warm = [s.view.name for s in warm]
     result.surplus_idle = [s.view.name for s in idle[len(warm) :]]
     return result
+
+
+class _Ready:
+    """The ready, open nodes a queued container may start on now: best fit (the fullest
+    that fits, `BestFit`), or earlier releases' order (an idle node of the cheapest
+    fitting type, a ready side node, then a busy node of a fitting type)."""
+
+    def __init__(self, ready: list[Slot], rules: PlacementRules) -> None:
+        self.rules = rules
+        self.best = BestFit(ready) if rules.best_fit else None
+        self.idle_by_type: dict[str, list[Slot]] = {}
+        self.by_type: dict[str, list[Slot]] = {}
+        self.side: list[Slot] = []
+        self.scan_from: dict[tuple[str, Shape], int] = {}
+        if self.best is None:
+            for slot in ready:
+                t = slot.view.instance_type
+                if t is None:
+                    self.side.append(slot)
+                    continue
+                self.by_type.setdefault(t, []).append(slot)
+                if slot.view.state is NodeState.IDLE:
+                    self.idle_by_type.setdefault(t, []).append(slot)
+
+    def take(self, ask: Ask, shape: Shape) -> Slot | None:
+        if self.best is not None:
+            return self.best.first(ask, shape, self.rules)
+        need = ask.need
+        for type_name in ask.candidates:
+            pool = self.idle_by_type.get(type_name, [])
+            # idle slots of one type are identical: only the first unused one needs checking
+            while pool and pool[0].containers:
+                pool.pop(0)
+            if pool and pool[0].fits(need):
+                return pool[0]
+        side = next((s for s in self.side if side_node_fits(s, need)), None)
+        if side is not None:
+            return side
+        for type_name in ask.candidates:
+            pool = self.by_type.get(type_name, [])
+            memo = (type_name, shape)
+            for index in range(self.scan_from.get(memo, 0), len(pool)):
+                if pool[index].fits(need):
+                    self.scan_from[memo] = index
+                    return pool[index]
+            self.scan_from[memo] = len(pool)
+        return None
 
 
 def _locked(c: ContainerView, need: Requirements, own: Slot | None, result: Plan) -> None:
@@ -383,72 +348,42 @@ def _not_taking_work(view: NodeView) -> str:
     return f"node {view.name} is {view.state}"
 
 
-def _wait_for_side_node(
-    uuid: str,
-    need: Requirements,
-    waking: list[Slot],
-    off: list[Slot],
-    cheapest: InstanceType | None,
-    result: Plan,
-) -> bool:
-    """Place `uuid` on a waking side node with room, or ask to wake an off one that fits
-    and is not dearer than the cheapest fitting instance type. Returns whether it did."""
-    for slot in waking:
-        if side_node_fits(slot, need):
-            slot.take(need)
-            if slot.view.name in result.wakes:  # woken by this plan: count it as its demand
-                result.wakes[slot.view.name].append(uuid)
-            result.waits[uuid] = f"waiting for side node {slot.view.name} to wake"
-            result.wait_nodes[uuid] = slot.view.name
-            return True
-    for slot in off:
-        if not side_node_fits(slot, need):
-            continue
-        if cheapest is not None and slot.view.price > cheapest.price:
-            continue
-        slot.take(need)
-        waking.append(slot)  # later containers pack into it first
-        off.remove(slot)
-        result.wakes.setdefault(slot.view.name, []).append(uuid)
-        result.waits[uuid] = f"waiting for side node {slot.view.name} to wake"
-        result.wait_nodes[uuid] = slot.view.name
-        return True
-    return False
-
-
 def qualified_demand(
     node: NodeView,
     containers: Iterable[ContainerView],
     catalogue: Catalogue,
     type_policy: InstanceTypePolicy,
+    rules: PlacementRules | None = None,
+    side: Sequence[Capacity] = (),
 ) -> list[str]:
     """The queued containers that this node should serve, by the plan's own fit rules.
 
-    A queued container (priority > 0) qualifies when it fits the node's whole capacity
-    and the node is a place the scheduler would choose for it: a side node that is not
-    dearer than the cheapest fitting instance type (or no type fits; GPU nodes only for
-    GPU work), or a cloud VM of one of the container's fitting types. This is the demand
-    a shutdown waits for and a wake is justified by (power gates: "qualified demand").
+    A queued container (priority > 0) qualifies when it fits the node's whole capacity,
+    the node takes it (`Ask.takes`: the GPU rule -- `side`, the capacities of the fleet's
+    side nodes, for "nothing without GPUs fits" -- and, priced per resource, its share of
+    the node's price within the price factor of its cheapest type) and the node is a
+    place the scheduler would choose for it: a side node (priced per node, earlier
+    releases: one not dearer per hour than the cheapest fitting instance type, or no type
+    fits), or a cloud VM -- of any type under best fit, of one of its fitting types within
+    the price factor under the earlier rule. This is the demand a shutdown waits
+    for and a wake is justified by (power gates: "qualified demand").
     """
+    rules = rules or PlacementRules()
+    asks = _Asks(catalogue, type_policy, frozenset(), side, rules)
     out: list[ContainerView] = []
     for c in containers:
         if c.phase is not Phase.QUEUED or c.priority <= 0:
             continue
-        need = effective_requirements(c.resources, type_policy)
+        ask, _ = asks.of(c.resources)
         slot = Slot(node)
+        if not (slot.fits(ask.need) and ask.takes(slot, rules)):
+            continue
         if node.instance_type is None:
-            if not side_node_fits(slot, need):
-                continue
-            choice = choose_instance_type(c.resources, catalogue.types, type_policy)
-            cheapest = choice.instance_type
-            if cheapest is not None and node.price > cheapest.price:
-                continue
-        else:
-            if not slot.fits(need):
-                continue
-            choice = choose_instance_type(c.resources, catalogue.types, type_policy)
-            if node.instance_type not in {t.name for t in choice.candidates}:
-                continue
+            cheapest = ask.choice.instance_type
+            if not rules.per_resource_price and cheapest and node.price > cheapest.price:
+                continue  # per node (earlier releases): no dearer than its cheapest type
+        elif not rules.best_fit and node.instance_type not in ask.candidates:
+            continue
         out.append(c)
     return [c.uuid for c in sorted(out, key=_order_key)]
 

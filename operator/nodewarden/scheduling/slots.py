@@ -8,6 +8,7 @@ the side-node fit rule (GPU servers kept for GPU work).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 
 from nodewarden.scheduling.instancetypes import Requirements
 from nodewarden.scheduling.views import NodeView
@@ -23,6 +24,8 @@ class Slot:
         "free_ram",
         "free_scratch",
         "free_vcpus",
+        "soon",
+        "soon_at",
         "view",
     )
 
@@ -34,6 +37,10 @@ class Slot:
         self.free_gpus = view.capacity.gpus
         self.containers = 0
         self.blocked = False  # holds a runner of unknown size: nothing more fits
+        self.soon: list[int] | None = None
+        """vCPUs, RAM, scratch, GPUs held by containers being cancelled (free soon)."""
+        self.soon_at: datetime | None = None
+        """When the last of them is expected gone."""
 
     def fits(self, need: Requirements) -> bool:
         cap = self.view.capacity
@@ -54,9 +61,57 @@ class Slot:
         self.free_gpus -= need.gpus
         self.containers += 1
 
+    def freeing(self, need: Requirements, at: datetime) -> None:
+        """What `need` holds is expected back at `at` (a container being cancelled)."""
+        soon = self.soon or [0, 0, 0, 0]
+        self.soon = [
+            soon[0] + need.vcpus,
+            soon[1] + need.ram,
+            soon[2] + need.scratch,
+            soon[3] + need.gpus,
+        ]
+        self.soon_at = at if self.soon_at is None else max(self.soon_at, at)
+
+    def fits_soon(self, need: Requirements) -> bool:
+        """`need` fits once what is being cancelled here is gone (not now)."""
+        soon = self.soon
+        if soon is None or self.blocked or self.fits(need):
+            return False
+        cap = self.view.capacity
+        return (
+            need.vcpus <= self.free_vcpus + soon[0]
+            and need.ram <= self.free_ram + soon[1]
+            and need.scratch <= self.free_scratch + soon[2]
+            and need.gpus <= self.free_gpus + soon[3]
+            and cap.preemptible == need.preemptible
+            and (need.gpus == 0 or not need.gpu_model or cap.gpu_model == need.gpu_model)
+        )
+
     def block(self) -> None:
         self.blocked = True
         self.containers += 1
+
+    def fullness(self) -> float:
+        """How full the node is: the mean used share of its vCPUs and RAM (and GPUs, when
+        it has any), 0 idle .. 1 full; a node without capacity counts as full."""
+        cap = self.view.capacity
+        if cap.vcpus <= 0 or cap.ram <= 0:
+            return 1.0
+        used = (cap.vcpus - self.free_vcpus) / cap.vcpus + (cap.ram - self.free_ram) / cap.ram
+        if cap.gpus > 0:
+            return (used + (cap.gpus - self.free_gpus) / cap.gpus) / 3
+        return used / 2
+
+    def count(self, need: Requirements) -> int:
+        """How many containers of `need` fit beside what the node holds (0 when the node
+        is of another market or GPU model, or holds a runner of unknown size)."""
+        if not self.fits(need):
+            return 0
+        free = (self.free_vcpus, self.free_ram, self.free_scratch, self.free_gpus)
+        counts = [
+            have // asked for have, asked in zip(free, amounts(need), strict=True) if asked > 0
+        ]
+        return min(counts) if counts else 1 << 30
 
     @property
     def full(self) -> bool:
@@ -79,6 +134,11 @@ class Slot:
 
 def gib(value: int) -> str:
     return f"{value / 2**30:.3g}Gi"
+
+
+def amounts(need: Requirements) -> tuple[int, int, int, int]:
+    """vCPUs, RAM, scratch, GPUs of `need` (in the order of `Capacity`)."""
+    return (need.vcpus, need.ram, need.scratch, need.gpus)
 
 
 def side_node_fits(slot: Slot, need: Requirements) -> bool:

@@ -55,6 +55,9 @@ class ContainerView:
     fits). Otherwise a Locked container holds its node unconditionally."""
     whole_node: bool = False
     """Running: a runner the node lists of no container known here; holds the whole node."""
+    frees_at: datetime | None = None
+    """Running or Locked and being cancelled: when its node is expected to have seen its
+    runner gone (the KILL after the TERM timeout, then a probe): capacity about to free."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,16 @@ class NodeView:
     admission_open: bool = True  # False while draining, held (idle behaviour hold/drain), ...
     ready: bool = False  # passed the ready probe
     wakeable: bool = False  # side node, Off or Waking: the power controller may wake it
+    coming_since: datetime | None = None
+    """When it began coming up: a side node's wake was asked (Waking), a VM's create."""
+    boot_seconds: float | None = None
+    """How long this node takes to come up, as seen (`rules.boots`; the median of the
+    last few); None: never seen."""
+    boot_slowest: float | None = None
+    """The slowest of those boots."""
+    wake_after: datetime | None = None
+    """An off side node: the power controller's wake timing (min-off, cooldown) lets it
+    be woken from then on (None: now)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +113,8 @@ class CloudState:
     creates_blocked: str | None = None  # reason all creates are blocked (quota, rate limit)
     blocked_types: Mapping[str, str] = field(default_factory=dict)  # type -> reason
     max_new_nodes: int | None = None  # creates the executor may still start this round
+    boot_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Instance type -> how long a new node of it takes to come up, as seen (`rules.boots`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +146,7 @@ class Plan:
     kept_warm: list[str] = field(default_factory=list)
     chosen_types: dict[str, str] = field(default_factory=dict)  # uuid -> instance type
     wakes: dict[str, list[str]] = field(default_factory=dict)  # side node -> uuids waiting for it
+    due: datetime | None = None
+    """The first time at which this plan may change though nothing it read did (a wait
+    budget running out, a waking node falling behind its expected boot): a due time of
+    the dispatcher (`dispatch.replan`), never a poll."""

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from nodewarden.policy.events import Event
 from nodewarden.policy.facts import DemandReading
+from nodewarden.rules.boots import BootTimes
 from nodewarden.rules.demand import PLANNED, demand_event, idle_view, plan_waits, waits_on_plan
 from nodewarden.scheduling import ledger as capacity
 from nodewarden.scheduling.instancetypes import (
@@ -30,8 +31,10 @@ from nodewarden.scheduling.instancetypes import (
     Requirements,
     effective_requirements,
 )
+from nodewarden.scheduling.placement import PlacementRules
 from nodewarden.scheduling.scheduler import plan, qualified_demand
 from nodewarden.scheduling.views import (
+    Capacity,
     CloudState,
     ContainerView,
     Limits,
@@ -44,6 +47,7 @@ from nodewarden.simulate.accounting import Ledger
 from nodewarden.simulate.energy import EnergyLedger
 from nodewarden.simulate.fleet import Fleet
 from nodewarden.simulate.nodes import MachineNode
+from nodewarden.simulate.policies import SimPolicy
 from nodewarden.simulate.sensing import Sensing
 from nodewarden.simulate.trace import Trace, TraceContainer
 from nodewarden.simulate.utilisation import dominant_share, weighted_work
@@ -88,6 +92,7 @@ class World(Protocol):
     trace: Trace
     sensing: Sensing
     _done: int
+    policy: SimPolicy
     _catalogue: Catalogue
     _type_policy: InstanceTypePolicy
     _limits: Limits
@@ -97,6 +102,7 @@ class World(Protocol):
     def machines(self) -> Steps: ...
 
     def at(self, us: int) -> datetime: ...
+    def us(self, when: datetime) -> int: ...
     def _schedule(self, t: int, fn: Callable[[Any], None], arg: Any = None) -> None: ...
     def _next_tick(self) -> int: ...
     def _cause(self, node: MachineNode, cause: str | None) -> None: ...
@@ -119,6 +125,13 @@ class Dispatching:
         self.qualifies: dict[tuple[tuple[object, ...], str], bool] = {}
         self.needs: dict[tuple[object, ...], Requirements] = {}
         self.round_pending = False
+        self.rules = PlacementRules.of(world.policy.spec.placement)
+        """The placement levers of the policy under test (the live dispatcher reads its
+        default policy's)."""
+        self.boots = BootTimes()
+        self.due_at: int | None = None
+        self.side: tuple[Capacity, ...] | None = None
+        """The fleet's side-node capacities (the GPU rule reads them)."""
 
     # -- containers -----------------------------------------------------------------------
 
@@ -246,22 +259,54 @@ class Dispatching:
             self.round_pending = True
             self.w._schedule(self.w._next_tick(), self.round)
 
+    def round_at(self, t: int) -> None:
+        """A round at `t` (the plan's due time: a wait budget running out), the way the
+        live dispatcher plans at a due time; one timer, the earliest."""
+        if self.due_at is not None and self.w.now <= self.due_at <= t:
+            return
+        self.due_at = t
+        self.w._schedule(t, self._due_round, t)
+
+    def _due_round(self, t: int) -> None:
+        if self.due_at == t:
+            self.due_at = None
+            self.request_round()
+
+    def node_view(self, node: MachineNode) -> NodeView:
+        """A node's view as the live dispatcher builds it (`MachineNode.node_view`): a VM
+        since its launch, a side node with its boot time as seen (`rules.boots`)."""
+        if node.instance_type is not None:
+            launched = node.power_since
+            created = self.w.at(launched) if launched is not None else None
+            return node.node_view(self.w.now, created_at=created)
+        view = self.w.policy.view
+        return node.node_view(
+            self.w.now,
+            boot=self.boots.estimate(node.name),
+            wake_timing=(view.min_off, view.cooldown),
+        )
+
     def round(self, _: Any) -> None:
         self.round_pending = False
+        now = self.w.at(self.w.now)
         if not self.shapes:
             # nothing startable is queued: the plan would start and create nothing, and
-            # every node's demand is zero
+            # every node's demand is zero; the nodes coming up are still timed
+            known = self.w.nodes
+            coming = (known.get(name) for name in self.boots.tracking())
+            self.boots.watch([self.node_view(n) for n in coming if n is not None], now)
             self.update_demand(None)
             self.w._warm_creates(None, None, None)
             return
+        nodes = [self.node_view(n) for n in self.w.nodes.values()]
+        self.boots.watch(nodes, now)  # as the live planner does at every plan
         placed = [c.placement for c in self.running.values() if c.placement is not None]
         queued = [c.queued_view for c in self.queued.values()]
         # simulated runners are exactly the running containers: no runner lists to read
         views = capacity.account(placed, queued, {}, _no_listed_runner).views
-        nodes = [n.node_view(self.w.now) for n in self.w.nodes.values()]
         pending = sum(1 for v in nodes if v.state is NodeState.PENDING)
         room = self.w.fleet.cloud.max_new_nodes_per_round - pending
-        cloud = CloudState(max_new_nodes=max(0, room))
+        cloud = CloudState(max_new_nodes=max(0, room), boot_seconds=self.boots.types())
         if not self.w._catalogue.types:
             cloud = CloudState(creates_blocked="no cloud instance types in the fleet")
         result = plan(
@@ -271,8 +316,11 @@ class Dispatching:
             self.w._type_policy,
             self.w._limits,
             cloud,
-            self.w.at(self.w.now),
+            now,
+            self.rules,
         )
+        if result.due is not None:
+            self.round_at(self.w.us(result.due))
         for start in result.starts:
             c = self.queued.get(start.uuid)
             node = self.w.nodes.get(start.node)
@@ -313,7 +361,15 @@ class Dispatching:
                 probe = ContainerView(
                     "demand-probe", Phase.QUEUED, 1, self.w.trace.start, resources
                 )
-                hit = bool(qualified_demand(view, [probe], self.w._catalogue, self.w._type_policy))
+                if self.side is None:
+                    self.side = tuple(
+                        {n.capacity: None for n in self.w.nodes.values() if n.instance_type is None}
+                    )
+                hit = bool(
+                    qualified_demand(
+                        view, [probe], self.w._catalogue, self.w._type_policy, self.rules, self.side
+                    )
+                )
                 self.qualifies[key] = hit
             if hit:
                 total += count

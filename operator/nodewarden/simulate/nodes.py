@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import random
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from nodewarden.api.powerpolicy import ResetAction
 from nodewarden.api.workernode import ControlMethod, NodeType
@@ -37,7 +37,15 @@ from nodewarden.policy.facts import (
 )
 from nodewarden.policy.state import NodePowerState
 from nodewarden.rules.demand import PLANNED
-from nodewarden.rules.nodeview import admits, can_wake, cloud_view, is_ready, side_view
+from nodewarden.rules.nodeview import (
+    admits,
+    can_wake,
+    cloud_view,
+    is_ready,
+    side_view,
+    wake_not_before,
+    waking_since,
+)
 from nodewarden.scheduling.views import Capacity, NodeView
 from nodewarden.simulate.distributions import Delay, to_us
 from nodewarden.simulate.fleet import SideNodeGroup
@@ -146,10 +154,18 @@ class MachineNode:
         """SSH answers (booted, not shutting down) at t."""
         return self.powered and self.ready_at is not None and self.ready_at <= t
 
-    def node_view(self, now: int) -> NodeView:
+    def node_view(
+        self,
+        now: int,
+        created_at: datetime | None = None,
+        boot: tuple[float | None, float | None] = (None, None),
+        wake_timing: tuple[timedelta, timedelta] | None = None,
+    ) -> NodeView:
         """The scheduler's view: the live rule (`rules.nodeview`) on this node's facts,
         the board's part as the power controller shows it (`board_view`); every policy
-        the simulator runs counts as valid (it parsed)."""
+        the simulator runs counts as valid (it parsed). `created_at`: a VM's create (its
+        launch); `boot`: a side node's boot time and slowest boot as seen (`rules.boots`);
+        `wake_timing`: the policy's min-off and cooldown (`rules.nodeview.wake_not_before`)."""
         power = self.state.state
         admission_open = admits(self.state.admission)
         ready = is_ready(power, self.facts.ready)
@@ -162,6 +178,12 @@ class MachineNode:
                 admission_open=admission_open,
                 ready=ready,
                 wakeable=can_wake(self.node_type, power, self.facts.capability, True),
+                coming_since=waking_since(self.state),
+                boot_seconds=boot[0],
+                boot_slowest=boot[1],
+                wake_after=(
+                    wake_not_before(self.state, *wake_timing) if wake_timing is not None else None
+                ),
             )
         return cloud_view(
             self.name,
@@ -174,6 +196,7 @@ class MachineNode:
             listed=self.listed_at is not None and now >= self.listed_at,
             destroying=self.destroying,
             runs_work=True,  # idleBehavior run (`initial_facts`); a simulated VM never breaks
+            created_at=created_at,
         )
 
 

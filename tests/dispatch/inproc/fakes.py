@@ -539,7 +539,7 @@ class FakePool:
                     name=name, instance_type=vm.itype, created_at=self.clock(), instance=vm.instance
                 )
         for name, worker in list(self.workers.items()):
-            if name not in self.cloud.vms and not worker.creating:
+            if name not in self.cloud.vms and not worker.creating and not worker.side:
                 worker.move(PoolState.GONE, "instance left the cloud list")
                 del self.workers[name]
 
@@ -605,8 +605,11 @@ class FakePool:
 
 
 def policy(**dispatch: Any) -> dict[str, Any]:
-    """The default PowerPolicy body with `spec.dispatch` fields (camelCase) and limits."""
-    limits = {k: dispatch.pop(k) for k in ("maxNodes", "minWarmNodes") if k in dispatch}
+    """The default PowerPolicy body with `spec.dispatch` fields (camelCase), limits and
+    `placement` (a dict of its fields)."""
+    limits = {
+        k: dispatch.pop(k) for k in ("maxNodes", "minWarmNodes", "placement") if k in dispatch
+    }
     return {
         "metadata": {"name": "default", "namespace": NS, "generation": 1},
         "spec": {"dispatch": dispatch, **limits},
