@@ -144,10 +144,7 @@ class NodePowerState(CoreModel):
 
     @model_validator(mode="after")
     def _non_terminal_has_deadline(self) -> NodePowerState:
-        if self.state in NON_TERMINAL_STATES and self.transition is None and self.seq > 0:
-            raise ValueError(f"state {self.state} needs a transition with a deadline")
-        if self.admission is AdmissionState.OPEN and self.state not in ON_STATES:
-            raise ValueError(f"admission cannot be Open in state {self.state}")
+        check_invariants(self.state, self.transition, self.seq, self.admission)
         return self
 
     @classmethod
@@ -158,6 +155,17 @@ class NodePowerState(CoreModel):
     @property
     def deadline(self) -> datetime | None:
         return self.transition.deadline if self.transition is not None else None
+
+
+def check_invariants(
+    state: PowerState, transition: Transition | None, seq: int, admission: AdmissionState
+) -> None:
+    """The invariants of a `NodePowerState` (its validator, and the state machine, which
+    builds the next state without re-validating the rest, call this): raises ValueError."""
+    if state in NON_TERMINAL_STATES and transition is None and seq > 0:
+        raise ValueError(f"state {state} needs a transition with a deadline")
+    if admission is AdmissionState.OPEN and state not in ON_STATES:
+        raise ValueError(f"admission cannot be Open in state {state}")
 
 
 FUTURE_FIELDS: frozenset[str] = frozenset({"deadline", "next_attempt_at", "recheck_at"})

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nodewarden.policy.actions import (
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
     Action,
-    PollObservedPower,
-    RefreshFacts,
-    RereadDemand,
-    RunReadyProbe,
+    refresh_facts,
+    reread_demand,
 )
 from nodewarden.policy.base import trusted
 from nodewarden.policy.evaluation import Evaluation
@@ -63,9 +63,13 @@ class StepContext:
     def current(self) -> NodePowerState:
         """The state as updated so far (unvalidated view for gate evaluation; the state
         the step returns is validated in `_finish`)."""
-        if not self.upd:
-            return self.state
-        return trusted(NodePowerState, {**self.state.__dict__, **self.upd})
+        upd = self.upd
+        if upd:
+            held = self.state.__dict__
+            for name, value in upd.items():
+                if held[name] is not value:
+                    return trusted(NodePowerState, {**held, **upd})
+        return self.state  # nothing changed yet (e.g. the state set to the one it is in)
 
     def set(self, **values: Any) -> None:
         self.upd.update(values)
@@ -144,9 +148,9 @@ def poll_missing(c: StepContext, since: datetime | None, probe_due: bool) -> Rea
         and (since is None or r.observed_at >= since)
     )
     if not power_ok:
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
     if not ready_ok and probe_due:
-        c.act(RunReadyProbe())
+        c.act(RUN_READY_PROBE)
     if not power_ok:
         return R.POWER_STATE_UNKNOWN if p is None or p.power != "On" else R.TELEMETRY_STALE
     if r is not None and not r.passed and (since is None or r.observed_at >= since):
@@ -163,12 +167,12 @@ def refresh_actions(c: StepContext, names: tuple[FactName, ...], tid: str | None
     rest: list[FactName] = []
     for name in names:
         if name == "demand":
-            c.act(RereadDemand(transition_id=tid))
+            c.act(reread_demand(tid))
         elif name == "power":
-            c.act(PollObservedPower())
+            c.act(POLL_OBSERVED_POWER)
         elif name == "ready":
-            c.act(RunReadyProbe())
+            c.act(RUN_READY_PROBE)
         elif name not in rest:
             rest.append(name)
     if rest:
-        c.act(RefreshFacts(facts=tuple(rest)))
+        c.act(refresh_facts(tuple(rest)))

@@ -9,18 +9,18 @@ from datetime import datetime, timedelta
 
 from nodewarden.api.powerpolicy import ResetAction
 from nodewarden.policy.actions import (
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
     CancelPendingShutdown,
     CloseAdmission,
     CloseTransition,
     OpenAdmission,
     OpenTransition,
-    PollObservedPower,
-    RefreshFacts,
     RequestPower,
-    RereadDemand,
-    RunReadyProbe,
-    ScheduleRecheck,
     TransitionOutcome,
+    refresh_facts,
+    reread_demand,
+    schedule_recheck,
 )
 from nodewarden.policy.backoff import backoff_delay
 from nodewarden.policy.evaluation import Evaluation
@@ -95,7 +95,7 @@ def enter_off(c: StepContext, *reasons: ReasonCode) -> None:
         blocked_reasons=(),
         blocked_transition=None,
     )
-    c.act(ScheduleRecheck(at=c.now, reason="evaluate wake after observed Off"))
+    c.act(schedule_recheck(c.now, "evaluate wake after observed Off"))
     c.decide(Decision.NONE, *reasons, R.POWER_OFF_CONFIRMED)
 
 
@@ -112,7 +112,7 @@ def enter_verify(c: StepContext, decision: Decision, *reasons: ReasonCode) -> No
         verify_since=c.now,
     )
     c.set(state=PowerState.UNKNOWN, transition=t, blocked_reasons=(), blocked_transition=None)
-    c.act(PollObservedPower(), RunReadyProbe())
+    c.act(POLL_OBSERVED_POWER, RUN_READY_PROBE)
     c.decide(decision, *reasons, R.POWER_STATE_UNKNOWN, R.READY_PROBE_PENDING)
 
 
@@ -202,7 +202,7 @@ def begin_shutdown(c: StepContext, evaluation: Evaluation) -> None:
     c.set(state=PowerState.DRAINING, transition=t, race=False)
     closed_since_ever(c)
     if c.get("admission") is AdmissionState.CLOSED:
-        c.act(RereadDemand(transition_id=t.id), RefreshFacts(facts=("work", "inhibitors")))
+        c.act(reread_demand(t.id), refresh_facts(("work", "inhibitors")))
     else:
         c.act(CloseAdmission(transition_id=t.id))
         c.set(admission=AdmissionState.CLOSING, admission_since=c.now)

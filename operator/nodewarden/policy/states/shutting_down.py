@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodewarden.policy.actions import (
-    PollObservedPower,
+    POLL_OBSERVED_POWER,
 )
 from nodewarden.policy.events import (
     AdmissionClosed,
@@ -74,7 +74,7 @@ def handle_shutting_down(c: StepContext) -> None:
         _retry_or_give_up(c, t, R.REQUEST_REJECTED, race_codes)
         return
     if isinstance(ev, RequestErrored):
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         _retry_or_give_up(c, t, R.REQUEST_ERRORED, race_codes)
         return
     if c.now >= t.deadline:
@@ -88,7 +88,7 @@ def handle_shutting_down(c: StepContext) -> None:
         c.set(recheck_at=t.next_attempt_at)
         return
     if isinstance(ev, (RequestAccepted, Evaluate, DeadlineReached, PowerObserved)):
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
     c.decide(Decision.DEFER, *race_codes, R.CONFIRMATION_PENDING)
 
 
@@ -130,7 +130,7 @@ def _resend_shutdown(
         # never pretend it did not happen. Wait for observed Off until the deadline.
         c.set(transition=t.model_copy(update={"next_attempt_at": None}))
         c.decide(Decision.DEFER, *race_codes, *lead, R.CONFIRMATION_PENDING, *evaluation.reasons)
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         return
     # Evidence is stale or missing: ask for it, and try the re-send again shortly after
     # (not only at the next deadline, when the same evidence may be stale again).
@@ -189,7 +189,7 @@ def _shutdown_deadline(c: StepContext, t: Transition, race_codes: tuple[ReasonCo
             }
         )
         c.set(transition=nt)
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         _resend_shutdown(c, nt, (R.DEADLINE_EXCEEDED,), race_codes)
         return
     _exhausted(c, t, R.DEADLINE_EXCEEDED, race_codes)

@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 from nodewarden.policy.actions import (
-    PollObservedPower,
-    RunReadyProbe,
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
 )
 from nodewarden.policy.backoff import backoff_delay
 from nodewarden.policy.events import (
@@ -72,7 +72,7 @@ def handle_unknown(c: StepContext) -> None:
                     }
                 )
             )
-            c.act(PollObservedPower(), RunReadyProbe())
+            c.act(POLL_OBSERVED_POWER, RUN_READY_PROBE)
             c.decide(Decision.DEFER, R.DEADLINE_EXCEEDED, pending)
         else:
             block(c, R.DEADLINE_EXCEEDED, R.RETRY_BUDGET_EXHAUSTED, pending)

@@ -5,9 +5,9 @@ and the wake deadline.
 from __future__ import annotations
 
 from nodewarden.policy.actions import (
-    PollObservedPower,
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
     RequestPower,
-    RunReadyProbe,
 )
 from nodewarden.policy.backoff import backoff_delay
 from nodewarden.policy.events import (
@@ -47,7 +47,7 @@ def handle_waking(c: StepContext) -> None:
         t = record_outcome(c, t)
         if isinstance(ev, (RequestRejected, RequestErrored)):
             if isinstance(ev, RequestErrored):
-                c.act(PollObservedPower())
+                c.act(POLL_OBSERVED_POWER)
             code = R.REQUEST_REJECTED if isinstance(ev, RequestRejected) else R.REQUEST_ERRORED
             if t.retries_used < c.policy.retry_budget:
                 schedule_retry(c, t, c.policy.deadline_wake)
@@ -77,7 +77,7 @@ def handle_waking(c: StepContext) -> None:
         )
         c.set(transition=t)
         if not verified_on_ready(c, seen):
-            c.act(RunReadyProbe())
+            c.act(RUN_READY_PROBE)
             c.decide(Decision.DEFER, R.POWER_ON_CONFIRMED, R.READY_PROBE_PENDING)
             return
     if seen is not None:
@@ -116,7 +116,7 @@ def handle_waking(c: StepContext) -> None:
         c.set(recheck_at=t.next_attempt_at)
         return
     if isinstance(ev, (RequestAccepted, Evaluate, DeadlineReached)):
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
     c.decide(Decision.DEFER, R.CONFIRMATION_PENDING)
 
 
@@ -156,7 +156,7 @@ def _wake_deadline(c: StepContext, t: Transition) -> None:
                 }
             )
             c.set(transition=nt)
-            c.act(RunReadyProbe())
+            c.act(RUN_READY_PROBE)
             c.decide(Decision.DEFER, R.DEADLINE_EXCEEDED, pending)
         else:
             block(c, R.DEADLINE_EXCEEDED, R.RETRY_BUDGET_EXHAUSTED, pending)
@@ -164,7 +164,7 @@ def _wake_deadline(c: StepContext, t: Transition) -> None:
     if t.retries_used < c.policy.retry_budget:
         nt = t.model_copy(update={"retries_used": t.retries_used + 1})
         c.set(transition=nt)
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         _resend_wake(c, nt, (R.DEADLINE_EXCEEDED,))
     else:
         block(c, R.DEADLINE_EXCEEDED, R.RETRY_BUDGET_EXHAUSTED, R.CONFIRMATION_PENDING)
