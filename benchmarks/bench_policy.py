@@ -42,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nodewarden.api.powerpolicy import PowerPolicySpec
+from nodewarden.policy.base import replaced
 from nodewarden.policy.events import Evaluate
 from nodewarden.policy.facts import (
     CapabilityReading,
@@ -311,7 +312,7 @@ def main() -> None:
         names |= agenda.due(Timer.EXPIRY, later, current_due.get)
         assert len(names) == len(changed_rows)
         for (state, facts), prev in changed_rows:
-            facts = facts.model_copy(update={"fleet": tally.reading(None, later)})
+            facts = replaced(facts, {"fleet": tally.reading(None, later)})  # as power.round
             result = step(state, facts, tick, later, policy, previous=prev)
             tally.set(state.node, None, "SideNode", result.next)
             tally.set(state.node, None, "SideNode", state)  # the next round steps it again

@@ -34,12 +34,9 @@ from nodewarden.policy.facts import (
     FleetReading,
     PowerReading,
 )
-from nodewarden.policy.reasons import ReasonCode
+from nodewarden.policy.reasons import R, ReasonCode
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
-
-R = ReasonCode
-
 
 SHUTDOWN_ACTIONS: dict[str, tuple[ResetAction, ...]] = {
     "Redfish": ("GracefulShutdown",),

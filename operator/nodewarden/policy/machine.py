@@ -52,7 +52,7 @@ from nodewarden.policy.events import (
     apply_event,
 )
 from nodewarden.policy.facts import NodeFacts
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.record_build import build_record, reevaluated, same_decision
 from nodewarden.policy.state import (
@@ -71,8 +71,6 @@ from nodewarden.policy.states.shutting_down import handle_shutting_down
 from nodewarden.policy.states.unknown import handle_unknown
 from nodewarden.policy.states.waking import handle_waking
 from nodewarden.policy.view import PolicyView
-
-R = ReasonCode
 
 
 @dataclass(frozen=True, slots=True)

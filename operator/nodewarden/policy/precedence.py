@@ -16,9 +16,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from nodewarden.policy.evaluation import GateResult, Verdict
-from nodewarden.policy.reasons import Decision, DecisionClass, ReasonCode, decision_class
+from nodewarden.policy.reasons import Decision, DecisionClass, R, ReasonCode, decision_class
 
-R = ReasonCode
 _FAIL = Verdict.FAIL
 _DEFER = Decision.DEFER
 

@@ -15,7 +15,7 @@ Each timing rule that is not met adds its reason code and the time at which it w
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TypeAlias
+from typing import TypeAlias, get_args
 
 from nodewarden.policy.base import CLOCK_SKEW_TOLERANCE
 from nodewarden.policy.evaluation import (
@@ -33,11 +33,10 @@ from nodewarden.policy.nodemanager import (
     billing_window_from,
     next_billing_window_open,
 )
-from nodewarden.policy.reasons import ReasonCode
+from nodewarden.policy.reasons import R, ReasonCode
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 
-R = ReasonCode
 _PASS, _FAIL = Verdict.PASS, Verdict.FAIL
 _G_TELEMETRY, _G_TIMING = GateName.TELEMETRY, GateName.TIMING
 _SHUTDOWN_KIND = TransitionKind.SHUTDOWN
@@ -47,6 +46,10 @@ _Freshness: TypeAlias = tuple[
     GateResult, tuple[FactName, ...], tuple[FactName, ...], datetime | None
 ]
 """The telemetry gate, the stale and the missing readings' names, the oldest reading's time."""
+
+
+_OLDEST: dict[FactName, str] = {name: f"oldest: {name}" for name in get_args(FactName)}
+"""The evidence name of the oldest fresh reading, per reading (no string built per call)."""
 
 
 def telemetry_gate(
@@ -61,8 +64,9 @@ def telemetry_gate(
     aged = False
     oldest: datetime | None = None
     oldest_reading: Reading | None = None
-    oldest_name = ""
+    oldest_name: FactName = "demand"
     future_limit = now + CLOCK_SKEW_TOLERANCE
+    stale_before = now - max_age  # `now - at > max_age`, without a timedelta per reading
     for name, reading in named:
         if reading is None:
             missing.append(name)
@@ -75,7 +79,7 @@ def telemetry_gate(
             stale.append(name)
             future = True
             evidence.append(Evidence(name, "from the future", reading.source, at))
-        elif now - at > max_age:
+        elif at < stale_before:
             stale.append(name)
             aged = True
             evidence.append(Evidence(name, "stale", reading.source, at))
@@ -83,7 +87,7 @@ def telemetry_gate(
         fresh_evidence: tuple[Evidence, ...] = ()
         if oldest_reading is not None:
             fresh_evidence = (
-                Evidence(f"oldest: {oldest_name}", "fresh", oldest_reading.source, oldest),
+                Evidence(_OLDEST[oldest_name], "fresh", oldest_reading.source, oldest),
             )
         return GateResult(_G_TELEMETRY, _PASS, (), fresh_evidence), (), (), oldest
     reasons: list[ReasonCode] = []

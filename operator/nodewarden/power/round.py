@@ -24,6 +24,7 @@ from nodewarden.fleet.status import PowerStateConflict
 from nodewarden.kube.client import KubeError
 from nodewarden.metrics import POWER_REQUESTS
 from nodewarden.policy.actions import RequestPower
+from nodewarden.policy.base import replaced
 from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate, Event
 from nodewarden.policy.facts import DesiredReading
 from nodewarden.policy.machine import Step, step
@@ -116,7 +117,7 @@ class Round:
                 continue
             if due:
                 rt.due_at = None
-            rt.facts = rt.facts.model_copy(update={"fleet": tally.reading(rt.policy_name, now)})
+            rt.facts = replaced(rt.facts, {"fleet": tally.reading(rt.policy_name, now)})
             try:
                 await self.process(rt, now, due=due)
             except asyncio.CancelledError:

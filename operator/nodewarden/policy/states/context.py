@@ -24,7 +24,7 @@ from nodewarden.policy.events import (
     PowerObserved,
 )
 from nodewarden.policy.facts import FactName, NodeFacts
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     NodePowerState,
     PowerState,
@@ -32,8 +32,6 @@ from nodewarden.policy.state import (
     TransitionKind,
 )
 from nodewarden.policy.view import PolicyView
-
-R = ReasonCode
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from nodewarden.policy.events import (
     RequestRejected,
 )
 from nodewarden.policy.gates import evaluate_shutdown
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
     PowerRequest,
@@ -47,9 +47,6 @@ from nodewarden.policy.states.context import (
     on_state,
     transition_id,
 )
-
-R = ReasonCode
-
 
 REQUEST_EVENTS = (RequestAccepted, RequestRejected, RequestErrored)
 

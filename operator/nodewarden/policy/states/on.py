@@ -12,7 +12,7 @@ from nodewarden.policy.events import (
     AdmissionClosed,
 )
 from nodewarden.policy.gates import evaluate_shutdown
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R
 from nodewarden.policy.state import (
     AdmissionState,
 )
@@ -31,8 +31,6 @@ from nodewarden.policy.states.moves import (
     enter_off,
     enter_verify,
 )
-
-R = ReasonCode
 
 
 def handle_on(c: StepContext) -> None:

@@ -20,7 +20,7 @@ from nodewarden.policy.events import (
 )
 from nodewarden.policy.gates import evaluate_shutdown
 from nodewarden.policy.overrides import force_off_permitted
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
     Transition,
@@ -37,9 +37,6 @@ from nodewarden.policy.states.moves import (
     request_shutdown,
     schedule_retry,
 )
-
-R = ReasonCode
-
 
 _RESEND_RECHECK = timedelta(seconds=5)
 """How soon a re-send held back only by stale evidence is tried again."""

@@ -13,7 +13,7 @@ from nodewarden.policy.events import (
     AdmissionClosed,
     ReadyProbeResult,
 )
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
     Transition,
@@ -33,8 +33,6 @@ from nodewarden.policy.states.moves import (
     refused,
     vm_forced_shutdown,
 )
-
-R = ReasonCode
 
 
 def handle_unknown(c: StepContext) -> None:

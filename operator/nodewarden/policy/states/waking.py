@@ -20,7 +20,7 @@ from nodewarden.policy.events import (
     RequestRejected,
 )
 from nodewarden.policy.gates import evaluate_wake
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
     PowerRequest,
@@ -35,8 +35,6 @@ from nodewarden.policy.states.moves import (
     record_outcome,
     schedule_retry,
 )
-
-R = ReasonCode
 
 
 def handle_waking(c: StepContext) -> None:
