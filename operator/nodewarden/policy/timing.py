@@ -110,6 +110,9 @@ def to_refresh(
             refresh.append(name)
 
 
+_NEVER_TRANSITIONED = Evidence("sinceLastTransitionSeconds", "never", "nodewarden", None)
+
+
 def cooldown(
     last: datetime | None,
     now: datetime,
@@ -123,10 +126,15 @@ def cooldown(
     Appends the evidence, the COOLDOWN reason and its recheck time to the timing gate's
     lists, and returns the measure.
     """
+    if last is None:  # (a node that never made a transition: shared, read-only values)
+        evidence.append(_NEVER_TRANSITIONED)
+        never: TimingMeasure | None = policy.memo.get("cooldown_never")
+        if never is None:
+            never = policy.memo["cooldown_never"] = TimingMeasure(
+                "cooldown", policy.seconds.cooldown, None, None, True
+            )
+        return never
     required = policy.seconds.cooldown
-    if last is None:
-        evidence.append(Evidence("sinceLastTransitionSeconds", "never", "nodewarden", None))
-        return TimingMeasure("cooldown", required, None, None, True)
     measured = now - last
     seconds = measured.total_seconds()
     evidence.append(Evidence("sinceLastTransitionSeconds", seconds, "nodewarden", last))
