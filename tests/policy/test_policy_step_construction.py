@@ -3,7 +3,8 @@
 `machine.step` builds the next `NodePowerState` without re-validating it (`base.trusted`,
 the invariants checked by `state.check_invariants`), emits the frequent actions from
 `actions.schedule_recheck` / `reread_demand` / `refresh_facts` and shared constants, and
-`events.apply_event` merges readings with `base.replaced` instead of `model_copy`. Over
+`events.apply_event` merges readings with `base.replaced` instead of `model_copy`, and
+transitions and their requests are opened with `state.new_transition` / `new_request`. Over
 random walks through the state machine (the walks of test_policy_record_construction:
 every state, requests, retries, overrides, races, cloud VMs), every next state, action and
 merged facts must survive a full pydantic validation round trip unchanged.
@@ -11,8 +12,9 @@ merged facts must survive a full pydantic validation round trip unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import random
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +27,18 @@ from nodewarden.policy.base import replaced
 from nodewarden.policy.events import AdmissionClosed, Evaluate, Event, PolicyChanged
 from nodewarden.policy.facts import DemandReading, NodeFacts
 from nodewarden.policy.machine import Step, step
-from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, check_invariants
+from nodewarden.policy.state import (
+    AdmissionState,
+    NodePowerState,
+    PowerRequest,
+    PowerState,
+    Transition,
+    TransitionKind,
+    check_invariants,
+    new_request,
+    new_transition,
+)
+from nodewarden.policy.states.context import transition_id
 from nodewarden.policy.timing import cooldown
 
 
@@ -108,3 +121,41 @@ def test_the_shared_never_transitioned_cooldown_measure_is_not_changed() -> None
         None,
         True,
     )
+
+
+def test_transition_ids_follow_the_documented_formula_in_any_zone() -> None:
+    def by_formula(node: str, kind: TransitionKind, now: datetime, seq: int) -> str:
+        text = f"{node}|{kind.value}|{now.isoformat()}|{seq}"
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        return f"{kind.value.lower()}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{digest[:8]}"
+
+    plus_two = NOW.astimezone(timezone(timedelta(hours=2)))
+    ids = set()
+    for now in (NOW, plus_two, NOW, NOW + timedelta(microseconds=1)):
+        for kind in TransitionKind:
+            tid = transition_id("node-1", kind, now, 7)
+            assert tid == by_formula("node-1", kind, now, 7)
+            ids.add(tid)
+    assert len(ids) == 3 * len(TransitionKind)  # the same instant in +02:00 hashes otherwise
+
+
+def test_models_built_without_validation_copy_like_validated_ones() -> None:
+    """model_copy(update=...) adds to the copy's fields-set: a trusted model's must be a
+    set of its own (the machine copies transitions it opened, and requests)."""
+    opened = new_transition(id="t-1", kind=TransitionKind.WAKE, started_at=NOW, deadline=NOW)
+    validated = Transition(id="t-1", kind=TransitionKind.WAKE, started_at=NOW, deadline=NOW)
+    assert opened == validated
+    later = NOW + timedelta(seconds=1)
+    assert opened.model_copy(update={"deadline": later}) == validated.model_copy(
+        update={"deadline": later}
+    )
+    assert opened.model_fields_set == set(Transition.model_fields)
+    assert (
+        opened.model_fields_set
+        is not new_transition(
+            id="t-2", kind=TransitionKind.WAKE, started_at=NOW, deadline=NOW
+        ).model_fields_set
+    )
+    request = new_request("On", 1, NOW)
+    assert request == PowerRequest(action="On", attempt=1, requested_at=NOW)
+    assert request.model_copy(update={"detail": "x"}).detail == "x"

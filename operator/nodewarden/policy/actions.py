@@ -142,6 +142,43 @@ def refresh_facts(facts: tuple[FactName, ...]) -> RefreshFacts:
     return trusted(RefreshFacts, {"type": "RefreshFacts", "facts": facts})
 
 
+def open_transition_action(
+    transition_id: str,
+    kind: TransitionKind,
+    origin: Literal["Policy", "Manual"],
+    intent: str | None,
+    deadline: datetime,
+) -> OpenTransition:
+    """`OpenTransition(...)` of a transition the machine has just built."""
+    return trusted(
+        OpenTransition,
+        {
+            "type": "OpenTransition",
+            "transition_id": transition_id,
+            "kind": kind,
+            "origin": origin,
+            "intent": intent,
+            "deadline": deadline,
+        },
+    )
+
+
+def request_power(
+    transition_id: str, action: ResetAction, attempt: int, override_intent: str | None = None
+) -> RequestPower:
+    """`RequestPower(...)`; `attempt` counts from 1 (the transition's request's)."""
+    return trusted(
+        RequestPower,
+        {
+            "type": "RequestPower",
+            "transition_id": transition_id,
+            "action": action,
+            "attempt": attempt,
+            "override_intent": override_intent,
+        },
+    )
+
+
 def describe(action: Action) -> str:
     """One short human-readable line for an action (records, explain output)."""
     if isinstance(action, RequestPower):

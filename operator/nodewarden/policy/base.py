@@ -61,8 +61,8 @@ def trusted(cls: type[_M], values: dict[str, Any]) -> _M:
     `__dict__`, so the result is the object pydantic would build: every field counts as
     set, no extras, no private attributes. Every field must be given (checked by count;
     the call sites list them literally, and tests compare the results with fully
-    validated models). The fields-set is a shared frozenset: the models built this way
-    are frozen, so nothing adds to it.
+    validated models). The fields-set is a set of its own, as pydantic builds it
+    (`model_copy(update=...)` adds to the copy's).
     """
     try:
         names, count = _FIELD_NAMES[cls]  # a subscript: cheaper than .get() on 3.11
@@ -74,7 +74,7 @@ def trusted(cls: type[_M], values: dict[str, Any]) -> _M:
         raise TypeError(f"{cls.__name__}: missing fields {missing}, unknown fields {extra}")
     obj = _new_instance(cls)
     _set_dict(obj, values)
-    _set_fields_set(obj, names)
+    _set_fields_set(obj, set(names))
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj

@@ -155,6 +155,8 @@ def _newer(current: Reading | None, incoming: Reading) -> bool:
 
 def apply_event(facts: NodeFacts, event: Event) -> NodeFacts:
     """The facts with the observation carried by `event` merged in (newest reading wins)."""
+    if type(event) is Evaluate:  # the most frequent event, without a reading: no checks
+        return facts
     if isinstance(event, (DemandReread, NewDemand)):
         if _newer(facts.demand, event.reading):
             return replaced(facts, {"demand": event.reading})

@@ -5,9 +5,10 @@ actions. Used by every state handler (`nodewarden.policy.states`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from nodewarden.policy.actions import (
@@ -90,8 +91,17 @@ def dedupe(codes: Any) -> list[ReasonCode]:
 
 def transition_id(node: str, kind: TransitionKind, now: datetime, seq: int) -> str:
     """Deterministic, DNS-label-safe transition id: kind-date-time-hash."""
-    digest = hashlib.sha256(f"{node}|{kind.value}|{now.isoformat()}|{seq}".encode()).hexdigest()
-    return f"{kind.value.lower()}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{digest[:8]}"
+    iso, stamp = _time_parts(now, now.tzinfo, now.fold)
+    digest = hashlib.sha256(f"{node}|{kind.value}|{iso}|{seq}".encode()).hexdigest()
+    return f"{kind.value.lower()}-{stamp}-{digest[:8]}"
+
+
+@functools.lru_cache(maxsize=16)
+def _time_parts(now: datetime, tz: tzinfo | None, fold: int) -> tuple[str, str]:
+    """`now.isoformat()` and its UTC date-time stamp, memoised: the transitions a round
+    opens share its clock reading, and strftime costs about as much as the hash. Keyed by
+    the zone and fold too: equal instants written in other zones have other isoformats."""
+    return now.isoformat(), f"{now.astimezone(UTC):%Y%m%d-%H%M%S}"
 
 
 def fresh(c: StepContext, at: datetime) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from nodewarden.policy.actions import (
     POLL_OBSERVED_POWER,
     RUN_READY_PROBE,
-    RequestPower,
+    request_power,
 )
 from nodewarden.policy.backoff import backoff_delay
 from nodewarden.policy.events import (
@@ -23,8 +23,8 @@ from nodewarden.policy.gates import evaluate_wake
 from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
-    PowerRequest,
     Transition,
+    new_request,
 )
 from nodewarden.policy.states.context import StepContext, poll_missing, verified_on_ready
 from nodewarden.policy.states.moves import (
@@ -126,7 +126,7 @@ def _resend_wake(c: StepContext, t: Transition, lead: tuple[ReasonCode, ...]) ->
         block(c, *lead, *evaluation.reasons)
         return
     attempt = (t.request.attempt if t.request is not None else 0) + 1
-    request = PowerRequest(action=evaluation.action, attempt=attempt, requested_at=c.now)
+    request = new_request(evaluation.action, attempt, c.now)
     nt = t.model_copy(
         update={
             "request": request,
@@ -135,7 +135,7 @@ def _resend_wake(c: StepContext, t: Transition, lead: tuple[ReasonCode, ...]) ->
         }
     )
     c.set(transition=nt)
-    c.act(RequestPower(transition_id=t.id, action=evaluation.action, attempt=attempt))
+    c.act(request_power(t.id, evaluation.action, attempt))
     c.decide(Decision.DEFER, *lead, R.CONFIRMATION_PENDING)
 
 
