@@ -3,7 +3,7 @@
 of two source trees that the machine's noise does not move.
 
     .venv/bin/python benchmarks/bench_policy_instructions.py TREE [TREE ...]
-        [--modes evaluate,record,step,steprec,steady] [--nodes 300] [--rounds 3]
+        [--modes evaluate,record,step,steprec,steady,event] [--nodes 300] [--rounds 3]
 
 TREE is a checkout (or a `git worktree add --detach /tmp/x fea1317`): each run imports
 its `operator/` and `benchmarks/bench_policy.py`. For each tree and mode the same
@@ -12,8 +12,11 @@ none; the difference over nodes x rounds is the figure (start-up and imports can
 out). `PYTHONHASHSEED=0`, so two runs of one tree agree to a few instructions. Modes,
 one per bench_policy figure: evaluate (one direction per node), record (evaluate + Safety
 Record), step and steprec (machine.step without / with the record), steady (the steady
-round at +30 s with each node's previous record). The calibration figure and the load
-are printed first, as every benchmark does; the counts do not depend on them.
+round at +30 s with each node's previous record), event (the event-driven round: the
+agenda, the fleet tally and a step with its record for each of the 1 % of nodes that
+changed; counted per stepped node, so give it --nodes 2000 or more). The calibration
+figure and the load are printed first, as every benchmark does; the counts do not depend
+on them.
 Needs valgrind (Debian package `valgrind`). Takes about 40 s per tree and mode.
 """
 
@@ -31,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from calibration import load, summary
 
-MODES = ("evaluate", "record", "step", "steprec", "steady")
+MODES = ("evaluate", "record", "step", "steprec", "steady", "event")
 
 _WORKLOAD = r"""
 import sys
@@ -57,7 +60,23 @@ later = now + timedelta(seconds=30)
 def evaluate(state, facts, at):
     return (evaluate_wake if state.state is off else evaluate_shutdown)(facts, at, policy, state)
 previous = [record_for_evaluation(evaluate(s, f, now), f, now, policy, s) for s, f in fleet]
-steady = list(zip(b.changed_fleet(fleet, b.STEADY_CHANGED, later)[0], previous))
+changed, chosen = b.changed_fleet(fleet, b.STEADY_CHANGED, later)
+steady = list(zip(changed, previous))
+if mode == "event":  # bench_policy's event-driven round, on the nodes that changed
+    from nodewarden.power.agenda import Agenda, Timer
+    from nodewarden.rules.fleet import FleetTally
+    try:
+        from nodewarden.policy.base import replaced
+    except ImportError:  # before it, the power round (and the benchmark) used model_copy
+        def replaced(model, changes):
+            return model.model_copy(update=changes)
+    agenda, tally, far = Agenda(), FleetTally(), later + timedelta(hours=1)
+    for s, _ in changed:
+        agenda.push(Timer.STEP, far, s.node)
+        agenda.push(Timer.EXPIRY, far, s.node)
+        tally.set(s.node, None, "SideNode", s)
+    rows = [steady[i] for i in sorted(chosen)]
+    current = {s.node: far for s, _ in changed}
 def one_round():
     if mode == "evaluate":
         for s, f in fleet:
@@ -71,9 +90,20 @@ def one_round():
     elif mode == "steprec":
         for s, f in fleet:
             step(s, f, tick, now, policy)
-    else:
+    elif mode == "steady":
         for (s, f), prev in steady:
             record_for_evaluation(evaluate(s, f, later), f, later, policy, s, previous=prev)
+    else:
+        for (s, _), _prev in rows:
+            agenda.mark(s.node)
+        names = agenda.take_dirty()
+        names |= agenda.due(Timer.STEP, later, current.get)
+        names |= agenda.due(Timer.EXPIRY, later, current.get)
+        for (s, f), prev in rows:
+            f = replaced(f, {"fleet": tally.reading(None, later)})
+            result = step(s, f, tick, later, policy, previous=prev)
+            tally.set(s.node, None, "SideNode", result.next)
+            tally.set(s.node, None, "SideNode", s)
 one_round()  # warm: the first round fills the policy's memo and the interpreter's caches
 for _ in range(rounds):
     one_round()
@@ -106,6 +136,15 @@ def instructions(tree: Path, mode: str, nodes: int, rounds: int) -> int:
     return int(found.group(1))
 
 
+def _counted(mode: str, nodes: int) -> int:
+    """The nodes a round of `mode` steps: all, or (event) the ones that changed."""
+    if mode != "event":
+        return nodes
+    import bench_policy  # benchmarks/, beside this script
+
+    return round(nodes * bench_policy.STEADY_CHANGED)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trees", nargs="+", type=Path)
@@ -127,7 +166,7 @@ def main() -> None:
         for mode in modes:
             rounds = instructions(tree, mode, args.nodes, args.rounds)
             none = instructions(tree, mode, args.nodes, 0)
-            per_node = (rounds - none) // (args.nodes * args.rounds)
+            per_node = (rounds - none) // (_counted(mode, args.nodes) * args.rounds)
             base = first.setdefault(mode, per_node)
             print(f"  {tree!s:40s} {mode:9s} {per_node:9,d}   x{per_node / base:.3f}")
     print(f"  after: {load()}")

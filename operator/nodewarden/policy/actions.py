@@ -21,12 +21,13 @@ feeding the outcomes back as events (`nodewarden.policy.events`):
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field
 
 from nodewarden.api.powerpolicy import ResetAction
-from nodewarden.policy.base import CoreModel
+from nodewarden.policy.base import CoreModel, trusted
 from nodewarden.policy.facts import FactName
 from nodewarden.policy.reasons import ReasonCode
 from nodewarden.policy.state import TransitionKind
@@ -114,6 +115,68 @@ Action = Annotated[
     | ScheduleRecheck,
     Field(discriminator="type"),
 ]
+
+
+# -- built without validation ------------------------------------------------------------
+# The actions a step emits most often (a recheck, a refresh of stale readings), built from
+# the machine's own values (the clock, fact names, transition ids) with `trusted`: a
+# validated construction costs ~4x more, and a round emits one or two per stepped node.
+
+POLL_OBSERVED_POWER = PollObservedPower()
+RUN_READY_PROBE = RunReadyProbe()
+"""The actions without fields, shared (frozen models: equal to any other instance)."""
+
+
+def schedule_recheck(at: datetime, reason: str) -> ScheduleRecheck:
+    """`ScheduleRecheck(at=at, reason=reason)`; `at` is timezone-aware (from the clock)."""
+    return trusted(ScheduleRecheck, {"type": "ScheduleRecheck", "at": at, "reason": reason})
+
+
+def reread_demand(transition_id: str | None) -> RereadDemand:
+    """`RereadDemand(transition_id=transition_id)`."""
+    return trusted(RereadDemand, {"type": "RereadDemand", "transition_id": transition_id})
+
+
+def refresh_facts(facts: tuple[FactName, ...]) -> RefreshFacts:
+    """`RefreshFacts(facts=facts)`."""
+    return trusted(RefreshFacts, {"type": "RefreshFacts", "facts": facts})
+
+
+def open_transition_action(
+    transition_id: str,
+    kind: TransitionKind,
+    origin: Literal["Policy", "Manual"],
+    intent: str | None,
+    deadline: datetime,
+) -> OpenTransition:
+    """`OpenTransition(...)` of a transition the machine has just built."""
+    return trusted(
+        OpenTransition,
+        {
+            "type": "OpenTransition",
+            "transition_id": transition_id,
+            "kind": kind,
+            "origin": origin,
+            "intent": intent,
+            "deadline": deadline,
+        },
+    )
+
+
+def request_power(
+    transition_id: str, action: ResetAction, attempt: int, override_intent: str | None = None
+) -> RequestPower:
+    """`RequestPower(...)`; `attempt` counts from 1 (the transition's request's)."""
+    return trusted(
+        RequestPower,
+        {
+            "type": "RequestPower",
+            "transition_id": transition_id,
+            "action": action,
+            "attempt": attempt,
+            "override_intent": override_intent,
+        },
+    )
 
 
 def describe(action: Action) -> str:

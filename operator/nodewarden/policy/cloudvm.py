@@ -79,12 +79,11 @@ from nodewarden.policy.nodemanager import (
     decide as matrix_decide,
 )
 from nodewarden.policy.precedence import FORCED_SHUTDOWN_RANK, RANK, decide, latest_recheck
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import NodePowerState
 from nodewarden.policy.timing import telemetry_gate, to_refresh
 from nodewarden.policy.view import PolicyView
 
-R = ReasonCode
 RuleKind = Literal["forced", "drain"]
 
 

@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, Field, TypeAdapter
 
 from nodewarden.api.powerpolicy import ResetAction
-from nodewarden.policy.base import CoreModel
+from nodewarden.policy.base import CoreModel, replaced
 from nodewarden.policy.facts import (
     DemandReading,
     ManualIntent,
@@ -155,15 +155,17 @@ def _newer(current: Reading | None, incoming: Reading) -> bool:
 
 def apply_event(facts: NodeFacts, event: Event) -> NodeFacts:
     """The facts with the observation carried by `event` merged in (newest reading wins)."""
+    if type(event) is Evaluate:  # the most frequent event, without a reading: no checks
+        return facts
     if isinstance(event, (DemandReread, NewDemand)):
         if _newer(facts.demand, event.reading):
-            return facts.model_copy(update={"demand": event.reading})
+            return replaced(facts, {"demand": event.reading})
     elif isinstance(event, PowerObserved):
         if _newer(facts.power, event.reading):
-            return facts.model_copy(update={"power": event.reading})
+            return replaced(facts, {"power": event.reading})
     elif isinstance(event, ReadyProbeResult):
         if _newer(facts.ready, event.reading):
-            return facts.model_copy(update={"ready": event.reading})
+            return replaced(facts, {"ready": event.reading})
     elif isinstance(event, ManualOverride):
-        return facts.model_copy(update={"intent": event.intent})
+        return replaced(facts, {"intent": event.intent})
     return facts

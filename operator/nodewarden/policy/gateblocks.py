@@ -34,12 +34,9 @@ from nodewarden.policy.facts import (
     FleetReading,
     PowerReading,
 )
-from nodewarden.policy.reasons import ReasonCode
+from nodewarden.policy.reasons import R, ReasonCode
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
-
-R = ReasonCode
-
 
 SHUTDOWN_ACTIONS: dict[str, tuple[ResetAction, ...]] = {
     "Redfish": ("GracefulShutdown",),
@@ -69,7 +66,8 @@ _G_POLICY, _G_DESIRED, _G_DEMAND, _G_WORK = (
     GateName.WORK,
 )
 _G_POWER, _G_CAPABILITY, _G_FLEET = GateName.POWER, GateName.CAPABILITY, GateName.FLEET
-_CLOSED = AdmissionState.CLOSED
+_CLOSED, _OPEN = AdmissionState.CLOSED, AdmissionState.OPEN
+_ON_IDLE = PowerState.ON_IDLE
 _SHUTDOWN_KIND = TransitionKind.SHUTDOWN
 _ADMISSION_TEXT: dict[AdmissionState, str] = {a: a.value for a in AdmissionState}
 
@@ -250,17 +248,14 @@ def fleet_gate(
     if fleet is None:
         return _FLEET_NOT_SUPPLIED
     reasons: list[ReasonCode] = []
-    counted = (
-        state is not None
-        and state.state is PowerState.ON_IDLE
-        and state.admission is AdmissionState.OPEN
-    )
+    counted = state is not None and state.state is _ON_IDLE and state.admission is _OPEN
     left = max(0, fleet.warm_idle_nodes - (1 if counted else 0))
+    source, seen = fleet.source, fleet.observed_at
     evidence = (
-        evidence_of("transitionsInProgress", fleet.transitions_in_progress, fleet),
-        evidence_of("maxConcurrentTransitions", policy.max_concurrent_transitions, None),
-        evidence_of("warmIdleNodes", fleet.warm_idle_nodes, fleet),
-        evidence_of("warmIdleNodesLeft", left, fleet),
+        Evidence("transitionsInProgress", fleet.transitions_in_progress, source, seen),
+        Evidence("maxConcurrentTransitions", policy.max_concurrent_transitions, "-", None),
+        Evidence("warmIdleNodes", fleet.warm_idle_nodes, source, seen),
+        Evidence("warmIdleNodesLeft", left, source, seen),
     )
     if (
         check_budget

@@ -86,12 +86,11 @@ from nodewarden.policy.gateblocks import (
 )
 from nodewarden.policy.overrides import no_inhibitor, same_machine
 from nodewarden.policy.precedence import FORCED_SHUTDOWN_RANK, RANK, decide, latest_recheck
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R
 from nodewarden.policy.state import AdmissionState, NodePowerState, TransitionKind
 from nodewarden.policy.timing import shutdown_timing, telemetry_gate, to_refresh, wake_timing
 from nodewarden.policy.view import PolicyView
 
-R = ReasonCode
 Gate = Callable[[GateInputs], GateResult]
 """One gate: judges the evaluation in progress (and may add to it, see `GateInputs`)."""
 GateRun = Callable[[GateInputs], tuple[GateResult, ...]]

@@ -25,10 +25,9 @@ from nodewarden.policy.facts import (
     ManualIntent,
     NodeFacts,
 )
-from nodewarden.policy.reasons import ReasonCode
+from nodewarden.policy.reasons import R, ReasonCode
 from nodewarden.policy.view import PolicyView
 
-R = ReasonCode
 _PASS, _SKIPPED = Verdict.PASS, Verdict.SKIPPED
 _G_INHIBITORS = GateName.INHIBITORS
 
@@ -117,12 +116,20 @@ def no_inhibitor(c: GateInputs) -> GateResult:
     return gate_result(_G_INHIBITORS, [R.INHIBITOR_ACTIVE], i_ev)
 
 
+_G_IDENTITY = GateName.IDENTITY
 _IDENTITY_NOT_NEEDED = GateResult(
-    GateName.IDENTITY,
+    _G_IDENTITY,
     _SKIPPED,
     (),
     (Evidence("identity", "power-off does not go through a BMC", "-", None),),
 )
+_IDENTITY_UNKNOWN = GateResult(
+    _G_IDENTITY,
+    Verdict.FAIL,
+    (R.IDENTITY_UNVERIFIED,),
+    (Evidence("bmcUuid", "unknown", "-", None),),
+)
+"""The identity gate without a BMC UUID: depends on no input, so built once and shared."""
 
 
 def same_machine(c: GateInputs) -> GateResult:
@@ -136,9 +143,8 @@ def same_machine(c: GateInputs) -> GateResult:
     identity, intent, now, refresh = facts.identity, c.intent, c.now, c.refresh
     max_age = c.policy.telemetry_max_age
     if identity is None or identity.bmc_uuid is None:
-        evidence = (Evidence("bmcUuid", "unknown", "-", None),)
         refresh.append("identity")
-        return gate_result(GateName.IDENTITY, [R.IDENTITY_UNVERIFIED], evidence)
+        return _IDENTITY_UNKNOWN
     bmc = identity.bmc_uuid
     evidence_list = [Evidence("bmcUuid", bmc, identity.bmc_source, identity.bmc_observed_at)]
     host, host_at = identity.host_uuid, identity.host_observed_at
@@ -151,13 +157,13 @@ def same_machine(c: GateInputs) -> GateResult:
         )
     )
     if host is not None and host != bmc:
-        return gate_result(GateName.IDENTITY, [R.IDENTITY_MISMATCH], tuple(evidence_list))
+        return gate_result(_G_IDENTITY, [R.IDENTITY_MISMATCH], tuple(evidence_list))
     fresh = (
         host_at is not None and host_at <= now + CLOCK_SKEW_TOLERANCE and now - host_at <= max_age
     )
     if host is not None and fresh:
         evidence_list.append(Evidence("match", True, identity.host_source, host_at))
-        return GateResult(GateName.IDENTITY, _PASS, (), tuple(evidence_list))
+        return GateResult(_G_IDENTITY, _PASS, (), tuple(evidence_list))
     refresh.append("identity")
     # unreadable (the command failed) needs a person; not read yet, or read too long ago,
     # waits for the next probe like any other telemetry
@@ -194,6 +200,6 @@ def same_machine(c: GateInputs) -> GateResult:
         )
         c.applied = (*c.applied, "identity")
         return gate_result(
-            GateName.IDENTITY, [code, R.OVERRIDE_APPLIED], tuple(evidence_list), waived=True
+            _G_IDENTITY, [code, R.OVERRIDE_APPLIED], tuple(evidence_list), waived=True
         )
-    return gate_result(GateName.IDENTITY, [code], tuple(evidence_list))
+    return gate_result(_G_IDENTITY, [code], tuple(evidence_list))

@@ -16,9 +16,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from nodewarden.policy.evaluation import GateResult, Verdict
-from nodewarden.policy.reasons import Decision, DecisionClass, ReasonCode, decision_class
+from nodewarden.policy.reasons import Decision, DecisionClass, R, ReasonCode, decision_class
 
-R = ReasonCode
 _FAIL = Verdict.FAIL
 _DEFER = Decision.DEFER
 
@@ -58,21 +57,30 @@ def decide(
     """Pick the decision from the failing gates' codes (strongest class first, `rank`
     says each code's class strength) and order the codes with the decisive class first,
     the others after, each in gate order."""
+    # One pass collects the failing codes (first occurrence, gate order), each code's
+    # rank and the strongest rank.
     failing: list[ReasonCode] = []
+    ranks: list[int] = []
+    strongest = _NOT_DECISIVE
     for g in gates:
         if g.verdict is _FAIL:
             for code in g.reasons:
                 if code not in failing:
                     failing.append(code)
+                    code_rank = rank[code]
+                    ranks.append(code_rank)
+                    if code_rank < strongest:
+                        strongest = code_rank
     if not failing:
         return success, _GATES_PASSED_WITH_OVERRIDE if applied else _GATES_PASSED
-    strongest = min(map(rank.__getitem__, failing))  # a list comprehension costs a frame
     if strongest == _NOT_DECISIVE:
         return _DEFER, tuple(failing)
+    if len(failing) == 1:
+        return _BY_STRENGTH[strongest][1], (failing[0],)
     first: list[ReasonCode] = []
     rest: list[ReasonCode] = []
-    for code in failing:
-        (first if rank[code] == strongest else rest).append(code)
+    for code, code_rank in zip(failing, ranks, strict=True):
+        (first if code_rank == strongest else rest).append(code)
     return _BY_STRENGTH[strongest][1], (*first, *rest)
 
 

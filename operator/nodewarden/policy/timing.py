@@ -15,7 +15,7 @@ Each timing rule that is not met adds its reason code and the time at which it w
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TypeAlias
+from typing import TypeAlias, get_args
 
 from nodewarden.policy.base import CLOCK_SKEW_TOLERANCE
 from nodewarden.policy.evaluation import (
@@ -33,11 +33,10 @@ from nodewarden.policy.nodemanager import (
     billing_window_from,
     next_billing_window_open,
 )
-from nodewarden.policy.reasons import ReasonCode
+from nodewarden.policy.reasons import R, ReasonCode
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 
-R = ReasonCode
 _PASS, _FAIL = Verdict.PASS, Verdict.FAIL
 _G_TELEMETRY, _G_TIMING = GateName.TELEMETRY, GateName.TIMING
 _SHUTDOWN_KIND = TransitionKind.SHUTDOWN
@@ -47,6 +46,10 @@ _Freshness: TypeAlias = tuple[
     GateResult, tuple[FactName, ...], tuple[FactName, ...], datetime | None
 ]
 """The telemetry gate, the stale and the missing readings' names, the oldest reading's time."""
+
+
+_OLDEST: dict[FactName, str] = {name: f"oldest: {name}" for name in get_args(FactName)}
+"""The evidence name of the oldest fresh reading, per reading (no string built per call)."""
 
 
 def telemetry_gate(
@@ -61,8 +64,9 @@ def telemetry_gate(
     aged = False
     oldest: datetime | None = None
     oldest_reading: Reading | None = None
-    oldest_name = ""
+    oldest_name: FactName = "demand"
     future_limit = now + CLOCK_SKEW_TOLERANCE
+    stale_before = now - max_age  # `now - at > max_age`, without a timedelta per reading
     for name, reading in named:
         if reading is None:
             missing.append(name)
@@ -75,7 +79,7 @@ def telemetry_gate(
             stale.append(name)
             future = True
             evidence.append(Evidence(name, "from the future", reading.source, at))
-        elif now - at > max_age:
+        elif at < stale_before:
             stale.append(name)
             aged = True
             evidence.append(Evidence(name, "stale", reading.source, at))
@@ -83,7 +87,7 @@ def telemetry_gate(
         fresh_evidence: tuple[Evidence, ...] = ()
         if oldest_reading is not None:
             fresh_evidence = (
-                Evidence(f"oldest: {oldest_name}", "fresh", oldest_reading.source, oldest),
+                Evidence(_OLDEST[oldest_name], "fresh", oldest_reading.source, oldest),
             )
         return GateResult(_G_TELEMETRY, _PASS, (), fresh_evidence), (), (), oldest
     reasons: list[ReasonCode] = []
@@ -106,6 +110,9 @@ def to_refresh(
             refresh.append(name)
 
 
+_NEVER_TRANSITIONED = Evidence("sinceLastTransitionSeconds", "never", "nodewarden", None)
+
+
 def cooldown(
     last: datetime | None,
     now: datetime,
@@ -119,10 +126,15 @@ def cooldown(
     Appends the evidence, the COOLDOWN reason and its recheck time to the timing gate's
     lists, and returns the measure.
     """
+    if last is None:  # (a node that never made a transition: shared, read-only values)
+        evidence.append(_NEVER_TRANSITIONED)
+        never: TimingMeasure | None = policy.memo.get("cooldown_never")
+        if never is None:
+            never = policy.memo["cooldown_never"] = TimingMeasure(
+                "cooldown", policy.seconds.cooldown, None, None, True
+            )
+        return never
     required = policy.seconds.cooldown
-    if last is None:
-        evidence.append(Evidence("sinceLastTransitionSeconds", "never", "nodewarden", None))
-        return TimingMeasure("cooldown", required, None, None, True)
     measured = now - last
     seconds = measured.total_seconds()
     evidence.append(Evidence("sinceLastTransitionSeconds", seconds, "nodewarden", last))

@@ -9,7 +9,8 @@ the CRD's CEL rules would reject (and a few the schema cannot express) are colle
 instead of raising, so a bad policy BLOCKs transitions rather than crashing the operator.
 
 Values derived from the knobs that every evaluation needs (`seconds`, the timing knobs
-as float seconds for the Safety Record) are computed once when the view is built, and
+as float seconds for the Safety Record; `allowed_sorted`) are computed once when the view
+is built, and
 `memo` holds the gate module's per-policy constants (e.g. the policy gate result). Both
 are rebuilt, never copied, when a view is derived with `dataclasses.replace`.
 """
@@ -94,6 +95,8 @@ class PolicyView:
     problems: tuple[str, ...] = field(default=())
     seconds: PolicySeconds = field(init=False, compare=False, hash=False, repr=False)
     """The timing knobs in seconds, computed from the fields above when the view is built."""
+    allowed_sorted: tuple[str, ...] = field(init=False, compare=False, hash=False, repr=False)
+    """`allowed_actions` sorted (what every Safety Record lists), computed with `seconds`."""
     memo: dict[str, Any] = field(
         default_factory=dict, init=False, compare=False, hash=False, repr=False
     )
@@ -110,6 +113,7 @@ class PolicyView:
             billing_period=self.billing_period.total_seconds(),
         )
         object.__setattr__(self, "seconds", seconds)  # frozen: set once, here
+        object.__setattr__(self, "allowed_sorted", tuple(sorted(self.allowed_actions)))
 
     @property
     def valid(self) -> bool:

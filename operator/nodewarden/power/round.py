@@ -27,6 +27,7 @@ from nodewarden.fleet.status import PowerStateConflict
 from nodewarden.kube.client import KubeError
 from nodewarden.metrics import POWER_REQUESTS
 from nodewarden.policy.actions import RequestPower
+from nodewarden.policy.base import replaced
 from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate, Event
 from nodewarden.policy.facts import DesiredReading
 from nodewarden.policy.machine import Step, step
@@ -137,7 +138,7 @@ class Round:
             if due:
                 rt.due_at = None
             # the fleet counts (the tally), with the node's class and its warm target
-            rt.facts = rt.facts.model_copy(update={"fleet": self.warmth.reading(rt, now)})
+            rt.facts = replaced(rt.facts, {"fleet": self.warmth.reading(rt, now)})
             try:
                 await self.process(rt, now, due=due)
             except asyncio.CancelledError:

@@ -9,15 +9,13 @@ from nodewarden.policy.events import (
     ManualOverride,
     PolicyChanged,
 )
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R
 from nodewarden.policy.state import (
     AdmissionState,
     TransitionKind,
 )
 from nodewarden.policy.states.context import StepContext, observed_off
 from nodewarden.policy.states.moves import enter_off, enter_verify, refused, vm_forced_shutdown
-
-R = ReasonCode
 
 
 def handle_blocked(c: StepContext) -> None:

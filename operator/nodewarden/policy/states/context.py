@@ -5,17 +5,18 @@ actions. Used by every state handler (`nodewarden.policy.states`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from nodewarden.policy.actions import (
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
     Action,
-    PollObservedPower,
-    RefreshFacts,
-    RereadDemand,
-    RunReadyProbe,
+    refresh_facts,
+    reread_demand,
 )
 from nodewarden.policy.base import trusted
 from nodewarden.policy.evaluation import Evaluation
@@ -24,7 +25,7 @@ from nodewarden.policy.events import (
     PowerObserved,
 )
 from nodewarden.policy.facts import FactName, NodeFacts
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     NodePowerState,
     PowerState,
@@ -32,8 +33,6 @@ from nodewarden.policy.state import (
     TransitionKind,
 )
 from nodewarden.policy.view import PolicyView
-
-R = ReasonCode
 
 
 @dataclass(slots=True)
@@ -63,9 +62,13 @@ class StepContext:
     def current(self) -> NodePowerState:
         """The state as updated so far (unvalidated view for gate evaluation; the state
         the step returns is validated in `_finish`)."""
-        if not self.upd:
-            return self.state
-        return trusted(NodePowerState, {**self.state.__dict__, **self.upd})
+        upd = self.upd
+        if upd:
+            held = self.state.__dict__
+            for name, value in upd.items():
+                if held[name] is not value:
+                    return trusted(NodePowerState, {**held, **upd})
+        return self.state  # nothing changed yet (e.g. the state set to the one it is in)
 
     def set(self, **values: Any) -> None:
         self.upd.update(values)
@@ -88,8 +91,17 @@ def dedupe(codes: Any) -> list[ReasonCode]:
 
 def transition_id(node: str, kind: TransitionKind, now: datetime, seq: int) -> str:
     """Deterministic, DNS-label-safe transition id: kind-date-time-hash."""
-    digest = hashlib.sha256(f"{node}|{kind.value}|{now.isoformat()}|{seq}".encode()).hexdigest()
-    return f"{kind.value.lower()}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{digest[:8]}"
+    iso, stamp = _time_parts(now, now.tzinfo, now.fold)
+    digest = hashlib.sha256(f"{node}|{kind.value}|{iso}|{seq}".encode()).hexdigest()
+    return f"{kind.value.lower()}-{stamp}-{digest[:8]}"
+
+
+@functools.lru_cache(maxsize=16)
+def _time_parts(now: datetime, tz: tzinfo | None, fold: int) -> tuple[str, str]:
+    """`now.isoformat()` and its UTC date-time stamp, memoised: the transitions a round
+    opens share its clock reading, and strftime costs about as much as the hash. Keyed by
+    the zone and fold too: equal instants written in other zones have other isoformats."""
+    return now.isoformat(), f"{now.astimezone(UTC):%Y%m%d-%H%M%S}"
 
 
 def fresh(c: StepContext, at: datetime) -> bool:
@@ -144,9 +156,9 @@ def poll_missing(c: StepContext, since: datetime | None, probe_due: bool) -> Rea
         and (since is None or r.observed_at >= since)
     )
     if not power_ok:
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
     if not ready_ok and probe_due:
-        c.act(RunReadyProbe())
+        c.act(RUN_READY_PROBE)
     if not power_ok:
         return R.POWER_STATE_UNKNOWN if p is None or p.power != "On" else R.TELEMETRY_STALE
     if r is not None and not r.passed and (since is None or r.observed_at >= since):
@@ -163,12 +175,12 @@ def refresh_actions(c: StepContext, names: tuple[FactName, ...], tid: str | None
     rest: list[FactName] = []
     for name in names:
         if name == "demand":
-            c.act(RereadDemand(transition_id=tid))
+            c.act(reread_demand(tid))
         elif name == "power":
-            c.act(PollObservedPower())
+            c.act(POLL_OBSERVED_POWER)
         elif name == "ready":
-            c.act(RunReadyProbe())
+            c.act(RUN_READY_PROBE)
         elif name not in rest:
             rest.append(name)
     if rest:
-        c.act(RefreshFacts(facts=tuple(rest)))
+        c.act(refresh_facts(tuple(rest)))

@@ -10,7 +10,7 @@ from nodewarden.policy.events import (
     Evaluate,
 )
 from nodewarden.policy.gates import evaluate_shutdown
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R
 from nodewarden.policy.state import (
     AdmissionState,
 )
@@ -21,8 +21,6 @@ from nodewarden.policy.states.moves import (
     enter_off,
     request_shutdown,
 )
-
-R = ReasonCode
 
 
 def handle_draining(c: StepContext) -> None:

@@ -6,21 +6,22 @@ request, record a request's outcome and schedule a retry.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Literal
 
 from nodewarden.api.powerpolicy import ResetAction
 from nodewarden.policy.actions import (
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
     CancelPendingShutdown,
     CloseAdmission,
     CloseTransition,
     OpenAdmission,
-    OpenTransition,
-    PollObservedPower,
-    RefreshFacts,
-    RequestPower,
-    RereadDemand,
-    RunReadyProbe,
-    ScheduleRecheck,
     TransitionOutcome,
+    open_transition_action,
+    refresh_facts,
+    request_power,
+    reread_demand,
+    schedule_recheck,
 )
 from nodewarden.policy.backoff import backoff_delay
 from nodewarden.policy.evaluation import Evaluation
@@ -31,7 +32,7 @@ from nodewarden.policy.events import (
     RequestRejected,
 )
 from nodewarden.policy.gates import evaluate_shutdown
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
     PowerRequest,
@@ -39,6 +40,8 @@ from nodewarden.policy.state import (
     RequestStatus,
     Transition,
     TransitionKind,
+    new_request,
+    new_transition,
 )
 from nodewarden.policy.states.context import (
     StepContext,
@@ -47,9 +50,6 @@ from nodewarden.policy.states.context import (
     on_state,
     transition_id,
 )
-
-R = ReasonCode
-
 
 REQUEST_EVENTS = (RequestAccepted, RequestRejected, RequestErrored)
 
@@ -95,7 +95,7 @@ def enter_off(c: StepContext, *reasons: ReasonCode) -> None:
         blocked_reasons=(),
         blocked_transition=None,
     )
-    c.act(ScheduleRecheck(at=c.now, reason="evaluate wake after observed Off"))
+    c.act(schedule_recheck(c.now, "evaluate wake after observed Off"))
     c.decide(Decision.NONE, *reasons, R.POWER_OFF_CONFIRMED)
 
 
@@ -104,7 +104,7 @@ def enter_verify(c: StepContext, decision: Decision, *reasons: ReasonCode) -> No
     seq = c.state.seq
     tid = transition_id(c.state.node, TransitionKind.VERIFY, c.now, seq)
     close_admission(c, tid)
-    t = Transition(
+    t = new_transition(
         id=tid,
         kind=TransitionKind.VERIFY,
         started_at=c.now,
@@ -112,7 +112,7 @@ def enter_verify(c: StepContext, decision: Decision, *reasons: ReasonCode) -> No
         verify_since=c.now,
     )
     c.set(state=PowerState.UNKNOWN, transition=t, blocked_reasons=(), blocked_transition=None)
-    c.act(PollObservedPower(), RunReadyProbe())
+    c.act(POLL_OBSERVED_POWER, RUN_READY_PROBE)
     c.decide(decision, *reasons, R.POWER_STATE_UNKNOWN, R.READY_PROBE_PENDING)
 
 
@@ -161,21 +161,18 @@ def open_transition(
     manual = c.facts.intent
     if manual is not None and manual.action != kind.value:  # PowerIntent says Shutdown/Wake
         manual = None
-    t = Transition(
+    origin: Literal["Policy", "Manual"] = "Policy" if manual is None else "Manual"
+    t = new_transition(
         id=transition_id(c.state.node, kind, c.now, c.state.seq),
         kind=kind,
-        origin="Policy" if manual is None else "Manual",
+        origin=origin,
         intent=None if manual is None else manual.name,
         started_at=c.now,
         deadline=deadline,
         request=request,
         first_requested_at=None if request is None else c.now,
     )
-    c.act(
-        OpenTransition(
-            transition_id=t.id, kind=kind, origin=t.origin, intent=t.intent, deadline=deadline
-        )
-    )
+    c.act(open_transition_action(t.id, kind, origin, t.intent, deadline))
     return t
 
 
@@ -184,10 +181,10 @@ def begin_wake(c: StepContext, action: ResetAction, evaluation: Evaluation) -> N
         c,
         TransitionKind.WAKE,
         c.now + c.policy.deadline_wake,
-        PowerRequest(action=action, attempt=1, requested_at=c.now),
+        new_request(action, 1, c.now),
     )
     c.set(state=PowerState.WAKING, transition=t, race=False, blocked_reasons=())
-    c.act(RequestPower(transition_id=t.id, action=action, attempt=1))
+    c.act(request_power(t.id, action, 1))
     c.decide(Decision.START, *evaluation.reasons)
 
 
@@ -202,7 +199,7 @@ def begin_shutdown(c: StepContext, evaluation: Evaluation) -> None:
     c.set(state=PowerState.DRAINING, transition=t, race=False)
     closed_since_ever(c)
     if c.get("admission") is AdmissionState.CLOSED:
-        c.act(RereadDemand(transition_id=t.id), RefreshFacts(facts=("work", "inhibitors")))
+        c.act(reread_demand(t.id), refresh_facts(("work", "inhibitors")))
     else:
         c.act(CloseAdmission(transition_id=t.id))
         c.set(admission=AdmissionState.CLOSING, admission_since=c.now)
@@ -223,7 +220,7 @@ def request_shutdown(
     force_off: bool = False,
 ) -> None:
     prior = t.possibly_applied
-    request = PowerRequest(action=action, attempt=attempt, requested_at=c.now)
+    request = new_request(action, attempt, c.now)
     nt = t.model_copy(
         update={
             "request": request,
@@ -237,11 +234,11 @@ def request_shutdown(
     intent = c.facts.intent
     c.set(state=PowerState.SHUTTING_DOWN, transition=nt)
     c.act(
-        RequestPower(
-            transition_id=t.id,
-            action=action,
-            attempt=attempt,
-            override_intent=intent.name if action == "ForceOff" and intent is not None else None,
+        request_power(
+            t.id,
+            action,
+            attempt,
+            intent.name if action == "ForceOff" and intent is not None else None,
         )
     )
     c.overrides = overrides

@@ -7,14 +7,12 @@ from nodewarden.policy.events import (
     PowerObserved,
 )
 from nodewarden.policy.gates import evaluate_wake
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R
 from nodewarden.policy.state import (
     AdmissionState,
 )
 from nodewarden.policy.states.context import StepContext, refresh_actions
 from nodewarden.policy.states.moves import begin_wake, enter_verify, vm_forced_shutdown
-
-R = ReasonCode
 
 
 def handle_off(c: StepContext) -> None:

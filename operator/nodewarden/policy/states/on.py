@@ -5,14 +5,14 @@ the shutdown gates and begin a drain when they pass.
 from __future__ import annotations
 
 from nodewarden.policy.actions import (
-    PollObservedPower,
-    RunReadyProbe,
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
 )
 from nodewarden.policy.events import (
     AdmissionClosed,
 )
 from nodewarden.policy.gates import evaluate_shutdown
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R
 from nodewarden.policy.state import (
     AdmissionState,
 )
@@ -31,8 +31,6 @@ from nodewarden.policy.states.moves import (
     enter_off,
     enter_verify,
 )
-
-R = ReasonCode
 
 
 def handle_on(c: StepContext) -> None:
@@ -62,7 +60,7 @@ def handle_on(c: StepContext) -> None:
         if verified_on_ready(c, None):
             admit_if_wanted(c, None)
         else:
-            c.act(PollObservedPower(), RunReadyProbe())
+            c.act(POLL_OBSERVED_POWER, RUN_READY_PROBE)
     refresh_actions(c, evaluation.refresh, None)
     c.decide(evaluation.decision, *evaluation.reasons)
     c.set(recheck_at=evaluation.recheck_at)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodewarden.policy.actions import (
-    PollObservedPower,
+    POLL_OBSERVED_POWER,
 )
 from nodewarden.policy.events import (
     AdmissionClosed,
@@ -20,7 +20,7 @@ from nodewarden.policy.events import (
 )
 from nodewarden.policy.gates import evaluate_shutdown
 from nodewarden.policy.overrides import force_off_permitted
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
     Transition,
@@ -37,9 +37,6 @@ from nodewarden.policy.states.moves import (
     request_shutdown,
     schedule_retry,
 )
-
-R = ReasonCode
-
 
 _RESEND_RECHECK = timedelta(seconds=5)
 """How soon a re-send held back only by stale evidence is tried again."""
@@ -74,7 +71,7 @@ def handle_shutting_down(c: StepContext) -> None:
         _retry_or_give_up(c, t, R.REQUEST_REJECTED, race_codes)
         return
     if isinstance(ev, RequestErrored):
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         _retry_or_give_up(c, t, R.REQUEST_ERRORED, race_codes)
         return
     if c.now >= t.deadline:
@@ -88,7 +85,7 @@ def handle_shutting_down(c: StepContext) -> None:
         c.set(recheck_at=t.next_attempt_at)
         return
     if isinstance(ev, (RequestAccepted, Evaluate, DeadlineReached, PowerObserved)):
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
     c.decide(Decision.DEFER, *race_codes, R.CONFIRMATION_PENDING)
 
 
@@ -130,7 +127,7 @@ def _resend_shutdown(
         # never pretend it did not happen. Wait for observed Off until the deadline.
         c.set(transition=t.model_copy(update={"next_attempt_at": None}))
         c.decide(Decision.DEFER, *race_codes, *lead, R.CONFIRMATION_PENDING, *evaluation.reasons)
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         return
     # Evidence is stale or missing: ask for it, and try the re-send again shortly after
     # (not only at the next deadline, when the same evidence may be stale again).
@@ -189,7 +186,7 @@ def _shutdown_deadline(c: StepContext, t: Transition, race_codes: tuple[ReasonCo
             }
         )
         c.set(transition=nt)
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         _resend_shutdown(c, nt, (R.DEADLINE_EXCEEDED,), race_codes)
         return
     _exhausted(c, t, R.DEADLINE_EXCEEDED, race_codes)

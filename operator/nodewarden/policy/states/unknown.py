@@ -5,15 +5,15 @@
 from __future__ import annotations
 
 from nodewarden.policy.actions import (
-    PollObservedPower,
-    RunReadyProbe,
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
 )
 from nodewarden.policy.backoff import backoff_delay
 from nodewarden.policy.events import (
     AdmissionClosed,
     ReadyProbeResult,
 )
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
     Transition,
@@ -33,8 +33,6 @@ from nodewarden.policy.states.moves import (
     refused,
     vm_forced_shutdown,
 )
-
-R = ReasonCode
 
 
 def handle_unknown(c: StepContext) -> None:
@@ -72,7 +70,7 @@ def handle_unknown(c: StepContext) -> None:
                     }
                 )
             )
-            c.act(PollObservedPower(), RunReadyProbe())
+            c.act(POLL_OBSERVED_POWER, RUN_READY_PROBE)
             c.decide(Decision.DEFER, R.DEADLINE_EXCEEDED, pending)
         else:
             block(c, R.DEADLINE_EXCEEDED, R.RETRY_BUDGET_EXHAUSTED, pending)

@@ -5,9 +5,9 @@ and the wake deadline.
 from __future__ import annotations
 
 from nodewarden.policy.actions import (
-    PollObservedPower,
-    RequestPower,
-    RunReadyProbe,
+    POLL_OBSERVED_POWER,
+    RUN_READY_PROBE,
+    request_power,
 )
 from nodewarden.policy.backoff import backoff_delay
 from nodewarden.policy.events import (
@@ -20,11 +20,11 @@ from nodewarden.policy.events import (
     RequestRejected,
 )
 from nodewarden.policy.gates import evaluate_wake
-from nodewarden.policy.reasons import Decision, ReasonCode
+from nodewarden.policy.reasons import Decision, R, ReasonCode
 from nodewarden.policy.state import (
     AdmissionState,
-    PowerRequest,
     Transition,
+    new_request,
 )
 from nodewarden.policy.states.context import StepContext, poll_missing, verified_on_ready
 from nodewarden.policy.states.moves import (
@@ -36,8 +36,6 @@ from nodewarden.policy.states.moves import (
     schedule_retry,
 )
 
-R = ReasonCode
-
 
 def handle_waking(c: StepContext) -> None:
     t = c.transition
@@ -47,7 +45,7 @@ def handle_waking(c: StepContext) -> None:
         t = record_outcome(c, t)
         if isinstance(ev, (RequestRejected, RequestErrored)):
             if isinstance(ev, RequestErrored):
-                c.act(PollObservedPower())
+                c.act(POLL_OBSERVED_POWER)
             code = R.REQUEST_REJECTED if isinstance(ev, RequestRejected) else R.REQUEST_ERRORED
             if t.retries_used < c.policy.retry_budget:
                 schedule_retry(c, t, c.policy.deadline_wake)
@@ -77,7 +75,7 @@ def handle_waking(c: StepContext) -> None:
         )
         c.set(transition=t)
         if not verified_on_ready(c, seen):
-            c.act(RunReadyProbe())
+            c.act(RUN_READY_PROBE)
             c.decide(Decision.DEFER, R.POWER_ON_CONFIRMED, R.READY_PROBE_PENDING)
             return
     if seen is not None:
@@ -116,7 +114,7 @@ def handle_waking(c: StepContext) -> None:
         c.set(recheck_at=t.next_attempt_at)
         return
     if isinstance(ev, (RequestAccepted, Evaluate, DeadlineReached)):
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
     c.decide(Decision.DEFER, R.CONFIRMATION_PENDING)
 
 
@@ -128,7 +126,7 @@ def _resend_wake(c: StepContext, t: Transition, lead: tuple[ReasonCode, ...]) ->
         block(c, *lead, *evaluation.reasons)
         return
     attempt = (t.request.attempt if t.request is not None else 0) + 1
-    request = PowerRequest(action=evaluation.action, attempt=attempt, requested_at=c.now)
+    request = new_request(evaluation.action, attempt, c.now)
     nt = t.model_copy(
         update={
             "request": request,
@@ -137,7 +135,7 @@ def _resend_wake(c: StepContext, t: Transition, lead: tuple[ReasonCode, ...]) ->
         }
     )
     c.set(transition=nt)
-    c.act(RequestPower(transition_id=t.id, action=evaluation.action, attempt=attempt))
+    c.act(request_power(t.id, evaluation.action, attempt))
     c.decide(Decision.DEFER, *lead, R.CONFIRMATION_PENDING)
 
 
@@ -156,7 +154,7 @@ def _wake_deadline(c: StepContext, t: Transition) -> None:
                 }
             )
             c.set(transition=nt)
-            c.act(RunReadyProbe())
+            c.act(RUN_READY_PROBE)
             c.decide(Decision.DEFER, R.DEADLINE_EXCEEDED, pending)
         else:
             block(c, R.DEADLINE_EXCEEDED, R.RETRY_BUDGET_EXHAUSTED, pending)
@@ -164,7 +162,7 @@ def _wake_deadline(c: StepContext, t: Transition) -> None:
     if t.retries_used < c.policy.retry_budget:
         nt = t.model_copy(update={"retries_used": t.retries_used + 1})
         c.set(transition=nt)
-        c.act(PollObservedPower())
+        c.act(POLL_OBSERVED_POWER)
         _resend_wake(c, nt, (R.DEADLINE_EXCEEDED,))
     else:
         block(c, R.DEADLINE_EXCEEDED, R.RETRY_BUDGET_EXHAUSTED, R.CONFIRMATION_PENDING)

@@ -1,0 +1,158 @@
+"""The state machine's unvalidated constructions equal validated ones.
+
+`machine.step` builds the next `NodePowerState` without re-validating it (`base.trusted`,
+the invariants checked by `state.check_invariants`), emits the frequent actions from
+`actions.schedule_recheck` / `reread_demand` / `refresh_facts` and shared constants, and
+`events.apply_event` merges readings with `base.replaced` instead of `model_copy`, and
+transitions and their requests are opened with `state.new_transition` / `new_request`. Over
+random walks through the state machine (the walks of test_policy_record_construction:
+every state, requests, retries, overrides, races, cloud VMs), every next state, action and
+merged facts must survive a full pydantic validation round trip unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from policy_builders import NOW, idle_facts, off_facts, off_state, on_state
+from pydantic import BaseModel
+from test_policy_record_construction import POLICIES, _event, _healthy, _refresh
+
+from nodewarden.policy.base import replaced
+from nodewarden.policy.events import AdmissionClosed, Evaluate, Event, PolicyChanged
+from nodewarden.policy.facts import DemandReading, NodeFacts
+from nodewarden.policy.machine import Step, step
+from nodewarden.policy.state import (
+    AdmissionState,
+    NodePowerState,
+    PowerRequest,
+    PowerState,
+    Transition,
+    TransitionKind,
+    check_invariants,
+    new_request,
+    new_transition,
+)
+from nodewarden.policy.states.context import transition_id
+from nodewarden.policy.timing import cooldown
+
+
+def _validated(model: BaseModel) -> BaseModel:
+    return type(model).model_validate(model.model_dump())
+
+
+def assert_valid_step(result: Step) -> None:
+    again = _validated(result.next)
+    assert again == result.next
+    assert again.model_dump(mode="json") == result.next.model_dump(mode="json")
+    assert list(result.next.__dict__) == list(NodePowerState.model_fields)
+    assert _validated(result.facts) == result.facts
+    for action in result.actions:
+        assert _validated(action) == action, action
+        assert list(action.__dict__) == list(type(action).model_fields)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), start=st.sampled_from(["on", "off"]))
+def test_every_step_builds_what_validation_builds(seed: int, start: str) -> None:
+    rng = random.Random(seed)
+    pol = rng.choice(POLICIES)
+    state, facts = (on_state(), idle_facts()) if start == "on" else (off_state(), off_facts())
+    now = NOW
+    for _ in range(20):
+        now += timedelta(seconds=rng.choice([1, 5, 61, 301, 1801]))
+        facts = _refresh(rng, facts, now)
+        plan: list[Event]
+        if rng.random() < 0.3:
+            plan = [Evaluate(), AdmissionClosed(at=now + timedelta(seconds=1))]
+            facts = _healthy(rng, facts, now)
+        else:
+            plan = [_event(rng, state, now)]
+        for event in plan:
+            if isinstance(event, PolicyChanged):
+                pol = rng.choice(POLICIES)
+            result = step(state, facts, event, now, pol)
+            assert_valid_step(result)
+            state, facts = result.next, result.facts
+            now += timedelta(seconds=1)
+
+
+def test_check_invariants_rejects_what_the_validator_rejects() -> None:
+    with pytest.raises(ValueError, match="needs a transition"):
+        check_invariants(PowerState.DRAINING, None, 3, AdmissionState.CLOSED)
+    with pytest.raises(ValueError, match="cannot be Open"):
+        check_invariants(PowerState.OFF, None, 3, AdmissionState.OPEN)
+    check_invariants(PowerState.UNKNOWN, None, 0, AdmissionState.CLOSED)  # the initial state
+    with pytest.raises(ValueError, match="cannot be Open"):
+        NodePowerState(node="n", state=PowerState.OFF, admission=AdmissionState.OPEN)
+
+
+def test_replaced_is_model_copy() -> None:
+    facts = NodeFacts(node="n-1", demand=DemandReading(source="q", observed_at=NOW, queued=1))
+    demand = DemandReading(source="q", observed_at=NOW + timedelta(seconds=1), queued=0)
+    fast = replaced(facts, {"demand": demand, "work": None})
+    copied = facts.model_copy(update={"demand": demand, "work": None})
+    assert fast == copied and type(fast) is NodeFacts
+    assert list(fast.__dict__) == list(copied.__dict__)
+    assert fast.model_fields_set == copied.model_fields_set == {"node", "demand", "work"}
+    assert fast.model_dump(exclude_unset=True) == copied.model_dump(exclude_unset=True)
+    assert fast.__pydantic_extra__ is None and fast.__pydantic_private__ is None
+    assert facts.demand is not None and facts.demand.queued == 1  # the original is untouched
+
+
+def test_the_shared_never_transitioned_cooldown_measure_is_not_changed() -> None:
+    pol = POLICIES[1]
+    first = cooldown(None, NOW, pol, [], [], [])
+    state = on_state()
+    for _ in range(3):
+        result = step(state, idle_facts(), Evaluate(), NOW + timedelta(minutes=30), pol)
+        state = result.next
+    again = cooldown(None, NOW, pol, [], [], [])
+    assert again is first
+    assert (again.name, again.required, again.measured, again.since, again.met) == (
+        "cooldown",
+        60.0,
+        None,
+        None,
+        True,
+    )
+
+
+def test_transition_ids_follow_the_documented_formula_in_any_zone() -> None:
+    def by_formula(node: str, kind: TransitionKind, now: datetime, seq: int) -> str:
+        text = f"{node}|{kind.value}|{now.isoformat()}|{seq}"
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        return f"{kind.value.lower()}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{digest[:8]}"
+
+    plus_two = NOW.astimezone(timezone(timedelta(hours=2)))
+    ids = set()
+    for now in (NOW, plus_two, NOW, NOW + timedelta(microseconds=1)):
+        for kind in TransitionKind:
+            tid = transition_id("node-1", kind, now, 7)
+            assert tid == by_formula("node-1", kind, now, 7)
+            ids.add(tid)
+    assert len(ids) == 3 * len(TransitionKind)  # the same instant in +02:00 hashes otherwise
+
+
+def test_models_built_without_validation_copy_like_validated_ones() -> None:
+    """model_copy(update=...) adds to the copy's fields-set: a trusted model's (every
+    field, shared) takes that (the machine copies transitions it opened, and requests)."""
+    opened = new_transition(id="t-1", kind=TransitionKind.WAKE, started_at=NOW, deadline=NOW)
+    validated = Transition(id="t-1", kind=TransitionKind.WAKE, started_at=NOW, deadline=NOW)
+    assert opened == validated
+    later = NOW + timedelta(seconds=1)
+    assert opened.model_copy(update={"deadline": later}) == validated.model_copy(
+        update={"deadline": later}
+    )
+    assert opened.model_fields_set == set(Transition.model_fields)
+    assert opened.model_copy(update={"deadline": later}, deep=True).deadline == later
+    with pytest.raises(ValueError, match="not fields"):
+        opened.model_fields_set.update({"no_such_field"})  # type: ignore[attr-defined]
+    request = new_request("On", 1, NOW)
+    assert request == PowerRequest(action="On", attempt=1, requested_at=NOW)
+    assert request.model_copy(update={"detail": "x"}).detail == "x"
