@@ -35,7 +35,9 @@ def test_trimmed_e2e_on_a_real_kubelet(tmp_path: Path) -> None:
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO, timeout=1200,
         )  # fmt: skip
     output = log_path.read_text(errors="replace")
-    assert code == 0, output[-6000:]
+    # the failed step's own line first: the diagnostics after it (Pod logs) fill any tail
+    failed = [line for line in output.splitlines() if line.startswith(">> FAILED")]
+    assert code == 0, "\n".join(failed) + "\n...\n" + output[-6000:]
     report = json.loads(report_path.read_text())
     assert report["passed"] is True and report["trimmed"] is True
     assert len({p["ip"] for p in report["pods"]}) == 2  # two ordinary Pods, own addresses
