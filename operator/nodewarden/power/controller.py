@@ -75,6 +75,7 @@ from nodewarden.power.context import PowerContext
 from nodewarden.power.control import PowerControl
 from nodewarden.power.energy import Energy
 from nodewarden.power.explain import explain_node
+from nodewarden.power.inforce import PolicyInForce
 from nodewarden.power.intents import IntentBook, ManualRetention
 from nodewarden.power.observations import Observations
 from nodewarden.power.poolfacts import PoolFacts
@@ -178,6 +179,7 @@ class PowerController:
         sensing = Sensing(ctx, self._observations, recorder, self.energy)
         self._sensing = sensing
         self.warmth = PowerWarmth(ctx)
+        self.inforce = PolicyInForce(ctx, self.warmth)
         self._round = Round(
             ctx,
             recorder=recorder,
@@ -187,6 +189,7 @@ class PowerController:
             sensing=sensing,
             energy=self.energy,
             warmth=self.warmth,
+            inforce=self.inforce,
         )
 
     @property
