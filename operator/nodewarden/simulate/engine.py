@@ -66,6 +66,7 @@ from nodewarden.policy.facts import (
 )
 from nodewarden.policy.state import NodePowerState, PowerState
 from nodewarden.rules.fleet import in_budget, warm_idle
+from nodewarden.rules.inforce import in_force, member
 from nodewarden.rules.readings import cloud_capability
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
 from nodewarden.scheduling.views import Capacity, ContainerView, Limits, NodeView, Phase, Plan
@@ -229,11 +230,25 @@ class Simulation:
                 self.ledger.unfinished += 1
         return RunResult(
             policy=self.policy,
-            figures={**self.ledger.figures(), **self.energy.figures(end)},
+            figures={
+                **self.ledger.figures(),
+                **self.energy.figures(end),
+                "inForce": self._in_force(end),
+            },
             series=tuple(self.ledger.series),
             recordings=self._recordings,
             end=end,
         )
+
+    def _in_force(self, end: int) -> dict[str, Any]:
+        """The policy in force at the end of the run, as PowerPolicy `status.inForce`
+        shows it (`rules.inforce`, the live controller's code)."""
+        h = self.warmth.histogram
+        members = [
+            member(self.warmth.node_class(n), n.node_type, n.state) for n in self.nodes.values()
+        ]
+        days = h.days_observed if h is not None else None
+        return in_force(self.policy.spec, members, self.at(end), days).status
 
     def _bill(self, node: MachineNode, end: int) -> None:
         """Charge a node's time on: a VM from launch to termination under the cloud's
