@@ -272,18 +272,10 @@ def _eligibility_before_shutdown(demo: Demo) -> Eligibility:
         state = status.get("state")
         eligible = (status.get("eligibility") or {}).get("eligibleAt")
         if state == "Idle" and eligible:
-            describe = subprocess.run(
-                demo.kubectl("describe", "wn", "demo-side-redfish"),
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
-            pp = subprocess.run(
-                demo.kubectl("get", "pp", "demo-sidenodes"),
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
+            describe, pp = (
+                subprocess.run(demo.kubectl(*a), capture_output=True, text=True).stdout
+                for a in (("describe", "wn", "demo-side-redfish"), ("get", "pp", "demo-sidenodes"))
+            )
             seen.eligible_at, seen.describe, seen.pp = _time(eligible), describe, pp
             return False
         return seen.eligible_at is not None and state not in ("Idle", "Active", "Unknown")

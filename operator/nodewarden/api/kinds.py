@@ -184,7 +184,7 @@ POWER_POLICY = Kind(
     status=PowerPolicyStatus,
     description="Knobs for idle, boot, min-on/off, cooldown, telemetry, billing, retries and limits.",
     columns=(
-        PrinterColumn("Nodes", ".status.nodes", "integer", "WorkerNodes using this policy."),
+        PrinterColumn("Nodes", ".status.inForce.nodes.total", "integer", "WorkerNodes it governs."),
         PrinterColumn("On", ".status.inForce.nodes.on", "integer", "Its nodes on."),
         PrinterColumn("Off", ".status.inForce.nodes.off", "integer", "Its nodes off."),
         PrinterColumn(
