@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from policy_builders import NOW, at, idle_facts, off_facts, off_state, on_state, policy, work
 
-from nodewarden.api.powerpolicy import PolicyInForce, PowerPolicySpec
+from nodewarden.api.inforce import PolicyInForce
+from nodewarden.api.powerpolicy import PowerPolicySpec
 from nodewarden.policy.eligibility import eligibility, to_status
 from nodewarden.policy.events import Evaluate
 from nodewarden.policy.machine import step
