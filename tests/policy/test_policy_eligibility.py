@@ -4,17 +4,23 @@ and a policy's in-force summary (`rules.inforce`), with no shell."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import yaml
 from policy_builders import NOW, at, idle_facts, off_facts, off_state, on_state, policy, work
 
 from nodewarden.api.inforce import PolicyInForce
 from nodewarden.api.powerpolicy import PowerPolicySpec
+from nodewarden.explain import result_document
 from nodewarden.policy.eligibility import eligibility, to_status
 from nodewarden.policy.events import Evaluate
 from nodewarden.policy.machine import step
 from nodewarden.policy.reasons import R
+from nodewarden.policy.scenario import load_scenario, run_scenario
 from nodewarden.policy.state import PowerState, Transition, TransitionKind
 from nodewarden.rules.inforce import in_force, member
+
+SCENARIOS = Path(__file__).parents[2] / "examples" / "scenarios"
 
 
 def test_a_node_idle_for_less_than_the_threshold_is_eligible_when_it_has_been_idle_long_enough() -> (
@@ -111,3 +117,19 @@ def test_forecast_state_and_mode_in_force() -> None:
     assert in_force(spec, [], now).status["mode"] == "Paused"
     hourly = _spec(billing={"period": "1h", "windowStart": "50m", "windowEnd": "1h"})
     assert in_force(hourly, [], now).status["billingWindow"].startswith("50m-1h of each 1h")
+
+
+def test_every_example_scenario_explains_its_eligibility_with_its_first_blocking_reason() -> None:
+    """`nodewarden explain --scenario`: the document's eligibility comes from the same code
+    as status, and its heldBy is the first reason of a decision that does not act."""
+    found = sorted(SCENARIOS.glob("*.yaml"))
+    assert len(found) >= 10
+    held = set()
+    for path in found:
+        scenario, pol = load_scenario(yaml.safe_load(path.read_text()))
+        doc = result_document(run_scenario(scenario, pol))
+        acts = doc["decision"] in ("SHUTDOWN", "START")
+        first = None if acts or not doc["reasons"] else doc["reasons"][0]
+        assert doc["eligibility"]["heldBy"] == first, (path.name, doc["eligibility"])
+        held.add(first)
+    assert {"MIN_ON_NOT_MET", "INHIBITOR_ACTIVE", "BILLING_WINDOW_CLOSED"} <= held, held

@@ -14,6 +14,7 @@ from harness import POLICY, PowerHarness
 from powerfakes import NS, FakeClock, Host
 
 from nodewarden.api.kinds import POWER_POLICY
+from nodewarden.power.runtime import ControllerSettings, EnergyBook
 
 A10 = {"name": "a10", "nodeType": "SideNode", "gpuModel": "a10", "bootTime": "2m"}
 WEEKDAYS = {
@@ -57,7 +58,8 @@ def _in_force(h: PowerHarness) -> dict[str, Any]:
 
 async def test_the_policy_in_force_changes_exactly_at_its_due_times() -> None:
     clock = FakeClock(_utc(2027, 3, 1, 7, 0))  # Monday 07:00 UTC: the window opens at 08:00
-    async with PowerHarness(policy=WINDOW_POLICY, clock=clock) as h:
+    settings = ControllerSettings(energy=EnergyBook(status_interval=86400.0))
+    async with PowerHarness(policy=WINDOW_POLICY, clock=clock, settings=settings) as h:
         writes = _count_policy_writes(h)
         names = ["g0", "g1"]
         for name in names:
@@ -75,9 +77,10 @@ async def test_the_policy_in_force_changes_exactly_at_its_due_times() -> None:
         assert shown["thresholds"]["idleThreshold"] == "1m"
         assert shown["forecast"] == "Off" and shown.get("consolidationBudget") is None
         # between due times: nothing is written (rounds every 10 fake seconds till 07:59:50)
-        settled = len(writes)
+        settled, every = len(writes), h.kube.writes
         await h.run_for((_utc(2027, 3, 1, 7, 59, 50) - clock()).total_seconds(), tick=10)
         assert len(writes) == settled, writes[settled:]
+        assert h.kube.writes == every  # nor any other write (energy figures: daily here)
         off = h.status("g0")["eligibility"]
         assert off["direction"] == "Wake" and off["heldBy"] == "NO_DEMAND", off
         # 08:00: the window opens -- written at its due time, naming the next change
@@ -112,8 +115,11 @@ async def test_the_policy_in_force_changes_exactly_at_its_due_times() -> None:
         # the day goes by: no write until 20:00
         moved = len(writes)
         clock.now = _utc(2027, 3, 1, 19, 50)
-        await h.run_for(590, tick=10)  # to 19:59:50
+        await h.run_for(60, tick=10)
+        every = h.kube.writes
+        await h.run_for(530, tick=10)  # to 19:59:50
         assert len(writes) == moved, writes[moved:]
+        assert h.kube.writes == every
         await h.run_until(lambda: len(writes) > moved, within=60, tick=5, what="closed")
         at, closed = writes[moved]
         assert at == _utc(2027, 3, 1, 20, 0), at
