@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -259,6 +260,16 @@ class Eligibility:
         self.eligible_at: datetime | None = None
         self.describe = ""
         self.pp = ""
+        self.wide = ""
+
+
+def _columns(table: str) -> dict[str, str]:
+    """The first row of `kubectl get` output by column (empty cells read as '')."""
+    header, _, rest = table.partition("\n")
+    row = rest.partition("\n")[0]
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    ends = [*starts[1:], None]
+    return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, ends, strict=True)}
 
 
 def _eligibility_before_shutdown(demo: Demo) -> Eligibility:
@@ -272,11 +283,23 @@ def _eligibility_before_shutdown(demo: Demo) -> Eligibility:
         state = status.get("state")
         eligible = (status.get("eligibility") or {}).get("eligibleAt")
         if state == "Idle" and eligible:
-            describe, pp = (
+            describe, pp, wide = (
                 subprocess.run(demo.kubectl(*a), capture_output=True, text=True).stdout
-                for a in (("describe", "wn", "demo-side-redfish"), ("get", "pp", "demo-sidenodes"))
+                for a in (
+                    ("describe", "wn", "demo-side-redfish"),
+                    ("get", "pp", "demo-sidenodes"),
+                    ("get", "wn", "demo-side-redfish", "-o", "wide"),
+                )
             )
-            seen.eligible_at, seen.describe, seen.pp = _time(eligible), describe, pp
+            idle = re.search(r"^ +State: +Idle$", describe, re.MULTILINE) is not None
+            if _columns(wide).get("STATE") == "Idle" and idle:
+                # all three read while it was still Idle (it may have moved in between)
+                seen.eligible_at, seen.describe, seen.pp, seen.wide = (
+                    _time(eligible),
+                    describe,
+                    pp,
+                    wide,
+                )
             return False
         return seen.eligible_at is not None and state not in ("Idle", "Active", "Unknown")
 
@@ -288,11 +311,14 @@ def _check_eligibility(seen: Eligibility, shutdown: dict[str, Any]) -> None:
     """The policy in force and the node's eligibility, as shown before the shutdown, and
     the time against the shutdown's Safety Record."""
     print(seen.pp, seen.describe[seen.describe.index("Eligibility:") :][:400])
-    header, _, row = seen.pp.partition("\n")
-    columns = dict(zip(header.split(), row.split(), strict=False))
+    columns = _columns(seen.pp)
     for column in ("ON", "OFF", "BUDGET-LEFT", "WINDOW"):
         assert columns.get(column, "<none>") != "<none>", (column, seen.pp)
     assert columns["WINDOW"] == "none" and int(columns["BUDGET-LEFT"]) <= 2
+    wide = _columns(seen.wide)
+    assert seen.eligible_at is not None
+    assert wide.get("HELD-BY") == "IDLE_WINDOW_NOT_MET", seen.wide
+    assert _time(wide["ELIGIBLE-AT"]) == seen.eligible_at, seen.wide
     block = seen.describe[seen.describe.index("Eligibility:") :][:600]
     assert "Eligible At:" in block and "Held By:" in block, block
     assert "Idle Threshold:" in block and "30s" in block, block

@@ -59,6 +59,9 @@ class PolicyInForce:
             self._versions = versions
             self._forecast_due = self.warmth.next_due
             self._all_dirty = True
+        for gone in [n for n in self._written if n not in policies]:
+            del self._written[gone]  # deleted: written afresh should it come back
+            self._due.pop(gone, None)
         names = set(policies) if self._all_dirty else self._dirty & set(policies)
         names |= {n for n, at in self._due.items() if at <= now and n in policies}
         self._all_dirty = False
