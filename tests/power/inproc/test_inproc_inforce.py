@@ -3,17 +3,21 @@
 transition under a budget of 1) and names the next change, with no write in between
 (counted); WorkerNode `status.eligibility` says what holds each node, and its `heldBy` is
 the first blocking reason of `explain` for every node of a mixed fleet
-(`policy.eligibility`, `rules.inforce`, `power.inforce`)."""
+(`policy.eligibility`, `rules.inforce`, `power.inforce`). A node changing class or policy
+without moving is rendered; writes are coalesced while many nodes move; a new leader does
+not rewrite an equal inForce."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from harness import POLICY, PowerHarness
 from powerfakes import NS, FakeClock, Host
 
-from nodewarden.api.kinds import POWER_POLICY
+from nodewarden.api.kinds import POWER_POLICY, WORKER_NODE
+from nodewarden.power.inforce import WRITE_GAP
 from nodewarden.power.runtime import ControllerSettings, EnergyBook
 
 A10 = {"name": "a10", "nodeType": "SideNode", "gpuModel": "a10", "bootTime": "2m"}
@@ -67,6 +71,13 @@ async def test_the_policy_in_force_changes_exactly_at_its_due_times() -> None:
         await h.start()
         await h.run_until(
             lambda: all(h.state(n) == "Off" for n in names), within=120, tick=5, what="Off"
+        )
+        # the counts follow within the write gap (writes are coalesced)
+        await h.run_until(
+            lambda: (_in_force(h).get("nodes") or {}).get("off") == 2,
+            within=WRITE_GAP.total_seconds() + 5,
+            tick=5,
+            what="counted",
         )
         shown = _in_force(h)
         assert shown["window"] == "none"
@@ -181,3 +192,132 @@ async def test_held_by_in_status_is_the_first_blocking_reason_of_explain() -> No
         assert min_on["heldUntil"].startswith(
             (boot + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M")
         )
+
+
+def _shown_class(h: PowerHarness, policy: str, name: str) -> dict[str, Any] | None:
+    shown = h.kube.status(POWER_POLICY, NS, policy).get("inForce") or {}
+    return next((c for c in shown.get("classes") or () if c["name"] == name), None)
+
+
+async def test_a_node_changing_class_without_moving_is_rendered() -> None:
+    policy = {**POLICY, "nodeClasses": [A10]}
+    async with PowerHarness(policy=policy) as h:
+        writes = _count_policy_writes(h)
+        h.side_node("g0", power="Off")
+        h.side_node("g1", power="Off")
+        await h.start()
+        await h.run_until(
+            lambda: (_shown_class(h, "default", "a10") or {}).get("nodes", {}).get("off") == 2,
+            within=60,
+            tick=5,
+            what="both off, class a10",
+        )
+        await h.run_for(30, tick=5)
+        settled = len(writes)
+        old = h.kube.objects[(WORKER_NODE.kind, NS, "g1")]["spec"]["capacity"]
+        h.edit_node("g1", capacity={**old, "gpuModel": "l4"})  # no class now; still Off
+        await h.run_until(
+            lambda: _shown_class(h, "default", "(all)") is not None,
+            within=WRITE_GAP.total_seconds() + 10,
+            tick=5,
+            what="g1 counted in no class",
+        )
+        assert h.state("g1") == "Off"
+        assert (_shown_class(h, "default", "a10") or {})["nodes"]["off"] == 1
+        assert len(writes) == settled + 1, writes[settled:]
+
+
+async def test_a_policy_ref_edit_renders_both_policies() -> None:
+    async with PowerHarness() as h:
+        h.set_policy("other", **POLICY)
+        writes = _count_policy_writes(h)
+        h.side_node("n0", power="Off", spec={"policyRef": {"name": "other"}})
+        h.side_node("n1", power="Off")
+        await h.start()
+
+        def total(policy: str) -> int | None:
+            shown = h.kube.status(POWER_POLICY, NS, policy).get("inForce") or {}
+            return (shown.get("nodes") or {}).get("total")
+
+        await h.run_until(lambda: total("other") == 1 and total("default") == 1, within=60, tick=5)
+        await h.run_for(30, tick=5)
+        settled = len(writes)
+        spec = dict(h.kube.objects[(WORKER_NODE.kind, NS, "n0")]["spec"])
+        del spec["policyRef"]  # n0 moves to the default policy
+        h.put_node("n0", spec)
+        await h.run_until(
+            lambda: total("other") == 0 and total("default") == 2,
+            within=WRITE_GAP.total_seconds() + 10,
+            tick=5,
+            what="n0 counted under default only",
+        )
+        assert h.state("n0") == "Off"
+        assert len(writes) == settled + 2, writes[settled:]
+
+
+async def test_writes_are_coalesced_while_many_nodes_move() -> None:
+    """40 nodes shut down one after another (their min-on ends 2 s apart), a round every
+    fake second: the policy's counts change almost every round, its inForce is written at
+    most once per WRITE_GAP, and ends right."""
+    n = 40
+    policy = {**POLICY, "minOn": "5m", "disruptionBudget": {"maxConcurrentTransitions": n}}
+    async with PowerHarness(policy=policy) as h:
+        writes = _count_policy_writes(h)
+        names = [f"m{i:02}" for i in range(n)]
+        start = h.clock()
+        for i, name in enumerate(names):
+            h.side_node(name, booted_at=start - timedelta(minutes=5) + timedelta(seconds=2 * i))
+        moves: list[datetime] = []
+        states = {name: h.state(name) for name in names}
+        original = h.round
+
+        async def round_and_count() -> None:
+            await original()
+            for name in names:
+                now = h.state(name)
+                if now != states[name]:
+                    states[name] = now
+                    moves.append(h.clock())
+
+        h.round = round_and_count  # type: ignore[method-assign]
+        await h.start()
+        await h.run_until(
+            lambda: all(h.state(x) == "Off" for x in names), within=600, tick=1, what="all off"
+        )
+        await h.run_for(WRITE_GAP.total_seconds() + 2, tick=1)
+        busy = len(set(moves))
+        assert busy >= 15, busy  # the counts changed in that many rounds
+        assert len(writes) < busy, (len(writes), busy)
+        times = [at for at, _ in writes]
+        gaps = [(b - a) for a, b in pairwise(times)]
+        assert all(g >= WRITE_GAP for g in gaps), gaps
+        span = (times[-1] - times[0]).total_seconds()
+        assert len(writes) <= span / WRITE_GAP.total_seconds() + 1, len(writes)
+        assert _in_force(h)["nodes"]["off"] == n
+
+
+async def test_a_new_leader_does_not_rewrite_an_equal_in_force() -> None:
+    async with PowerHarness() as a:
+        a.side_node("s0", power="Off")
+        a.side_node("s1")
+        await a.start()
+        await a.run_until(lambda: a.state("s1") == "Off", within=300, tick=5, what="off")
+        await a.run_for(WRITE_GAP.total_seconds() + 10, tick=5)
+        shown = _in_force(a)
+        assert shown["nodes"]["off"] == 2
+        kube, hosts, clock = a.kube, a.hosts, a.clock
+        await a.ctrl.stop()
+    async with PowerHarness(kube=kube, hosts=hosts, clock=clock) as b:
+        writes = _count_policy_writes(b)
+        await b.start()
+        await b.run_for(60, tick=5)
+        assert writes == [], writes
+        assert _in_force(b) == shown
+        # a real change is still written
+        b.side_node("s2", power="Off")
+        await b.run_until(
+            lambda: _in_force(b)["nodes"]["total"] == 3,
+            within=WRITE_GAP.total_seconds() + 10,
+            tick=5,
+        )
+        assert len(writes) == 1, writes
