@@ -10,8 +10,8 @@ change comes, the forecast's state, and its nodes on, off and in transition.
 is the next time it changes by the clock alone (a window opening or closing) -- the
 caller's due time. Nothing in it moves with the clock between two such times (no
 countdowns), so it is written when a node moves or a due time comes, never periodically.
-Energy and money saved today stay in `status.energy` (`rules.savings`, written at their
-own due times).
+Energy and money saved today, per class too, stay in `status.energy` (`rules.savings`,
+written at their own cadence, never per reading).
 
 Pure: the live power controller (`power.inforce`) and the simulator (`simulate.report`)
 call the same function.
@@ -35,7 +35,7 @@ ForecastState = Literal["Off", "Learning", "Shadow", "On"]
 
 _TRANSITIONING = frozenset({PowerState.DRAINING, PowerState.SHUTTING_DOWN, PowerState.WAKING})
 _ON = frozenset({PowerState.ON_IDLE, PowerState.ACTIVE})
-_ALL = "(all)"
+UNCLASSED = "(all)"
 """The class name of a policy's nodes in no node class."""
 
 
@@ -123,12 +123,12 @@ def in_force(
     classes: list[dict[str, Any]] = []
     upcoming: list[tuple[datetime, str]] = []
     open_names: list[str] = []
-    for name in [*names, _ALL]:
-        mine = [m for m in nodes if (m.node_class or _ALL) == name]
-        if name == _ALL and not mine:
+    for name in [*names, UNCLASSED]:
+        mine = [m for m in nodes if (m.node_class or UNCLASSED) == name]
+        if name == UNCLASSED and not mine:
             continue
         entry: dict[str, Any] = {"name": name, "nodes": _counts(mine)}
-        if name != _ALL:
+        if name != UNCLASSED:
             window, boundary = _window_now(windows, name, now)
             entry["warmWindow"] = window.name if window is not None else None
             entry["minWarm"] = window.min_warm if window is not None else 0
