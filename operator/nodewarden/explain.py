@@ -28,6 +28,7 @@ import yaml
 
 from nodewarden.cliargs import Parser, yaml_mistake
 from nodewarden.policy.actions import describe
+from nodewarden.policy.eligibility import judged, to_status
 from nodewarden.policy.evaluation import Evaluation
 from nodewarden.policy.scenario import ScenarioError, ScenarioResult, load_scenario, run_scenario
 
@@ -118,6 +119,9 @@ def result_document(result: ScenarioResult) -> dict[str, Any]:
             }
             for h in result.history
         ],
+        "eligibility": to_status(
+            judged(result.decision, result.reasons, evaluation, result.policy)
+        ),
         "safetyRecord": result.record.to_status(),
         "summary": result.record.summary(),
     }

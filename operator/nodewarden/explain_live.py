@@ -351,6 +351,12 @@ def render_table(doc: Mapping[str, Any], out: TextIO) -> None:
                 f"  decision now: {evaluation['decision']} [{_cell(evaluation['reasons'])}]"
                 f"   next look: {_cell(evaluation.get('recheckAt'))}\n"
             )
+            held = live.get("eligibility") or {}
+            out.write(
+                f"  held by: {_cell(held.get('heldBy'))} until {_cell(held.get('heldUntil'))}"
+                f"   eligible at: {_cell(held.get('eligibleAt'))}"
+                f" (as status.eligibility)\n"
+            )
             out.write(f"  {evaluation.get('summary', '')}\n\nGates:\n")
             _gate_table(evaluation.get("gates") or [], now, out)
             timing = evaluation.get("timing") or []

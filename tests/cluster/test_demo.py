@@ -13,6 +13,10 @@ side nodes' own BMCs and the side-node process's admin API:
 - the example side nodes on a lab network stay EndpointNotAdmitted, and no process of the
   demo looks up a name or sends a packet anywhere but loopback (every Python process
   records its lookups and outgoing addresses: tests/cluster/netprobe);
+- before demo-side-redfish's first shutdown, `kubectl get pp` shows the policy in force
+  (nodes on / off, budget left, window) and `kubectl describe wn demo-side-redfish` its
+  eligibility time, which is when the shutdown began (the PowerIntent's startedAt, its
+  first Safety Record) within one evaluation interval (issue 27);
 - SIGINT (Ctrl-C) -> exit 0, every recorded process gone, the demo's state removed.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +59,8 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 # From the operator's start to both GPU containers Complete: ~85 s on an idle 2-core
 # machine (idle threshold 30 s, min-off 10 s, sushy's 1-11 s reset delay, 20 s runs).
 SEQUENCE_DEADLINE = 240
+EVALUATE_INTERVAL = 3.0
+"""Seconds: `power.evaluate_interval` in e2e/demo-config.yaml."""
 WATCH_TEMPLATE = "jsonpath={.metadata.name}={.status.state}{'\\n'}"
 
 
@@ -246,6 +253,84 @@ def _check_energy(demo: Demo) -> None:
     assert "Currency:" in wol and "Method:" in wol and "Integrated" in wol
 
 
+class Eligibility:
+    """What `kubectl` showed of demo-side-redfish and its policy while it was last Idle."""
+
+    def __init__(self) -> None:
+        self.eligible_at: datetime | None = None
+        self.describe = ""
+        self.pp = ""
+        self.wide = ""
+
+
+def _columns(table: str) -> dict[str, str]:
+    """The first row of `kubectl get` output by column (empty cells read as '')."""
+    header, _, rest = table.partition("\n")
+    row = rest.partition("\n")[0]
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    ends = [*starts[1:], None]
+    return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, ends, strict=True)}
+
+
+def _eligibility_before_shutdown(demo: Demo) -> Eligibility:
+    """Polls demo-side-redfish until it leaves Idle for its first shutdown; keeps the last
+    `kubectl describe wn` / `kubectl get pp` that showed its eligibility time."""
+    seen = Eligibility()
+
+    def left_idle() -> bool:
+        node = demo.kubectl_json("wn", "demo-side-redfish")
+        status = node.get("status") or {}
+        state = status.get("state")
+        eligible = (status.get("eligibility") or {}).get("eligibleAt")
+        if state == "Idle" and eligible:
+            describe, pp, wide = (
+                subprocess.run(demo.kubectl(*a), capture_output=True, text=True).stdout
+                for a in (
+                    ("describe", "wn", "demo-side-redfish"),
+                    ("get", "pp", "demo-sidenodes"),
+                    ("get", "wn", "demo-side-redfish", "-o", "wide"),
+                )
+            )
+            idle = re.search(r"^ +State: +Idle$", describe, re.MULTILINE) is not None
+            if _columns(wide).get("STATE") == "Idle" and idle:
+                # all three read while it was still Idle (it may have moved in between)
+                seen.eligible_at, seen.describe, seen.pp, seen.wide = (
+                    _time(eligible),
+                    describe,
+                    pp,
+                    wide,
+                )
+            return False
+        return seen.eligible_at is not None and state not in ("Idle", "Active", "Unknown")
+
+    wait_for(left_idle, timeout=SEQUENCE_DEADLINE, interval=0.5, what="redfish node eligible")
+    return seen
+
+
+def _check_eligibility(seen: Eligibility, shutdown: dict[str, Any]) -> None:
+    """The policy in force and the node's eligibility, as shown before the shutdown, and
+    the time against the shutdown's Safety Record."""
+    print(seen.pp, seen.describe[seen.describe.index("Eligibility:") :][:400])
+    columns = _columns(seen.pp)
+    for column in ("ON", "OFF", "BUDGET-LEFT", "WINDOW"):
+        assert columns.get(column, "<none>") != "<none>", (column, seen.pp)
+    assert columns["WINDOW"] == "none" and int(columns["BUDGET-LEFT"]) <= 2
+    wide = _columns(seen.wide)
+    assert seen.eligible_at is not None
+    assert wide.get("HELD-BY") == "IDLE_WINDOW_NOT_MET", seen.wide
+    assert _time(wide["ELIGIBLE-AT"]) == seen.eligible_at, seen.wide
+    block = seen.describe[seen.describe.index("Eligibility:") :][:600]
+    assert "Eligible At:" in block and "Held By:" in block, block
+    assert "Idle Threshold:" in block and "30s" in block, block
+    assert seen.eligible_at is not None
+    began = _time(shutdown["status"]["startedAt"])
+    decided = _time(shutdown["status"]["requestRecord"]["decidedAt"])
+    late = (began - seen.eligible_at).total_seconds()
+    print(f"eligible at {seen.eligible_at}, shutdown began {began} ({late:+.1f} s)")
+    assert -1.0 <= late <= EVALUATE_INTERVAL, (seen.eligible_at, began)
+    assert decided >= seen.eligible_at
+
+
 def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
     state = tmp_path / "demo"
     log = (tmp_path / "demo.log").open("w")
@@ -308,6 +393,7 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
         watch.start()
         t0 = time.monotonic()
         try:
+            eligibility = _eligibility_before_shutdown(demo)
             wait_for(
                 watch.done,
                 timeout=SEQUENCE_DEADLINE,
@@ -340,6 +426,8 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
             shutdown = _intent(intents, name, "Shutdown")
             wake = _intent(intents, name, "Wake")
             _check_records(name, uuid, shutdown, wake)
+            if name == "demo-side-redfish":
+                _check_eligibility(eligibility, shutdown)
             assert _time(wake["metadata"]["creationTimestamp"]) >= _time(
                 shutdown["status"]["finishedAt"]
             ).replace(microsecond=0)

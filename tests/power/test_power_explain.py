@@ -115,6 +115,7 @@ def test_explain_workernode_prints_facts_gates_decision_and_records(env: PowerEn
     assert table.returncode == 0, table.stderr
     text = table.stdout
     assert "decision now: DEFER [" in text and "IDLE_WINDOW_NOT_MET" in text
+    assert "held by: " in text and "eligible at: " in text, text  # as status.eligibility
     for heading in ("Gates:", "Facts:", "Recent decisions:", "PowerIntents (newest first):"):
         assert heading in text, text
     assert "redfish:https://127.0.0.1" in text and "idleThreshold" in text

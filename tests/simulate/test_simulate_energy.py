@@ -120,3 +120,37 @@ def test_the_table_and_json_carry_the_energy_columns(tmp_path: Any) -> None:
     assert code == 0, err
     for result in json.loads(out)["results"]:
         assert {"kWh", "kWhSaved", "moneySaved", "vmHoursAvoided"} <= set(result)
+
+
+def test_saved_today_by_node_class_by_hand() -> None:
+    """A run of 26 h from midnight: "today" is the last 2 h; gpu-01 is in class "a", gpu-02
+    in none (counted as "(all)")."""
+    ledger = EnergyLedger(gpu_fleet(2).side_nodes)
+    # gpu-01: on 23 h..25 h (booted yesterday, shut down today); gpu-02 on 25.5 h..26 h
+    ledger.on_interval(Node("gpu-01"), 23 * HOUR, 25 * HOUR)
+    ledger.on_interval(Node("gpu-02"), HOUR * 51 // 2, 26 * HOUR)
+    classes = {"gpu-01": "a"}
+    got = ledger.saved_by_class(24 * HOUR, 26 * HOUR, classes.get, ["a", "b"], "(all)")
+    assert [c["name"] for c in got] == ["a", "b", "(all)"]
+    by = {c["name"]: c for c in got}
+    a = 3600 * (400 - 20) - 3 * 3600  # off 1 h today, one shutdown today, no boot
+    rest = 1.5 * 3600 * (400 - 20) - 12 * 3600  # off 1.5 h, one boot, still on at the end
+    assert by["a"]["kWhSavedToday"] == pytest.approx(a / KWH, abs=5e-4)
+    assert by["a"]["moneySavedToday"] == pytest.approx(a / KWH * 0.5, abs=5e-3)
+    assert by["b"] == {"name": "b", "kWhSavedToday": 0.0, "moneySavedToday": 0.0}
+    assert by["(all)"]["kWhSavedToday"] == pytest.approx(rest / KWH, abs=5e-4)
+
+
+def test_each_result_carries_saved_today_by_class() -> None:
+    """A run within its first day: the classes' saving today adds up to the run's."""
+    trace = trace_of(["600,3600,4,8Gi,1", "14400,1800,4,8Gi,1"])
+    knobs = {
+        **FAST,
+        "nodeClasses": [{"name": "first", "nodeType": "SideNode", "namePrefix": "gpu-01"}],
+    }
+    figures = run(trace, gpu_fleet(2), knobs).figures
+    by = {c["name"]: c for c in figures["savedTodayByClass"]}
+    assert set(by) == {"first", "(all)"}
+    assert by["first"]["kWhSavedToday"] > 0 and by["(all)"]["kWhSavedToday"] > 0
+    total = by["first"]["kWhSavedToday"] + by["(all)"]["kWhSavedToday"]
+    assert total == pytest.approx(figures["kWhSaved"], abs=0.1)

@@ -102,6 +102,14 @@ def test_a_warm_window_wakes_side_nodes_in_the_simulation() -> None:
     # the node costs its price for about the three hours it is held on (plus boot/idle)
     assert result.figures["decisions"].get("START WARM_WINDOW", 0) >= 1, result.figures
     assert result.figures["idleSpendByCause"].get("WARM_WINDOW", 0) > 2.5
+    # the policy in force at the end, as PowerPolicy status.inForce shows it (issue 27)
+    shown = result.figures["inForce"]
+    (gpu, rest) = shown["classes"]
+    assert gpu["name"] == "gpu" and rest["name"] == "(all)"
+    assert gpu["nextWindowChangeAt"] == shown["nextChangeAt"]
+    assert shown["nextChange"] == "window opens (gpu)"  # the run ends after Monday's window
+    assert shown["nodes"]["total"] == gpu["nodes"]["total"] + rest["nodes"]["total"]
+    assert shown["disruptionBudget"]["max"] == 6 and shown["forecast"] == "Off"
 
 
 def test_train_days_on_the_cli(tmp_path: Path) -> None:
@@ -127,7 +135,10 @@ def test_train_days_on_the_cli(tmp_path: Path) -> None:
         *args, "--policy", "builtin:default", "--train-days", "2", "-o", "json"
     )
     assert code == 0, err
-    training = json.loads(out)["forecastTraining"]
+    doc = json.loads(out)
+    forecasts = {r["policy"]: r["inForce"]["forecast"] for r in doc["results"]}
+    assert forecasts["forecast"] == "On" and forecasts["default"] == "Off", forecasts
+    training = doc["forecastTraining"]
     assert (training["trainedOn"], training["judgedOn"]) == (36, 18)
     assert training["policies"] == ["forecast"]
     code, out, err = simulate(*args, "--train-days", "2")

@@ -22,10 +22,12 @@ from nodewarden.rules.energy import (
 )
 from nodewarden.rules.savings import (
     EnergyClass,
+    NodeEnergy,
     expected_saving,
     measured_saving,
     node_energy,
     policy_energy,
+    saved_today_by_class,
     vm_count,
 )
 
@@ -208,3 +210,33 @@ def test_the_record_evidence_expected_from_past_off_periods_and_measured_after()
     done = measured_saving(3600, meter, CLASS, idle_min)
     assert done.kind == "Measured"
     assert done.saved_kwh == pytest.approx((3600 * 145 - 12 * 3600) / KWH, abs=1e-4)
+
+
+def test_saved_today_is_split_by_node_class_and_sums_to_the_policy() -> None:
+    start = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+    now = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+    idle_min = timedelta(minutes=10)
+
+    def off_since(at: datetime) -> NodeEnergy:
+        meter = enter(start_meter(Phase.IDLE, at - timedelta(hours=1)), Phase.OFF, at)
+        return node_energy(meter, CLASS, idle_min, now, UTC)
+
+    nodes = [
+        ("a10", off_since(start)),  # 2 h off today
+        ("a10", off_since(start + timedelta(hours=1))),  # 1 h
+        (None, off_since(start)),  # in no class: 2 h
+    ]
+    split = saved_today_by_class(nodes, ["a10", "l4"], now, UTC, "(all)")
+    by = {c.name: c for c in split}
+    assert list(by) == ["a10", "l4", "(all)"]
+    assert by["a10"].saved_kwh_today == pytest.approx(3 * 3600 * 145 / KWH)
+    assert by["l4"].saved_kwh_today == 0.0
+    assert by["(all)"].saved_kwh_today == pytest.approx(2 * 3600 * 145 / KWH)
+    assert by["a10"].money_saved_today == pytest.approx(
+        by["a10"].saved_kwh_today * CLASS.price_per_kwh
+    )
+    sums = policy_energy([n for _, n in nodes], {}, {}, now, UTC)
+    assert sum(c.saved_kwh_today for c in split) == pytest.approx(sums.saved_kwh_today)
+    # the next day, yesterday's figures of a node not written since count nothing today
+    later = saved_today_by_class(nodes, ["a10"], now + timedelta(days=1), UTC, "(all)")
+    assert all(c.saved_kwh_today == 0.0 for c in later)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from nodewarden.api.base import MAX_STATUS_DOCUMENT_KEYS, StatusModel
+from nodewarden.api.warmcapacity import MAX_NODE_CLASSES
 
 Basis = Literal["Measured", "Configured"]
 Method = Literal["Cumulative", "Integrated", "None"]
@@ -94,6 +95,21 @@ class NodeEnergyStatus(StatusModel):
     )
 
 
+class ClassEnergyStatus(StatusModel):
+    """A node class's side nodes under the policy: saved today, in its time zone."""
+
+    name: str = Field(max_length=63, description="The node class ('(all)': in no class).")
+    saved_kwh_today: float = Field(
+        ge=-1e12, le=1e12, description="Energy its side nodes saved since local midnight."
+    )
+    money_saved_today: float = Field(
+        ge=-1e12, le=1e12, description="The same x the energy price, since local midnight."
+    )
+    currency: str = Field(
+        max_length=3, pattern=CURRENCY_PATTERN, description="ISO 4217 code of moneySavedToday."
+    )
+
+
 class PolicyEnergyStatus(StatusModel):
     """The sums over a policy's nodes, with "today" in the policy's time zone."""
 
@@ -151,6 +167,12 @@ class PolicyEnergyStatus(StatusModel):
         default=None, ge=0, le=2**31, description="Side nodes whose saving uses configured draws."
     )
     updated_at: datetime | None = Field(default=None, description="When these figures were taken.")
+    classes: list[ClassEnergyStatus] | None = Field(
+        default=None,
+        max_length=MAX_NODE_CLASSES + 1,
+        description="Per node class (spec.nodeClasses; '(all)': nodes in none): its side "
+        "nodes' savedKwhToday and moneySavedToday. Cloud VM hours stay per policy.",
+    )
     vms: dict[str, Any] | None = Field(
         default=None,
         description="Per instance type: the running peak and hours avoided, kept so a "

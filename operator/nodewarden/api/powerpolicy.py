@@ -25,6 +25,7 @@ from nodewarden.api.base import (
     fence_field,
 )
 from nodewarden.api.energy import PolicyEnergyStatus
+from nodewarden.api.inforce import PolicyInForce
 from nodewarden.api.warmcapacity import (
     MAX_NODE_CLASSES,
     ForecastStatus,
@@ -557,6 +558,14 @@ class PowerPolicyStatus(StatusModel):
     )
     warm_capacity: WarmStatus | None = Field(
         default=None, description="What the warm-capacity levers want of each node class now."
+    )
+    in_force: PolicyInForce | None = Field(
+        default=None,
+        description=(
+            "The policy in force now: thresholds, budgets in use and left, windows, the "
+            "forecast's state, nodes on/off/in transition (written on change and at window "
+            "boundaries)."
+        ),
     )
 
 

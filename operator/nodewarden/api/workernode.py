@@ -286,6 +286,38 @@ class SafetyRecordSummary(StatusModel):
     time: datetime | None = Field(default=None, description="When the decision was made.")
 
 
+class NodeEligibility(StatusModel):
+    """Why not yet: when the node becomes eligible for its next power transition, or what
+    holds it (`policy.eligibility`; the same rule code as `nodewarden explain`)."""
+
+    direction: Literal["Shutdown", "Wake"] | None = Field(
+        default=None, description="The transition evaluated: Shutdown (node on) or Wake (off)."
+    )
+    decision: str | None = Field(
+        default=None, max_length=32, description="The decision of the node's last step."
+    )
+    held_by: ReasonCode | None = Field(
+        default=None,
+        description=(
+            "The first blocking reason (min-on, cooldown, idle threshold, window, budget, "
+            "inhibitor, a drain in progress...); absent when nothing holds it."
+        ),
+    )
+    held_until: datetime | None = Field(
+        default=None, description="When a hold that ends by the clock ends."
+    )
+    eligible_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When every timing rule of the direction is met (idle threshold, min-on, "
+            "cooldown, min-off, billing window); absent while busy or unknown."
+        ),
+    )
+    idle_threshold: str | None = Field(
+        default=None, max_length=32, description="The idle threshold in force for this node."
+    )
+
+
 class Enrolment(StatusModel):
     """The machine this node was enrolled as: what its BMC and its host reported. Once set,
     spec.bmc.endpoint, spec.bmc.systemId, spec.ssh.address and spec.ssh.port are frozen
@@ -401,6 +433,13 @@ class WorkerNodeStatus(StatusModel):
     )
     last_safety_record: SafetyRecordSummary | None = Field(
         default=None, description="Summary of the last Safety Record for this node."
+    )
+    eligibility: NodeEligibility | None = Field(
+        default=None,
+        description=(
+            "Why not yet: when the node becomes eligible for its next power transition, or "
+            "what holds it (written when it changes, never as a countdown)."
+        ),
     )
     power_control: dict[str, Any] | None = Field(
         default=None,

@@ -75,6 +75,7 @@ from nodewarden.power.context import PowerContext
 from nodewarden.power.control import PowerControl
 from nodewarden.power.energy import Energy
 from nodewarden.power.explain import explain_node
+from nodewarden.power.inforce import PolicyInForce
 from nodewarden.power.intents import IntentBook, ManualRetention
 from nodewarden.power.observations import Observations
 from nodewarden.power.poolfacts import PoolFacts
@@ -178,6 +179,7 @@ class PowerController:
         sensing = Sensing(ctx, self._observations, recorder, self.energy)
         self._sensing = sensing
         self.warmth = PowerWarmth(ctx)
+        self.inforce = PolicyInForce(ctx, self.warmth)
         self._round = Round(
             ctx,
             recorder=recorder,
@@ -187,6 +189,7 @@ class PowerController:
             sensing=sensing,
             energy=self.energy,
             warmth=self.warmth,
+            inforce=self.inforce,
         )
 
     @property
@@ -219,6 +222,7 @@ class PowerController:
     def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A PowerPolicy event: every node under it re-evaluates with the new version."""
         self.warmth.observe_policy(body, deleted)  # the histogram its status holds
+        self.inforce.seen(body, deleted)  # its status.inForce (a new leader compares)
         self._observations.observe_policy(body, deleted)
 
     def requester_admission(self, admission: RequesterAdmission) -> None:
@@ -401,6 +405,9 @@ class PowerController:
         warm = self.warmth.next_due  # a window boundary or forecast hour
         if warm is not None:
             soonest = min(soonest, (warm - now).total_seconds())
+        shown = self.inforce.next_due  # a policy in force's due time or held-back write
+        if shown is not None:
+            soonest = min(soonest, (shown - now).total_seconds())
         return max(0.05, soonest)
 
 

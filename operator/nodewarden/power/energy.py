@@ -11,7 +11,8 @@ carries as evidence.
   `Timer.ENERGY` comes (`status_interval` after the last write) -- never per reading. The
   meter rides in `status.energy.meter`, so a restarted or new leader resumes it
   (`restore`).
-- A policy's sums (`rules.savings.policy_energy`) go to its PowerPolicy status at most
+- A policy's sums (`rules.savings.policy_energy`), and its side nodes' saving today per
+  node class (`rules.savings.saved_today_by_class`), go to its PowerPolicy status at most
   every `status_interval`, and a minute after a transition under it.
 - The live values are metrics read from the meters at each scrape (`metrics.Sourced`).
 - Cloud VMs have no reading (their status says so); what never-off saves on them is the
@@ -52,6 +53,7 @@ from nodewarden.power.control import NodeRef
 from nodewarden.power.runtime import NodeRuntime, iso, poll_phase
 from nodewarden.redfish.energy import NoEnergyReading
 from nodewarden.rules import energy as meters
+from nodewarden.rules.inforce import UNCLASSED
 from nodewarden.rules.savings import (
     VmHours,
     draws,
@@ -60,6 +62,7 @@ from nodewarden.rules.savings import (
     node_energy,
     policy_energy,
     saved_joules,
+    saved_today_by_class,
     vm_count,
 )
 
@@ -355,16 +358,23 @@ class Energy:
         """`status.energy` of policy `name` now."""
         zone = self._zone(name)
         idle_min = timedelta(seconds=self.book.idle_measure)
-        figures = [
-            node_energy(
-                rt.energy, self.book.klass(self.book.class_of(rt.spec)), idle_min, now, zone
+        classed = [
+            (
+                rt.node_class,
+                node_energy(
+                    rt.energy, self.book.klass(self.book.class_of(rt.spec)), idle_min, now, zone
+                ),
             )
             for rt in self.ctx.nodes.values()
             if rt.energy is not None and self._policy_of(rt) == name
         ]
+        figures = [f for _, f in classed]
         vms = self._vms.get(name, {})
         prices = {t.name: t.price for t in self.ctx.catalogue.types}
         sums = policy_energy(figures, vms, prices, now, zone)
+        held = self.ctx.policies.policies.get(name)
+        names = [c.name for c in held.spec.node_classes] if held is not None else []
+        per_class = saved_today_by_class(classed, names, now, zone, UNCLASSED)
         return {
             "timeZone": self._zone_name(name),
             "day": sums.day.isoformat(),
@@ -379,6 +389,15 @@ class Energy:
             "nodesMeasured": sums.nodes_measured,
             "nodesConfigured": sums.nodes_configured,
             "updatedAt": iso(now),
+            "classes": [
+                {
+                    "name": c.name,
+                    "savedKwhToday": round(c.saved_kwh_today, 3),
+                    "moneySavedToday": round(c.money_saved_today, 2),
+                    "currency": self.book.currency,
+                }
+                for c in per_class
+            ],
             "vms": {t: h.model_dump(mode="json", by_alias=True) for t, h in sorted(vms.items())},
         }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from nodewarden.policy.eligibility import eligibility, to_status
 from nodewarden.policy.events import Evaluate
 from nodewarden.policy.machine import step
 from nodewarden.policy.view import PolicyView
@@ -84,4 +85,6 @@ def explain_node(rt: NodeRuntime, view: PolicyView, now: datetime) -> dict[str, 
         "recheckAt": data.get("recheckAt"),
         "summary": record.summary(),
     }
+    # the same rule code as status.eligibility (`policy.eligibility`)
+    doc["eligibility"] = to_status(eligibility(result, view))
     return doc

@@ -28,6 +28,7 @@ from nodewarden.kube.client import KubeError
 from nodewarden.metrics import POWER_REQUESTS
 from nodewarden.policy.actions import RequestPower
 from nodewarden.policy.base import replaced
+from nodewarden.policy.eligibility import eligibility, to_status
 from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate, Event
 from nodewarden.policy.facts import DesiredReading
 from nodewarden.policy.machine import Step, step
@@ -39,6 +40,7 @@ from nodewarden.power.agenda import Timer
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
 from nodewarden.power.energy import Energy
+from nodewarden.power.inforce import PolicyInForce
 from nodewarden.power.nodestatus import board_view
 from nodewarden.power.observations import Observations
 from nodewarden.power.poolfacts import PoolFacts
@@ -81,10 +83,12 @@ class Round:
         sensing: Sensing,
         energy: Energy,
         warmth: PowerWarmth,
+        inforce: PolicyInForce,
     ) -> None:
         self.ctx = ctx
         self.energy = energy
         self.warmth = warmth
+        self.inforce = inforce
         self.recorder = recorder
         self.validation = validation
         self.observations = observations
@@ -157,6 +161,9 @@ class Round:
             first.started()  # the fleet is held and the dispatcher recovered
         held |= first.holding(now, self._start_up_facts_in)
         self.energy.due(now)
+        if agenda.roster_changed:
+            self.inforce.roster_changed()
+        self.inforce.due(now)  # a node moved, a window boundary, a policy change
         await ctx.status.flush(hold=held)
         ctx.spawn(self.energy.write_policies(now))
         self._held = held
@@ -311,6 +318,7 @@ class Round:
         view = ctx.policy(rt).view
         ctx.board.set(rt.name, board_view(rt, view.valid, view))
         ctx.status.contribute(rt.name, recorder.power_status(rt, record))
+        self._eligibility(rt, before, result, view, now)
         requested = any(isinstance(e, SendPowerRequest) for e in fx)
         rt.settled = not any(isinstance(e, _UNSETTLED) for e in fx)
         if requested:
@@ -342,6 +350,7 @@ class Round:
             self._execute(rt, effect, now)
         if state.state is not before.state:
             self.energy.moved(rt, now)
+            self.inforce.moved(rt)
             log.info(
                 "WorkerNode %s: %s -> %s (%s %s)",
                 rt.name,
@@ -351,6 +360,27 @@ class Round:
                 ",".join(r.value for r in result.reasons),
             )
         return True
+
+    def _eligibility(
+        self,
+        rt: NodeRuntime,
+        before: NodePowerState,
+        result: Step,
+        view: PolicyView,
+        now: datetime,
+    ) -> None:
+        """`status.eligibility` from this step (`policy.eligibility`, as `explain`). A hold
+        that ends by the clock before the step's recheck (the idle threshold before min-on)
+        is a due time of its own: the node is stepped then, so what status names as holding
+        it is what holds it."""
+        if result.next.state is not before.state or result.next.transition != before.transition:
+            # the step moved the node: judged as `explain` judges it, from where it is now
+            result = step(rt.state, rt.facts, Evaluate(), now, view, with_record=False)
+        found = eligibility(result, view)
+        self.ctx.status.contribute(rt.name, {"eligibility": to_status(found)})
+        until = found.held_until
+        if until is not None and until > now and rt.state.transition is None:
+            rt.due_at = until if rt.due_at is None else min(rt.due_at, until)
 
     def _confirmed_demand(self, rt: NodeRuntime) -> None:
         """The dispatcher confirmed its plan unchanged since `rt`'s demand reading: the

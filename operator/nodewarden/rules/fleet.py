@@ -87,6 +87,9 @@ class FleetTally:
         self._members: dict[ClassKey, set[str]] = {}
         self.class_changed: Callable[[ClassKey], None] | None = None
         """Told when a class's warm or coming count went down (it may need a node woken)."""
+        self.regrouped: Callable[[str | None], None] | None = None
+        """Told, per policy, when a node it had or has now moved into or out of it or
+        changed its class there (its policy's per-class counts changed)."""
 
     def set(
         self,
@@ -107,6 +110,10 @@ class FleetTally:
             self._add(name, old, -1)
         self._marks[name] = new
         self._add(name, new, 1)
+        if old is not None and (old[0] != policy or old[3] != node_class) and self.regrouped:
+            self.regrouped(old[0])
+            if old[0] != policy:
+                self.regrouped(policy)
         if old is not None and old[4] is not None and old[3] is not None:
             lost = old[3] != node_class or old[0] != policy or old[4] != mark
             if lost and self.class_changed is not None:

@@ -7,6 +7,7 @@
     expected_saving / measured_saving  the Safety Record's evidence (not a gate)
     VmHours, vm_count(...)           cloud VM hours avoided against never-off
     policy_energy(...)               a PowerPolicy's sums, with "today" in its time zone
+    saved_today_by_class(...)        its side nodes' saving today, per node class
 
 **Never-off counterfactual** (docs/energy.md). A side node that is never switched off
 draws its idle draw while ours is off, and never boots or shuts down. So the energy
@@ -337,3 +338,34 @@ def policy_energy(
         nodes_measured=measured,
         nodes_configured=configured,
     )
+
+
+class ClassSavedToday(CoreModel):
+    """A node class's side nodes under a policy: energy and money saved today."""
+
+    name: str
+    saved_kwh_today: float
+    money_saved_today: float
+
+
+def saved_today_by_class(
+    nodes: Iterable[tuple[str | None, NodeEnergy]],
+    classes: Iterable[str],
+    now: datetime,
+    zone: tzinfo,
+    unclassed: str,
+) -> list[ClassSavedToday]:
+    """Per node class (each of `classes`, then `unclassed` for the nodes in none, when
+    there are any): the saving today in `zone` of its side nodes -- `(class, figures)`
+    pairs. Cloud VMs' hours avoided are per instance type, not per class: not in it."""
+    today = now.astimezone(zone).date()
+    sums: dict[str, list[float]] = {name: [0.0, 0.0] for name in classes}
+    for node_class, n in nodes:
+        c = sums.setdefault(node_class or unclassed, [0.0, 0.0])
+        if n.day == today:
+            c[0] += n.saved_kwh_today
+            c[1] += n.money_saved_today
+    return [
+        ClassSavedToday(name=name, saved_kwh_today=kwh, money_saved_today=money)
+        for name, (kwh, money) in sums.items()
+    ]

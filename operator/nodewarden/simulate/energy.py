@@ -21,7 +21,7 @@ stretch (`busy_interval`); nothing else here reads the simulation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -105,13 +105,7 @@ class EnergyLedger:
                 + boots * k.boot_energy_wh * 3600
                 + shutdowns * k.shutdown_energy_wh * 3600
             )
-            draws = Draws(
-                idle_watts=k.idle_watts,
-                idle_basis="Measured",
-                off_watts=k.off_watts,
-                off_basis="Measured",
-            )
-            joules = saved_joules(off_s, draws, boots, shutdowns, k)
+            joules = _saved_since(side, 0, end)
             saved += joules
             money += joules / JOULES_PER_KWH * k.price_per_kwh
         vm_hours = 0.0
@@ -125,3 +119,39 @@ class EnergyLedger:
             "moneySaved": round(money, 2),
             "vmHoursAvoided": round(vm_hours, 1),
         }
+
+    def saved_by_class(
+        self,
+        since: int,
+        end: int,
+        class_of: Callable[[str], str | None],
+        classes: Iterable[str],
+        unclassed: str,
+    ) -> list[dict[str, Any]]:
+        """Per node class (each of `classes`, then `unclassed` for side nodes in none):
+        its side nodes' kWh and money saved from `since` to `end` (µs) -- PowerPolicy
+        status.energy.classes' "today" when `since` is the local midnight."""
+        sums: dict[str, list[float]] = {name: [0.0, 0.0] for name in classes}
+        for name, side in self._side.items():
+            c = sums.setdefault(class_of(name) or unclassed, [0.0, 0.0])
+            joules = _saved_since(side, since, end)
+            c[0] += joules / JOULES_PER_KWH
+            c[1] += joules / JOULES_PER_KWH * side.klass.price_per_kwh
+        return [
+            {"name": n, "kWhSavedToday": round(kwh, 3), "moneySavedToday": round(m, 2)}
+            for n, (kwh, m) in sums.items()
+        ]
+
+
+def _saved_since(side: _Side, since: int, end: int) -> float:
+    """Joules side node `side` saved against never-off from `since` to `end` (µs): its
+    time off then, less the boots and shutdowns then (the live rule; exact draws)."""
+    on_us = sum(max(0, min(b, end) - max(a, since)) for a, b in side.on)
+    off_s = max(0, end - since - on_us) / _US
+    boots = sum(1 for a, _ in side.on if a >= since and (a > 0 or not side.initially_on))
+    shutdowns = sum(1 for _, b in side.on if since <= b < end)
+    k = side.klass
+    draws = Draws(
+        idle_watts=k.idle_watts, idle_basis="Measured", off_watts=k.off_watts, off_basis="Measured"
+    )
+    return saved_joules(off_s, draws, boots, shutdowns, k)

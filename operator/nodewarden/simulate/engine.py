@@ -58,6 +58,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from nodewarden.api.powerpolicy import zone_of
 from nodewarden.api.workernode import NodeType
 from nodewarden.policy.facts import (
     DemandReading,
@@ -65,7 +66,9 @@ from nodewarden.policy.facts import (
     UptimeReading,
 )
 from nodewarden.policy.state import NodePowerState, PowerState
+from nodewarden.rules.energy import local_midnight
 from nodewarden.rules.fleet import in_budget, warm_idle
+from nodewarden.rules.inforce import UNCLASSED, in_force, member
 from nodewarden.rules.readings import cloud_capability
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
 from nodewarden.scheduling.views import Capacity, ContainerView, Limits, NodeView, Phase, Plan
@@ -229,11 +232,41 @@ class Simulation:
                 self.ledger.unfinished += 1
         return RunResult(
             policy=self.policy,
-            figures={**self.ledger.figures(), **self.energy.figures(end)},
+            figures={
+                **self.ledger.figures(),
+                **self.energy.figures(end),
+                "inForce": self._in_force(end),
+                "savedTodayByClass": self._saved_today_by_class(end),
+            },
             series=tuple(self.ledger.series),
             recordings=self._recordings,
             end=end,
         )
+
+    def _in_force(self, end: int) -> dict[str, Any]:
+        """The policy in force at the end of the run, as PowerPolicy `status.inForce`
+        shows it (`rules.inforce`, the live controller's code)."""
+        h = self.warmth.histogram
+        members = [
+            member(self.warmth.node_class(n), n.node_type, n.state) for n in self.nodes.values()
+        ]
+        days = h.days_observed if h is not None else None
+        return in_force(self.policy.spec, members, self.at(end), days).status
+
+    def _saved_today_by_class(self, end: int) -> list[dict[str, Any]]:
+        """Per node class, its side nodes' saving since local midnight (the policy's time
+        zone) before the run's end -- PowerPolicy status.energy.classes' figures."""
+        spec = self.policy.spec
+        midnight = local_midnight(self.at(end), zone_of(spec.time_zone))
+        since = max(0, self.us(midnight))
+        nodes = self.nodes
+
+        def class_of(name: str) -> str | None:
+            node = nodes.get(name)
+            return self.warmth.node_class(node) if node is not None else None
+
+        names = [c.name for c in spec.node_classes]
+        return self.energy.saved_by_class(since, end, class_of, names, UNCLASSED)
 
     def _bill(self, node: MachineNode, end: int) -> None:
         """Charge a node's time on: a VM from launch to termination under the cloud's

@@ -198,3 +198,45 @@ async def test_the_figures_survive_a_restart() -> None:
         assert after["r1"]["offSeconds"] >= before["r1"]["offSeconds"] + 1200
         assert after["r2"]["idleWattsBasis"] == "Measured"  # the measurement was kept
         assert policy_energy(again)["vmHoursAvoided"] > vms_before + 0.3
+
+
+async def test_saved_today_per_node_class_rides_with_the_policys_figures() -> None:
+    """PowerPolicy status.energy.classes: each node class's side nodes' saving today, in
+    the same writes as the policy's sums (every status interval), never per round."""
+    a10 = {"name": "a10", "nodeType": "SideNode", "gpuModel": "a10"}
+    l4 = {"name": "l4", "nodeType": "SideNode", "gpuModel": "l4"}
+    policy = {**AT_REST, "nodeClasses": [a10, l4]}
+    async with PowerHarness(policy=policy, settings=SETTINGS) as h:
+        h.side_node("a", power="Off")
+        h.side_node("b", power="Off")
+        h.side_node("c", power="Off", spec={"capacity": {"vcpus": 4, "ram": "8Gi"}})  # none
+        writes: list[dict[str, Any]] = []
+        original = h.kube.patch_status
+
+        async def counting(kind: Any, ns: str, name: str, patch: Any, *a: Any, **kw: Any) -> Any:
+            if kind is POWER_POLICY:
+                writes.append(dict(patch))
+            return await original(kind, ns, name, patch, *a, **kw)
+
+        h.kube.patch_status = counting  # type: ignore[method-assign]
+        await h.start()
+        await h.run_for(120, tick=5)
+        writes.clear()
+        await h.run_for(1800, tick=5)  # half an hour: figures every five minutes
+        energy_writes = [w for w in writes if "energy" in w]
+        assert 4 <= len(energy_writes) <= 7, len(energy_writes)
+        assert all("classes" not in (w.get("inForce") or {}) for w in writes)
+        assert all("energy" not in w for w in writes if "inForce" in w)
+        sums = policy_energy(h)
+        by = {c["name"]: c for c in sums["classes"]}
+        assert list(by) == ["a10", "l4", "(all)"]
+        assert by["l4"]["savedKwhToday"] == 0.0
+        assert by["a10"]["savedKwhToday"] > 0 and by["(all)"]["savedKwhToday"] > 0
+        assert by["a10"]["savedKwhToday"] == pytest.approx(2 * by["(all)"]["savedKwhToday"], 0.01)
+        assert sum(c["savedKwhToday"] for c in by.values()) == pytest.approx(
+            sums["savedKwhToday"], abs=0.002
+        )
+        assert by["a10"]["moneySavedToday"] == pytest.approx(
+            by["a10"]["savedKwhToday"] * GPU.price_per_kwh, abs=0.01
+        )
+        assert {c["currency"] for c in by.values()} == {"EUR"}
