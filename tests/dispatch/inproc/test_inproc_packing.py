@@ -1,8 +1,9 @@
 """The placement levers of issue 25 in the live dispatcher, in process with a fake clock
 (`Dispatcher.step()` through the rig of `fakes.py`): best fit, new capacity for the
-queue as a whole, GPU capacity last (and a VM the power controller shows GPUOnly), and the wait budget -- with its priority threshold,
-and its expiry planned as a due time, not found by polling. Each lever is read from the
-default PowerPolicy's `spec.placement`, and switched back to the earlier behaviour there."""
+queue as a whole, GPU capacity last (and a VM the power controller shows GPUOnly), and
+the wait budget -- with its priority threshold, and its expiry planned as a due time,
+not found by polling. Each lever is read from the default PowerPolicy's
+`spec.placement`, and switched back to the earlier behaviour there."""
 
 from __future__ import annotations
 
