@@ -4,7 +4,8 @@ launcher's choice for the queue as a whole), the cheapest-type choice -- and on 
 capacity only when nothing else fits; a node open to GPU work only (admission GPUOnly,
 `NodeView.gpu_only`) takes GPU work and no CPU-only work that fits elsewhere, relocks
 included; and the property (hypothesis) that a CPU-only container never takes a GPU node
-while a node without GPUs that fits it is open."""
+while a node without GPUs that fits it is open (GPU capacity last), nor a GPUOnly node
+unless nothing without GPUs fits it (whatever the levers)."""
 
 from __future__ import annotations
 
@@ -201,6 +202,7 @@ def _holds(cap: Capacity, vcpus: int, gib: int) -> bool:
     best_fit=st.booleans(),
     queue_launch=st.booleans(),
     per_resource_price=st.booleans(),
+    gpu_last=st.sampled_from([True, True, False]),
 )
 def test_cpu_work_never_takes_a_gpu_node_while_one_without_gpus_that_fits_is_open(
     nodes: list[tuple[str, bool, list[tuple[int, int]], NodeState]],
@@ -208,9 +210,13 @@ def test_cpu_work_never_takes_a_gpu_node_while_one_without_gpus_that_fits_is_ope
     best_fit: bool,
     queue_launch: bool,
     per_resource_price: bool,
+    gpu_last: bool,
 ) -> None:
     rules = PlacementRules(
-        best_fit=best_fit, queue_launch=queue_launch, per_resource_price=per_resource_price
+        best_fit=best_fit,
+        queue_launch=queue_launch,
+        per_resource_price=per_resource_price,
+        gpu_last=gpu_last,
     )
     types = {t.name: t for t in CATALOGUE.types}
     views: list[NodeView] = []
@@ -241,7 +247,7 @@ def test_cpu_work_never_takes_a_gpu_node_while_one_without_gpus_that_fits_is_ope
     for s in p.starts:
         vcpus, gib, gpus = need[s.uuid]
         node = by_name[s.node]
-        if gpus == 0 and node.capacity.gpus > 0:
+        if gpus == 0 and node.capacity.gpus > 0 and gpu_last:
             open_without = [
                 v.name
                 for v in views
@@ -256,13 +262,16 @@ def test_cpu_work_never_takes_a_gpu_node_while_one_without_gpus_that_fits_is_ope
             assert not any(_holds(v.capacity, vcpus, gib) for v in views if v.capacity.gpus == 0)
         free[s.node][0] -= vcpus
         free[s.node][1] -= gib * GI
+        assert free[s.node][0] >= 0 and free[s.node][1] >= 0, s  # never more than it holds
+        if node.gpu_only and gpus == 0:  # GPUOnly: CPU work only when nothing else fits
+            assert not any(_holds(Capacity.of(t), vcpus, gib) for t in (CPU4, CPU16))
     for uuid, itype in created(p).items():
         vcpus, gib, gpus = need[uuid]
-        if gpus == 0 and types[itype].gpus > 0:
+        if gpus == 0 and types[itype].gpus > 0 and gpu_last:
             assert not any(_holds(Capacity.of(t), vcpus, gib) for t in (CPU4, CPU16)), uuid
     for uuid, node_name in p.wait_nodes.items():
         vcpus, gib, gpus = need[uuid]
-        if gpus == 0 and by_name.get(node_name) is not None:
+        if gpus == 0 and gpu_last and by_name.get(node_name) is not None:
             assert by_name[node_name].capacity.gpus == 0 or not any(
                 _holds(Capacity.of(t), vcpus, gib) for t in (CPU4, CPU16)
             )
