@@ -290,11 +290,11 @@ class PlacementPolicy(ApiModel):
     gpu_idle: Literal["GpuOnly", "Off"] = Field(
         default="GpuOnly",
         description=(
-            "GpuOnly: a GPU node whose GPUs no container has held for idleThreshold (and "
-            "that its probe does not read busy) takes only GPU work -- status.admission "
-            "GPUOnly -- so its CPU-only work drains away and the node then takes the usual "
-            "idle path; it is never switched off while any container runs. Off (earlier "
-            "releases): a GPU node running CPU work is busy like any other."
+            "GpuOnly: a GPU node running only CPU work, its GPUs held by no container for "
+            "idleThreshold (and not read busy by its probe), takes only GPU work -- "
+            "status.admission GPUOnly -- so its CPU work drains away and the node then takes "
+            "the usual idle path; it is never switched off while any container runs. Off "
+            "(earlier releases): a GPU node running CPU work is busy like any other."
         ),
     )
     side_node_price: Literal["PerResource", "PerNode"] = Field(
