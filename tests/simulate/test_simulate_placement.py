@@ -62,3 +62,38 @@ def test_a_wake_the_power_timing_holds_back_is_not_waited_for() -> None:
     held = _run({}, 4, min_off="10m")
     assert held.ledger.transitions["Wake opened"] == 0
     assert max(held.ledger.waits) < 150  # a VM's boot (100-ish s), not the min-off
+
+
+GPU_FLEET: dict[str, Any] = {
+    "cloud": FLEET["cloud"],
+    "sideNodes": [
+        {
+            "name": "a100",
+            "count": 1,
+            "capacity": {"vcpus": 64, "ram": "256Gi", "gpus": 4, "gpuModel": "a100"},
+            "costPerHour": 1.1,
+            "initialPower": "On",
+            "boot": {"fixed": "100s"},
+        }
+    ],
+}
+
+
+def test_a_gpu_node_running_only_cpu_work_turns_gpu_only_through_the_shared_rule() -> None:
+    # a CPU job only the GPU server holds (no type has 32 vCPUs), for an hour
+    trace = parse_trace("arrival,runtime,vcpus,ram\n60,3600,32,64Gi\n", "csv")
+    decisions = {}
+    for gpu_idle in ("GpuOnly", "Off"):
+        spec = PowerPolicySpec.model_validate(
+            {"idleThreshold": "5m", "placement": {"gpuIdle": gpu_idle}}
+        )
+        sim = Simulation(trace, load_fleet(GPU_FLEET), policy_from_spec(spec, "p"), 1)
+        result = sim.run()
+        decisions[gpu_idle] = dict(sim.ledger.decisions)
+        assert result.figures["containersRun"] == 1, result.figures
+        node = next(n for n in sim.nodes.values() if n.capacity.gpus)
+        assert node.gpu_rule is not None and node.gpu_rule.enabled is (gpu_idle == "GpuOnly")
+    assert decisions["GpuOnly"].get("NONE GPU_IDLE_CPU_DRAIN", 0) >= 1, decisions["GpuOnly"]
+    assert "NONE GPU_IDLE_CPU_DRAIN" not in decisions["Off"]
+    # never drained or switched off while the CPU job ran (the run ends with it)
+    assert not any(k.startswith(("SHUTDOWN", "DRAIN")) for k in decisions["GpuOnly"])

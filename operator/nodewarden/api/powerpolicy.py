@@ -288,6 +288,16 @@ class PlacementPolicy(ApiModel):
             "instance types are judged by price like any other."
         ),
     )
+    gpu_idle: Literal["GpuOnly", "Off"] = Field(
+        default="GpuOnly",
+        description=(
+            "GpuOnly: a GPU node running only CPU work, its GPUs held by no container for "
+            "idleThreshold (and not read busy by its probe), takes only GPU work -- "
+            "status.admission GPUOnly -- so its CPU work drains away and the node then takes "
+            "the usual idle path; it is never switched off while any container runs. Off "
+            "(earlier releases): a GPU node running CPU work is busy like any other."
+        ),
+    )
     side_node_price: Literal["PerResource", "PerNode"] = Field(
         default="PerResource",
         description=(

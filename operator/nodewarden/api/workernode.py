@@ -39,7 +39,7 @@ IdleBehavior = Literal["run", "hold", "drain"]
 ControlMethod = Literal["Cloud", "Redfish", "WakeOnLan", "None"]
 ObservedPower = Literal["On", "Off", "PoweringOn", "PoweringOff", "Unknown"]
 Readiness = Literal["Ready", "NotReady", "Unknown"]
-Admission = Literal["Open", "Closed"]
+Admission = Literal["Open", "GPUOnly", "Closed"]
 NodeState = Literal[
     "Booting",
     "Idle",
@@ -384,7 +384,12 @@ class WorkerNodeStatus(StatusModel):
         default=None, description="Result of the runtime ready probe."
     )
     admission: Admission | None = Field(
-        default=None, description="Whether new containers may be placed on the node."
+        default=None,
+        description=(
+            "Whether new containers may be placed on the node (GPUOnly: only GPU work, and "
+            "CPU-only work that nothing without GPUs fits: its GPUs are idle, its CPU work "
+            "drains away; spec.placement.gpuIdle of its policy)."
+        ),
     )
     instance_id: str | None = Field(
         default=None, max_length=253, description="Cloud instance id (CloudVM)."

@@ -79,6 +79,7 @@ class NodeViews:
             boot_seconds=boot[0],
             boot_slowest=boot[1],
             wake_after=power.wake_after if power is not None else None,
+            gpu_only=power is not None and power.gpu_only,
         )
 
     @staticmethod
@@ -96,4 +97,5 @@ class NodeViews:
             destroying=w.destroy_requested_at is not None,
             runs_work=w.idle_behavior == "run" and not w.broken,
             created_at=w.created_at,
+            gpu_only=power is not None and power.gpu_only,
         )

@@ -31,6 +31,9 @@ class NodePowerView:
     """A waking side node: when its wake began (`rules.nodeview.waking_since`)."""
     wake_after: datetime | None = None
     """An off side node: when its wake timing lets it be woken (`rules.nodeview.wake_not_before`)."""
+    gpu_only: bool = False
+    """Admission open to GPU work only (`policy.gpuidle`: its GPUs are idle, its CPU work
+    drains away): no CPU-only container that could run elsewhere starts there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,13 @@ class PowerBoard:
         view = self.views.get(node)
         if view is not None and view.admission_open:
             self.views[node] = NodePowerView(
-                view.state, False, view.ready, view.wakeable, view.waking_since, view.wake_after
+                view.state,
+                False,
+                view.ready,
+                view.wakeable,
+                view.waking_since,
+                view.wake_after,
+                view.gpu_only,
             )
             self.version += 1
         self.closing[node] = at

@@ -57,12 +57,38 @@ class DemandReading(Reading):
     )
 
 
+class GpuWork(CoreModel):
+    """A GPU node's GPU evidence (`rules.gpuwork`): its GPUs, the containers holding
+    them in the dispatcher's ledger, since when none has, and the GPU utilisation its
+    last probe read (nvidia-smi), each with its source and time."""
+
+    gpus: int = Field(ge=1, le=64, description="GPUs the node offers (its capacity).")
+    gpu_jobs: int = Field(
+        ge=0, description="Containers holding GPUs on it (a runner of unknown size counts)."
+    )
+    gpu_idle_since: AwareDatetime | None = Field(
+        default=None, description="Since when no container has held a GPU (None while one does)."
+    )
+    source: str = Field(min_length=1, max_length=512)
+    observed_at: AwareDatetime
+    utilisation: tuple[float | None, ...] | None = Field(
+        default=None,
+        max_length=64,
+        description="Percent busy per GPU from the last probe (None: no GPU tool answered).",
+    )
+    utilisation_source: str | None = Field(default=None, max_length=512)
+    utilisation_at: AwareDatetime | None = None
+
+
 class WorkReading(Reading):
     """Work running on the node (from the node probe's runner list)."""
 
     active_jobs: int = Field(ge=0, description="Containers/jobs running on the node.")
     idle_since: AwareDatetime | None = Field(
         default=None, description="Since when no job has run (None while busy or unknown)."
+    )
+    gpu: GpuWork | None = Field(
+        default=None, description="A GPU node's GPU evidence (None: no GPUs, or not known)."
     )
 
     @model_validator(mode="after")

@@ -32,8 +32,11 @@ from nodewarden.policy.evaluation import (
 )
 from nodewarden.policy.facts import (
     FleetReading,
+    GpuWork,
     PowerReading,
+    WorkReading,
 )
+from nodewarden.policy.gpuidle import gpu_only
 from nodewarden.policy.reasons import R, ReasonCode
 from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
@@ -380,13 +383,50 @@ def drained(c: GateInputs) -> GateResult:
     active = work.active_jobs
     work_seen = work.observed_at
     w_evidence = (Evidence("activeJobs", active, work.source, work_seen), admission_ev)
+    gpu = work.gpu
+    if gpu is not None:
+        w_evidence = (*w_evidence, *_gpu_evidence(c, work, gpu))
     if admission is not _CLOSED:
         code = R.ACTIVE_WORK if active > 0 and not c.forced else R.ADMISSION_OPEN
+        if code is R.ACTIVE_WORK and gpu is not None and _gpu_only(c, work):
+            # still busy; GPU work only from now on: its CPU work drains away
+            return GateResult(_G_WORK, _FAIL, (code, R.GPU_IDLE_CPU_DRAIN), w_evidence)
         return GateResult(_G_WORK, _FAIL, (code,), w_evidence)
     if active > 0 or (floor := c.floor) is None or work_seen < floor:
         c.refresh.append("work")
         return GateResult(_G_WORK, _FAIL, (R.DRAIN_INCOMPLETE,), w_evidence)
     return GateResult(_G_WORK, _PASS, (), w_evidence)
+
+
+def _gpu_only(c: GateInputs, work: WorkReading) -> bool:
+    p = c.policy
+    return gpu_only(work, p.idle_threshold, p.telemetry_max_age, c.now, p.gpu_only)
+
+
+def _gpu_evidence(c: GateInputs, work: WorkReading, gpu: GpuWork) -> tuple[Evidence, ...]:
+    """A GPU node's GPU evidence (`policy.gpuidle`): GPUs held, since when idle, the
+    probe's utilisation, and whether it takes only GPU work now (admission GPUOnly)."""
+    since = gpu.gpu_idle_since
+    out = [
+        Evidence("gpus", gpu.gpus, gpu.source, gpu.observed_at),
+        Evidence("gpuJobs", gpu.gpu_jobs, gpu.source, gpu.observed_at),
+        Evidence(
+            "gpuIdleSince", since.isoformat() if since else "busy", gpu.source, gpu.observed_at
+        ),
+    ]
+    util = gpu.utilisation
+    out.append(
+        Evidence(
+            "gpuUtilisation",
+            "none read"
+            if util is None
+            else ",".join("N/A" if u is None else f"{u:g}%" for u in util) or "no GPUs listed",
+            gpu.utilisation_source or "-",
+            gpu.utilisation_at,
+        )
+    )
+    out.append(Evidence("gpuOnly", _gpu_only(c, work), "nodewarden", c.now))
+    return tuple(out)
 
 
 def demand_present(c: GateInputs) -> GateResult:

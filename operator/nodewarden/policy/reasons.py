@@ -56,6 +56,7 @@ class ReasonCode(StrEnum):
     NO_DEMAND = "NO_DEMAND"
     DEMAND_NOT_REREAD = "DEMAND_NOT_REREAD"
     ACTIVE_WORK = "ACTIVE_WORK"
+    GPU_IDLE_CPU_DRAIN = "GPU_IDLE_CPU_DRAIN"
     ADMISSION_OPEN = "ADMISSION_OPEN"
     DRAIN_INCOMPLETE = "DRAIN_INCOMPLETE"
     TELEMETRY_STALE = "TELEMETRY_STALE"
@@ -159,6 +160,15 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
         "Jobs are running on the node and admission is open: the node is busy.",
         "Nothing. To switch it off anyway, create a Shutdown PowerIntent: the node is "
         "drained first, then switched off.",
+    ),
+    _R.GPU_IDLE_CPU_DRAIN: ReasonDoc(
+        _C.NONE,
+        "The node's GPUs have been idle for the idle threshold while CPU-only containers "
+        "run on it: it takes only GPU work now (admission GPUOnly) so its CPU work drains "
+        "away; the running containers keep it busy until they end (given with ACTIVE_WORK; "
+        "the GPU evidence is in the work gate).",
+        "Nothing: once the CPU work ends the usual idle path applies. To keep CPU work on "
+        "GPU nodes, set spec.placement.gpuIdle: Off in the PowerPolicy.",
     ),
     _R.ADMISSION_OPEN: ReasonDoc(
         _C.DRAIN,

@@ -279,6 +279,9 @@ def api_state(state: PowerState) -> NodeState:
     return _API_STATE[state]
 
 
-def api_admission(admission: AdmissionState) -> Admission:
-    """The WorkerNode status.admission value: only Open binds work (Closing is Closed)."""
-    return "Open" if admission is AdmissionState.OPEN else "Closed"
+def api_admission(admission: AdmissionState, gpu_only: bool = False) -> Admission:
+    """The WorkerNode status.admission value: only Open binds work (Closing is Closed);
+    Open narrowed to GPU work (`policy.gpuidle`) is GPUOnly."""
+    if admission is not AdmissionState.OPEN:
+        return "Closed"
+    return "GPUOnly" if gpu_only else "Open"

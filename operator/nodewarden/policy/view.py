@@ -92,6 +92,8 @@ class PolicyView:
     lame_after: timedelta = timedelta(minutes=10)
     lame_min_probes: int = 3
     shadow: bool = False
+    gpu_only: bool = True
+    """spec.placement.gpuIdle GpuOnly: a GPU node with idle GPUs takes only GPU work."""
     problems: tuple[str, ...] = field(default=())
     seconds: PolicySeconds = field(init=False, compare=False, hash=False, repr=False)
     """The timing knobs in seconds, computed from the fields above when the view is built."""
@@ -157,6 +159,7 @@ class PolicyView:
             lame_after=d(spec.dispatch.lame_after),
             lame_min_probes=spec.dispatch.lame_min_probes,
             shadow=spec.mode == "Shadow",
+            gpu_only=spec.placement.gpu_idle == "GpuOnly",
         )
         problems = _problems(view, spec)
         if problems:

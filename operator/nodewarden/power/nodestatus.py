@@ -6,12 +6,13 @@ Record's summary, and the `Valid`, `Ready`, `PowerSource`, `Overcommitted` and `
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from nodewarden.api.base import Condition, ConditionStatus, set_condition
 from nodewarden.api.workernode import NodeState as ApiNodeState
 from nodewarden.fleet.board import NodePowerView
+from nodewarden.policy.gpuidle import gpu_only
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import ON_STATES, PowerState, api_admission, api_state
 from nodewarden.policy.view import PolicyView
@@ -22,16 +23,29 @@ from nodewarden.scheduling.caps import Admission, Cap
 _HOLD_REASONS = {Cap.STOPPED: "CreatesStopped", Cap.BACKOFF: "CloudBackoff"}
 
 
+def gpu_only_now(rt: NodeRuntime, policy: PolicyView, now: datetime) -> bool:
+    """Admission is open and narrowed to GPU work at `now` (`policy.gpuidle`)."""
+    work = rt.facts.work
+    if work is None or work.gpu is None or not admits(rt.state.admission):
+        return False
+    return gpu_only(work, policy.idle_threshold, policy.telemetry_max_age, now, policy.gpu_only)
+
+
 def board_view(
-    rt: NodeRuntime, policy_valid: bool, policy: PolicyView | None = None
+    rt: NodeRuntime,
+    policy_valid: bool,
+    policy: PolicyView | None = None,
+    now: datetime | None = None,
 ) -> NodePowerView:
-    """What the dispatcher may know of the node: admission, state, readiness, wakeability,
-    when a wake began or may begin under `policy`'s wake timing (the rules:
-    `rules.nodeview`)."""
+    """What the dispatcher may know of the node: admission (GPU work only, at `now`),
+    state, readiness, wakeability, when a wake began or may begin under `policy`'s wake
+    timing (the rules: `rules.nodeview`)."""
+    now = now or rt.facts.newest() or datetime.min.replace(tzinfo=UTC)
     state = rt.state.state
     return NodePowerView(
         state=state,
         admission_open=admits(rt.state.admission),
+        gpu_only=policy is not None and gpu_only_now(rt, policy, now),
         ready=is_ready(state, rt.facts.ready),
         wakeable=can_wake(rt.node_type, state, rt.facts.capability, policy_valid),
         waking_since=waking_since(rt.state),
@@ -53,17 +67,21 @@ def api_state_of(rt: NodeRuntime) -> ApiNodeState:
 
 
 def power_status(
-    rt: NodeRuntime, record: SafetyRecord | None, conditions: list[dict[str, Any]]
+    rt: NodeRuntime,
+    record: SafetyRecord | None,
+    conditions: list[dict[str, Any]],
+    gpu_only: bool = False,
 ) -> dict[str, Any]:
-    """The status fields the controller owns. `powerState` is included only when it
-    changed in something a restart needs (compared with `rt.persisted`)."""
+    """The status fields the controller owns (`gpu_only`: admission Open shows as
+    GPUOnly). `powerState` is included only when it changed in something a restart
+    needs (compared with `rt.persisted`)."""
     state = rt.state
     power = rt.facts.power
     ready = rt.facts.ready
     on = power is not None and power.power == "On"
     out: dict[str, Any] = {
         "state": api_state_of(rt),
-        "admission": api_admission(state.admission),
+        "admission": api_admission(state.admission, gpu_only),
         "readiness": (
             "Ready"
             if ready is not None and ready.passed and on

@@ -42,6 +42,7 @@ from nodewarden.rules.demand import (
     side_capacities,
 )
 from nodewarden.rules.freshness import only_time_moved
+from nodewarden.rules.gpuwork import gpu_counts, gpu_work, node_gpus, with_gpu, with_utilisation
 from nodewarden.rules.readings import cloud_capability, cloud_gone, work_reading
 from nodewarden.rules.vm import vm_reading
 from nodewarden.scheduling.caps import Admission
@@ -62,6 +63,8 @@ class PoolFacts:
         self._plan: tuple[list[ContainerView], Plan, datetime] | None = None
         self._placed: dict[str, int] = {}
         """Per node: containers holding it in the dispatcher's last ledger."""
+        self._gpu_placed: dict[str, int] = {}
+        """Per node: those of them holding GPUs (`rules.gpuwork.gpu_counts`)."""
         self._runners_seen: dict[str, RunnersFact] = {}
         """Per node: the runner list it reported last (its work once the ledger lets go
         of a container, `_update_released`)."""
@@ -108,6 +111,14 @@ class PoolFacts:
             if unowned != rt.unowned_runners:
                 rt.unowned_runners = unowned
                 self.recorder.contribute_conditions(rt)
+        telemetry = report.telemetry
+        work = updates.get("work", facts.work)
+        if telemetry is not None and work is not None and work.gpu is not None:
+            util = (
+                tuple(g.utilisation for g in telemetry.gpus) if telemetry.gpus is not None else None
+            )
+            gpu = with_utilisation(work.gpu, util, telemetry.source, telemetry.observed_at)
+            updates["work"] = work.model_copy(update={"gpu": gpu})
         if report.inhibitors is not None:
             updates["inhibitors"] = inhibitor_reading(report.inhibitors)
         if report.uptime is not None:
@@ -146,7 +157,14 @@ class PoolFacts:
             active, runners.source, runners.observed_at, rt.idle_since if active == 0 else None
         )
         rt.idle_since = reading.idle_since
-        return reading
+        return self._gpu(rt, reading)
+
+    def _gpu(self, rt: NodeRuntime, reading: WorkReading) -> WorkReading:
+        """`reading` with the node's GPU evidence (a node with GPUs: `rules.gpuwork`)."""
+        gpus = node_gpus(rt.spec, self.ctx.catalogue)
+        if gpus <= 0:
+            return reading
+        return with_gpu(reading, gpus, self._gpu_placed.get(rt.name, 0), rt.facts.work)
 
     def await_ledger(self) -> None:
         """Until the dispatcher's first plan, no node's work is known (`ledger_known`)."""
@@ -233,6 +251,7 @@ class PoolFacts:
         self._plan = (containers, plan, now)
         self._update_demand(now)
         previous, self._placed = self._placed, placed_counts(containers)
+        gpu_before, self._gpu_placed = self._gpu_placed, gpu_counts(containers)
         for name, count in self._placed.items():
             if count > previous.get(name, 0):
                 self._held_at[name] = now
@@ -240,6 +259,7 @@ class PoolFacts:
             self._ledger_known()
         self._update_placed(now)
         self._update_released(previous)
+        self._update_gpu(gpu_before, now)
         self._update_overcommit(plan.over_capacity)
         self.ctx.wake.set()
 
@@ -284,7 +304,7 @@ class PoolFacts:
             if work is not None and (work.active_jobs >= count or work.observed_at > at):
                 continue
             reading = work_reading(count, "dispatcher (containers holding the node)", at, None)
-            rt.facts = rt.facts.model_copy(update={"work": reading})
+            rt.facts = rt.facts.model_copy(update={"work": self._gpu(rt, reading)})
             rt.idle_since = None
             rt.events.append(Evaluate())
 
@@ -315,6 +335,23 @@ class PoolFacts:
             if reading.active_jobs != rt.facts.work.active_jobs:
                 rt.facts = rt.facts.model_copy(update={"work": reading})
                 rt.events.append(Evaluate())
+
+    def _update_gpu(self, before: Mapping[str, int], at: datetime) -> None:
+        """A node whose containers holding GPUs changed in the ledger: its GPU evidence
+        (and so its GPU idle-since, `rules.gpuwork`) as of this plan, stepped now."""
+        for name in before.keys() | self._gpu_placed.keys():
+            count = self._gpu_placed.get(name, 0)
+            if before.get(name, 0) == count:
+                continue
+            rt = self.ctx.nodes.get(name)
+            work = rt.facts.work if rt is not None else None
+            if rt is None or work is None or work.gpu is None or work.gpu.gpu_jobs == count:
+                continue
+            gpu = gpu_work(
+                work.gpu.gpus, count, "dispatcher (containers holding GPUs)", at, work.gpu
+            )
+            rt.facts = rt.facts.model_copy(update={"work": work.model_copy(update={"gpu": gpu})})
+            rt.events.append(Evaluate())
 
     def _update_demand(self, now: datetime) -> None:
         assert self._plan is not None

@@ -34,7 +34,7 @@ from nodewarden.power.announcing import (
 )
 from nodewarden.power.context import PowerContext
 from nodewarden.power.intents import record_fields
-from nodewarden.power.nodestatus import api_state_of, conditions, power_status
+from nodewarden.power.nodestatus import api_state_of, conditions, gpu_only_now, power_status
 from nodewarden.power.phases import manual_phase, phase_message
 from nodewarden.power.runtime import NodeRuntime, iso
 
@@ -82,9 +82,13 @@ class Recorder:
         """The node's conditions, as they are now, into its next status write."""
         self.ctx.status.contribute(rt.name, {"conditions": self.conditions(rt)})
 
-    def power_status(self, rt: NodeRuntime, record: SafetyRecord | None) -> dict[str, Any]:
+    def power_status(
+        self, rt: NodeRuntime, record: SafetyRecord | None, now: datetime | None = None
+    ) -> dict[str, Any]:
         self._baseline(rt)  # before this process's first decision for the node is written
-        out = power_status(rt, record, self.conditions(rt))
+        at = now or self.ctx.clock()
+        gpu_only = gpu_only_now(rt, self.ctx.policy(rt).view, at)
+        out = power_status(rt, record, self.conditions(rt), gpu_only)
         if "powerState" in out:
             rt.persisted = rt.state
         return out

@@ -316,8 +316,8 @@ class Round:
             record = self.energy.annotate(rt, before.state, record, now)
         gauges.observe_step(before, state)
         view = ctx.policy(rt).view
-        ctx.board.set(rt.name, board_view(rt, view.valid, view))
-        ctx.status.contribute(rt.name, recorder.power_status(rt, record))
+        ctx.board.set(rt.name, board_view(rt, view.valid, view, now))
+        ctx.status.contribute(rt.name, recorder.power_status(rt, record, now))
         self._eligibility(rt, before, result, view, now)
         requested = any(isinstance(e, SendPowerRequest) for e in fx)
         rt.settled = not any(isinstance(e, _UNSETTLED) for e in fx)

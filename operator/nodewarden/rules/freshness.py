@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from nodewarden.policy.facts import NodeFacts, Reading, UptimeReading
+from nodewarden.policy.facts import GpuWork, NodeFacts, Reading, UptimeReading
 
 DECISIVE: dict[str, tuple[str, ...]] = {
     "SideNode": ("demand", "work", "power", "inhibitors"),
@@ -88,8 +88,18 @@ def _same_values(a: Reading, b: Reading) -> bool:
         x, y = getattr(a, field), getattr(b, field)
         if x == y:
             continue
+        if isinstance(x, GpuWork) and isinstance(y, GpuWork) and _same_gpu(x, y):
+            continue  # a work reading's GPU evidence, read again
         times = isinstance(x, datetime) and isinstance(y, datetime)
         if field == "on_since" and times and abs(x - y) <= ON_SINCE_TOLERANCE:
             continue
         return False
     return True
+
+
+_GPU_TIMES = frozenset({"source", "observed_at", "utilisation_source", "utilisation_at"})
+
+
+def _same_gpu(a: GpuWork, b: GpuWork) -> bool:
+    """The same GPU evidence but for when (and by whom) it was read."""
+    return all(getattr(a, f) == getattr(b, f) for f in type(a).model_fields if f not in _GPU_TIMES)

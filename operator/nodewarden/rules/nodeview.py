@@ -124,11 +124,12 @@ def side_view(
     boot_seconds: float | None = None,
     boot_slowest: float | None = None,
     wake_after: datetime | None = None,
+    gpu_only: bool = False,
 ) -> NodeView:
     """A side node's view (`power` None: the power controller shows nothing of it yet;
     `coming_since`: when its wake began, `waking_since`; `boot_seconds`, `boot_slowest`:
     how long it takes to come up, as seen, `rules.boots`; `wake_after`: when it may be
-    woken, `wake_not_before`)."""
+    woken, `wake_not_before`; `gpu_only`: admission open to GPU work only)."""
     return NodeView(
         name=name,
         state=SIDE_STATE.get(power, NodeState.UNKNOWN) if power is not None else NodeState.UNKNOWN,
@@ -142,6 +143,7 @@ def side_view(
         boot_seconds=boot_seconds,
         boot_slowest=boot_slowest,
         wake_after=wake_after if power is PowerState.OFF else None,
+        gpu_only=gpu_only,
     )
 
 
@@ -158,10 +160,12 @@ def cloud_view(
     destroying: bool,
     runs_work: bool,
     created_at: datetime | None = None,
+    gpu_only: bool = False,
 ) -> NodeView:
     """A cloud VM's view (`listed`: the cloud lists its instance; `destroying`: a destroy
     was requested; `runs_work`: idle behaviour run and not broken, so it takes the work
-    planned for it once verified ready; `created_at`: when its create was asked)."""
+    planned for it once verified ready; `created_at`: when its create was asked;
+    `gpu_only`: admission open to GPU work only)."""
     shown = power is not None
     ready = shown and ready
     admission_open = shown and admission_open
@@ -184,4 +188,5 @@ def cloud_view(
         admission_open=admission_open,
         ready=ready,
         coming_since=created_at if state in COMING_UP else None,
+        gpu_only=gpu_only,
     )

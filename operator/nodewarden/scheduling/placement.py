@@ -121,9 +121,14 @@ class Ask:
         return view.price * dominant_share(view.capacity, self.need) <= ceiling + 1e-12
 
     def admits(self, slot: Slot, rules: PlacementRules) -> bool:
-        """The GPU rule: whether `slot` may take this shape (capacity is `Slot.fits`)."""
+        """The GPU rule: whether `slot` may take this shape (capacity is `Slot.fits`). A
+        node whose admission is open to GPU work only (`NodeView.gpu_only`) takes a
+        CPU-only shape only when nothing without GPUs could ever fit it, whatever the
+        levers."""
         if self.need.gpus > 0 or slot.view.capacity.gpus == 0:
             return True
+        if slot.view.gpu_only:
+            return self.gpu_anywhere
         if rules.gpu_last:
             return self.gpu_anywhere
         return slot.view.instance_type is not None  # earlier: GPU side nodes for GPU work only

@@ -69,7 +69,6 @@ from nodewarden.scheduling.instancetypes import (
     Catalogue,
     InstanceType,
     InstanceTypePolicy,
-    Requirements,
     choose_instance_type,
     effective_requirements,
     gpu_last,
@@ -232,7 +231,7 @@ def plan(
             placing = _Ready(ready, rules)
         if c.phase is Phase.LOCKED:
             own = slots.get(c.node or "")
-            _locked(c, ask.need, own, result)
+            _locked(c, ask, own, result, rules)
             if c.frees_at is not None and own is not None and not c.runner_absent:
                 own.freeing(ask.need, c.frees_at)
             continue
@@ -289,12 +288,13 @@ class _Ready:
         if self.best is not None:
             return self.best.first(ask, shape, self.rules)
         need = ask.need
+        rules = self.rules
         for type_name in ask.candidates:
             pool = self.idle_by_type.get(type_name, [])
             # idle slots of one type are identical: only the first unused one needs checking
             while pool and pool[0].containers:
                 pool.pop(0)
-            if pool and pool[0].fits(need):
+            if pool and pool[0].fits(need) and _open_to(pool[0], ask, rules):
                 return pool[0]
         side = next((s for s in self.side if side_node_fits(s, need)), None)
         if side is not None:
@@ -303,15 +303,25 @@ class _Ready:
             pool = self.by_type.get(type_name, [])
             memo = (type_name, shape)
             for index in range(self.scan_from.get(memo, 0), len(pool)):
-                if pool[index].fits(need):
+                if pool[index].fits(need) and _open_to(pool[index], ask, rules):
                     self.scan_from[memo] = index
                     return pool[index]
             self.scan_from[memo] = len(pool)
         return None
 
 
-def _locked(c: ContainerView, need: Requirements, own: Slot | None, result: Plan) -> None:
-    """A Locked container on its own node (rule 2)."""
+def _open_to(slot: Slot, ask: Ask, rules: PlacementRules) -> bool:
+    """A node open to GPU work only takes this shape (`Ask.admits`); any other does."""
+    return not slot.view.gpu_only or ask.admits(slot, rules)
+
+
+def _locked(
+    c: ContainerView, ask: Ask, own: Slot | None, result: Plan, rules: PlacementRules
+) -> None:
+    """A Locked container on its own node (rule 2); one to start again (`runner_absent`)
+    starts only where a new placement could (a node open to GPU work only takes no
+    CPU-only container that fits elsewhere: `Ask.admits`)."""
+    need = ask.need
     if own is None:
         result.unlocks[c.uuid] = f"node {c.node} is gone"
         return
@@ -327,6 +337,11 @@ def _locked(c: ContainerView, need: Requirements, own: Slot | None, result: Plan
         return
     if not (usable or (coming and view.admission_open)):
         result.unlocks[c.uuid] = _not_taking_work(view)
+        return
+    if view.gpu_only and not ask.admits(own, rules):
+        result.unlocks[c.uuid] = (
+            f"node {view.name} takes only GPU work now (admission GPUOnly: its GPUs are idle)"
+        )
         return
     if not own.fits(need):
         result.overflow.add(c.uuid)

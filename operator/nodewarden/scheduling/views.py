@@ -96,6 +96,9 @@ class NodeView:
     wake_after: datetime | None = None
     """An off side node: the power controller's wake timing (min-off, cooldown) lets it
     be woken from then on (None: now)."""
+    gpu_only: bool = False
+    """Admission open to GPU work only (`policy.gpuidle`, status GPUOnly): a container that
+    asks for no GPU starts there only when nothing without GPUs could ever fit it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,6 +178,9 @@ class Dispatching:
             self.w._cause(node, None)
         work.running.add(c.spec.uuid)
         work.change(self.w.now)
+        if c.spec.resources.gpus > 0:
+            work.gpu_running.add(c.spec.uuid)
+            work.gpu_change(self.w.now)
         self.w._touch(node)
         self.w._schedule(c.started + c.spec.runtime, self.finish, (c, c.token))
         self.w._sample()
@@ -193,6 +196,9 @@ class Dispatching:
         work = node.work
         work.running.discard(c.spec.uuid)
         work.change(self.w.now)
+        if c.spec.uuid in work.gpu_running:
+            work.gpu_running.discard(c.spec.uuid)
+            work.gpu_change(self.w.now)
         if work.running:
             return None
         if work.busy_since is not None:

@@ -77,7 +77,13 @@ from nodewarden.simulate.dispatching import Dispatching, SimContainer, container
 from nodewarden.simulate.distributions import Delay, stream, to_us
 from nodewarden.simulate.energy import EnergyLedger
 from nodewarden.simulate.fleet import Fleet, SideNodeGroup, side_capacity_bytes
-from nodewarden.simulate.nodes import MachineNode, PowerModel, initial_facts, side_power_model
+from nodewarden.simulate.nodes import (
+    GpuRule,
+    MachineNode,
+    PowerModel,
+    initial_facts,
+    side_power_model,
+)
 from nodewarden.simulate.policies import SimPolicy
 from nodewarden.simulate.results import Recording, RunResult, SimOptions
 from nodewarden.simulate.sensing import Sensing
@@ -498,6 +504,11 @@ class Simulation:
             probe_phase=rng.randrange(self._probe),
         )
         node.demand = facts.demand
+        if capacity.gpus > 0:
+            view = self.policy.view
+            node.gpu_rule = GpuRule(
+                self.trace.start, view.idle_threshold, view.telemetry_max_age, view.gpu_only
+            )
         self.nodes[name] = node
         if powered:
             self._nodes_on += 1

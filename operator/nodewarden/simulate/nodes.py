@@ -37,6 +37,7 @@ from nodewarden.policy.facts import (
 )
 from nodewarden.policy.state import NodePowerState
 from nodewarden.rules.demand import PLANNED
+from nodewarden.rules.gpuwork import gpu_only
 from nodewarden.rules.nodeview import (
     admits,
     can_wake,
@@ -68,11 +69,14 @@ class PowerModel:
 
 @dataclass(slots=True)
 class Work:
-    """Containers running on a node, with the recent history of their count."""
+    """Containers running on a node, with the recent history of their count (and of the
+    count of those holding GPUs)."""
 
     running: set[str] = field(default_factory=set)
     log: list[tuple[int, int]] = field(default_factory=list)
     busy_since: int | None = None
+    gpu_running: set[str] = field(default_factory=set)
+    gpu_log: list[tuple[int, int]] = field(default_factory=list)
 
     def change(self, now: int) -> None:
         self.log.append((now, len(self.running)))
@@ -89,6 +93,34 @@ class Work:
         if count:
             return count, None
         return 0, max(when, idle_floor)
+
+    def gpu_change(self, now: int) -> None:
+        self.gpu_log.append((now, len(self.gpu_running)))
+        if len(self.gpu_log) > 32:
+            del self.gpu_log[:16]
+
+    def gpu_at(self, t: int) -> int:
+        """Containers holding GPUs as a probe at time t would have seen them."""
+        index = bisect.bisect_right(self.gpu_log, (t, 1 << 62)) - 1
+        return self.gpu_log[index][1] if index >= 0 else 0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRule:
+    """The GPU-idle rule of the policy simulated (`policy.gpuidle`), for a GPU node's
+    view: admission open to GPU work only."""
+
+    start: datetime
+    idle_threshold: timedelta
+    max_age: timedelta
+    enabled: bool
+
+    def gpu_only(self, facts: NodeFacts, now: int) -> bool:
+        work = facts.work
+        if work is None or work.gpu is None:
+            return False
+        at = self.start + timedelta(microseconds=now)
+        return gpu_only(work, self.idle_threshold, self.max_age, at, self.enabled)
 
 
 @dataclass(slots=True)
@@ -149,6 +181,8 @@ class MachineNode:
     idle_cause: str | None = None
     """Why the node is on without work right now (None: off, or running work)."""
     idle_cause_since: int = 0
+    gpu_rule: GpuRule | None = None
+    """A GPU node: the policy's GPU-idle rule (None: no GPUs)."""
 
     def reachable(self, t: int) -> bool:
         """SSH answers (booted, not shutting down) at t."""
@@ -169,6 +203,8 @@ class MachineNode:
         power = self.state.state
         admission_open = admits(self.state.admission)
         ready = is_ready(power, self.facts.ready)
+        rule = self.gpu_rule
+        only = admission_open and rule is not None and rule.gpu_only(self.facts, now)
         if self.node_type == "SideNode":
             return side_view(
                 self.name,
@@ -184,6 +220,7 @@ class MachineNode:
                 wake_after=(
                     wake_not_before(self.state, *wake_timing) if wake_timing is not None else None
                 ),
+                gpu_only=only,
             )
         return cloud_view(
             self.name,
@@ -197,6 +234,7 @@ class MachineNode:
             destroying=self.destroying,
             runs_work=True,  # idleBehavior run (`initial_facts`); a simulated VM never breaks
             created_at=created_at,
+            gpu_only=only,
         )
 
 

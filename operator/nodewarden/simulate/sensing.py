@@ -30,6 +30,7 @@ from nodewarden.policy.facts import (
 )
 from nodewarden.rules.demand import PLANNED
 from nodewarden.rules.fleet import fleet_reading
+from nodewarden.rules.gpuwork import with_gpu
 from nodewarden.rules.readings import work_reading
 from nodewarden.rules.vm import vm_reading
 from nodewarden.simulate.nodes import MachineNode
@@ -122,6 +123,8 @@ class Sensing:
         when = self.at(tick)
         since = None if idle_from is None else self.at(self.first_idle_probe(node, idle_from, tick))
         work = work_reading(active, f"ssh:{node.name}/runners", when, since)
+        if node.capacity.gpus > 0:  # the dispatcher's ledger: containers holding GPUs
+            work = with_gpu(work, node.capacity.gpus, node.work.gpu_at(tick), node.facts.work)
         if node.node_type == "CloudVM":
             return {"work": work}  # VM probes read the runners only
         return {

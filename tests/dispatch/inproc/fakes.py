@@ -638,6 +638,8 @@ class Rig:
         self.draining: set[str] = set()
         self.closed: set[str] = set()
         """Ready nodes whose admission the power controller closed (state unchanged)."""
+        self.gpu_only: set[str] = set()
+        """Nodes the power controller shows open to GPU work only (admission GPUOnly)."""
         self.policies = PolicyBook(namespace=NS, default_name="default")
         self.policies.observe(policy(**dispatch))
         self.dispatcher = Dispatcher(
@@ -676,8 +678,9 @@ class Rig:
         return uuid_of(name)
 
     def power(self) -> None:
-        """What the power controller would publish: a ready node is On, admission open;
-        a node in `draining` is Draining, admission closed."""
+        """What the power controller would publish: a ready node is On, admission open
+        (to GPU work only when in `gpu_only`); a node in `draining` is Draining, admission
+        closed."""
         for w in self.pool.workers.values():
             if w.name in self.draining:
                 self.board.set(w.name, NodePowerView(PowerState.DRAINING, False, w.ready))
@@ -685,7 +688,9 @@ class Rig:
                 vm = self.cloud.vms.get(w.name)
                 busy = vm is not None and bool(vm.runners)
                 state = PowerState.ACTIVE if busy else PowerState.ON_IDLE
-                self.board.set(w.name, NodePowerView(state, w.name not in self.closed, True))
+                open_ = w.name not in self.closed
+                only = w.name in self.gpu_only
+                self.board.set(w.name, NodePowerView(state, open_, True, gpu_only=only))
 
     async def start(self) -> None:
         await self.dispatcher.start()

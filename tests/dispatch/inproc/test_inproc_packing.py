@@ -1,8 +1,9 @@
 """The placement levers of issue 25 in the live dispatcher, in process with a fake clock
 (`Dispatcher.step()` through the rig of `fakes.py`): best fit, new capacity for the
-queue as a whole, GPU capacity last, and the wait budget -- with its priority threshold,
-and its expiry planned as a due time, not found by polling. Each lever is read from the
-default PowerPolicy's `spec.placement`, and switched back to the earlier behaviour there."""
+queue as a whole, GPU capacity last (and a VM the power controller shows GPUOnly), and
+the wait budget -- with its priority threshold, and its expiry planned as a due time,
+not found by polling. Each lever is read from the default PowerPolicy's
+`spec.placement`, and switched back to the earlier behaviour there."""
 
 from __future__ import annotations
 
@@ -74,6 +75,27 @@ async def test_cpu_work_does_not_take_an_idle_gpu_vm_while_a_cpu_type_fits() -> 
         await rig.rounds(2)
         assert (rig.runners() == {"c1": "vm-gpu"}) is runs_on_gpu, placement
         assert rig.cloud.created == ([] if runs_on_gpu else ["small"])
+
+
+async def test_a_gpu_only_vm_starts_gpu_work_and_no_cpu_work() -> None:
+    # earlier releases' GPU rule: a GPU VM within the price factor takes CPU work too
+    for gpu_only, cpu_on_gpu in ((False, True), (True, False)):
+        rig = Rig([SMALL, GPU], placement={"gpuCapacity": "GpuWorkOnly"})
+        rig.vm("vm-gpu", GPU)
+        if gpu_only:
+            rig.gpu_only.add("vm-gpu")  # the power controller shows it GPUOnly
+        await rig.start()
+        rig.api.create(container("c1"))
+        await rig.rounds(2)
+        assert (rig.runners().get("c1") == "vm-gpu") is cpu_on_gpu, gpu_only
+        if not gpu_only:
+            continue
+        assert rig.cloud.created == ["small"]  # not the GPUOnly VM
+        body = container("g1")
+        body["spec"]["resources"]["gpus"] = 1
+        rig.api.create(body)
+        await rig.rounds(2)
+        assert rig.runners().get("g1") == "vm-gpu"
 
 
 # -- the wait budget --------------------------------------------------------------------

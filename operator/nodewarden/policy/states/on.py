@@ -4,6 +4,8 @@ the shutdown gates and begin a drain when they pass.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from nodewarden.policy.actions import (
     POLL_OBSERVED_POWER,
     RUN_READY_PROBE,
@@ -12,6 +14,7 @@ from nodewarden.policy.events import (
     AdmissionClosed,
 )
 from nodewarden.policy.gates import evaluate_shutdown
+from nodewarden.policy.gpuidle import gpu_only_at
 from nodewarden.policy.reasons import Decision, R
 from nodewarden.policy.state import (
     AdmissionState,
@@ -63,4 +66,20 @@ def handle_on(c: StepContext) -> None:
             c.act(POLL_OBSERVED_POWER, RUN_READY_PROBE)
     refresh_actions(c, evaluation.refresh, None)
     c.decide(evaluation.decision, *evaluation.reasons)
-    c.set(recheck_at=evaluation.recheck_at)
+    c.set(recheck_at=_earlier(evaluation.recheck_at, _gpu_only_at(c)))
+
+
+def _gpu_only_at(c: StepContext) -> datetime | None:
+    """When the node's GPUs will have been idle long enough for it to take only GPU work
+    (`policy.gpuidle`): stepped again then, so its status and record say so on time."""
+    work = c.facts.work
+    if work is None or work.gpu is None:
+        return None
+    at = gpu_only_at(work, c.policy.idle_threshold, c.policy.gpu_only)
+    return at if at is not None and at > c.now else None
+
+
+def _earlier(a: datetime | None, b: datetime | None) -> datetime | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
