@@ -78,6 +78,8 @@ class PowerConsolidation:
         self.intents: dict[str, str] = {}
         """node -> the name of its Drain intent (On) while it drains."""
         self.assessed = 0
+        self._annotated: dict[str, bool] = {}
+        """node -> whether its WorkerNode carries the do-not-consolidate annotation."""
         """Nodes assessed so far (the at-rest test counts them)."""
 
     @property
@@ -125,10 +127,17 @@ class PowerConsolidation:
         self._release(now)
 
     def node_changed(self, name: str, now: datetime) -> None:
-        """A WorkerNode event (its annotations may have changed): a node with work is due
-        again; one drained for consolidation is let go if it is annotated now."""
+        """A WorkerNode event: when its do-not-consolidate annotation changed, a node with
+        work is due again, and one drained for consolidation is let go if it is
+        annotated now (other events -- status echoes among them -- change nothing)."""
         rt = self.ctx.nodes.get(name)
-        if rt is None or rt.spec is None or not self._work.get(name):
+        if rt is None or rt.spec is None:
+            return
+        annotated = protected(rt.meta.get("annotations"))
+        if self._annotated.get(name, False) == annotated:
+            return
+        self._annotated[name] = annotated
+        if not self._work.get(name):
             return
         settings = self._settings(rt)
         if settings.mode != "Off":
