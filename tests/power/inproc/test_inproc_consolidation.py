@@ -13,6 +13,8 @@ from typing import Any
 from harness import POLICY, PowerHarness
 from powerfakes import NS, container_uuid
 
+from nodewarden.power.runtime import ControllerSettings, EnergyBook
+
 CPU = {"vcpus": 16, "ram": "64Gi"}
 DEAR, CHEAP = 4.0, 1.0
 
@@ -144,3 +146,35 @@ async def test_shadow_records_the_drain_and_does_not_drain_and_off_does_nothing(
         await h.run_for(900, tick=10)
         assert h.ctrl.consolidation.assessed == 0 and _drains(h) == []
         assert _admission(h, "dear-0") == "Open"
+
+
+async def test_at_rest_nothing_is_assessed_and_a_change_assesses_only_its_node() -> None:
+    """Counted, not timed: candidates are due times from the ledger's changes, never a
+    scan per round."""
+    policy = {**_policy("On"), "idleThreshold": "2h"}
+    settings = ControllerSettings(
+        power_poll_interval=15.0,
+        power_poll_interval_at_rest=15.0,
+        energy=EnergyBook(status_interval=3600.0),
+    )
+    async with PowerHarness(policy=policy, settings=settings) as h:
+        h.plan_changes = True
+        cheap = [f"cheap-{i}" for i in range(12)]
+        _fleet(h, ["dear-0"], cheap)  # the cheap ones are 5/8 used: not candidates
+        body = h.kube.objects[("WorkerNode", NS, "dear-0")]  # kept (a drain polls its node)
+        h.put_node("dear-0", body["spec"], annotations={"nodewarden.io/do-not-consolidate": "true"})
+        await h.start()
+        await h.run_for(300, tick=5)  # every node's first due time (2 m) has come
+        first = h.ctrl.consolidation.assessed
+        assert first >= len(cheap) + 1  # each looked at once its work settled
+        steps, writes = h.ctrl.steps, h.kube.writes
+        await h.run_for(600, tick=10)
+        assert h.ctrl.consolidation.assessed == first  # nothing due: nothing looked at
+        assert h.ctrl.steps - steps == 0 and h.kube.writes - writes == 0
+        assert _drains(h) == []
+        # one container ends on cheap-3: that node alone is due again
+        before = h.ctrl.consolidation.assessed
+        h.finish("cheap-3-c0")
+        h.hosts["cheap-3"].runners = 4
+        await h.run_for(170, tick=10)
+        assert 1 <= h.ctrl.consolidation.assessed - before <= 2
