@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -314,8 +313,3 @@ class PowerConsolidation:
         )
         message = "consolidation in Shadow: decided and recorded, not acted on"
         await intents.write(intent, shadow_fields(record, message, now))
-
-
-def draining_now(groups: Mapping[str, set[str]]) -> Sequence[str]:
-    """Every node draining for consolidation (for the budget's gauge and the tests)."""
-    return sorted(n for names in groups.values() for n in names)
