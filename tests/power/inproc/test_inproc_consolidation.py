@@ -123,6 +123,16 @@ async def test_do_not_consolidate_on_a_node_or_a_container_keeps_it_open() -> No
         h.containers[uuid] = replace(h.containers[uuid], do_not_consolidate=False, priority=501)
         await h.run_until(lambda: bool(_drains(h)), within=600, tick=10, what="a drain")
         assert [i["spec"]["nodeName"] for i in _drains(h)] == ["dear-1"]
+        await h.run_until(lambda: _admission(h, "dear-1") == "Closed", within=120, tick=5)
+        # the annotation put on the draining node: consolidation lets it go, admission
+        # reopens (after a fresh verification) and its Drain intent is Aborted
+        body = h.kube.objects[("WorkerNode", NS, "dear-1")]
+        h.put_node("dear-1", body["spec"], annotations={"nodewarden.io/do-not-consolidate": "true"})
+        await h.run_until(
+            lambda: _admission(h, "dear-1") == "Open", within=300, tick=5, what="reopened"
+        )
+        assert h.ctrl.nodes["dear-1"].facts.consolidation is None
+        await h.run_until(lambda: bool(_drains(h, "Aborted")), within=60, tick=5, what="aborted")
 
 
 async def test_shadow_records_the_drain_and_does_not_drain_and_off_does_nothing() -> None:
