@@ -26,7 +26,11 @@ price-weighted utilisation, and the issue's target figures side by side; the pro
 property on random small traces.
 
 Figures, not assertions. Run: .venv/bin/python benchmarks/bench_simulate.py [--seed N]
-[--gap-samples N] [--prophet-samples N] [--part all|defaults|peers]
+[--gap-samples N] [--prophet-samples N] [--part all|defaults|peers|consolidation]
+
+Then issue 25 item 3 (`--part consolidation`): the default policy with consolidation in
+Shadow (before) and On (after) on both traces: cost, p50 / p95 wait, power cycles,
+price-weighted utilisation, drains.
 """
 
 from __future__ import annotations
@@ -171,7 +175,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gap-samples", type=int, default=200)
     parser.add_argument("--prophet-samples", type=int, default=200)
-    parser.add_argument("--part", choices=("all", "defaults", "peers"), default="all")
+    parser.add_argument(
+        "--part", choices=("all", "defaults", "peers", "consolidation"), default="all"
+    )
     args = parser.parse_args()
     if args.part in ("all", "defaults"):
         defaults(args)
@@ -180,6 +186,31 @@ def main() -> None:
         from simulate_peers import main as peers_main
 
         peers_main(args.seed, args.prophet_samples, summary())
+    if args.part in ("all", "consolidation"):
+        consolidation(args.seed)
+
+
+def consolidation(seed: int) -> None:
+    """Issue 25 item 3: the default policy (consolidation in Shadow: nothing drained)
+    against the same policy with consolidation On, on the bursty week and the dense day."""
+    fleet = builtin_fleet()
+    print("\nConsolidation by drain (default policy; Shadow = before, On = after):")
+    header = f"{'trace':12s} {'mode':6s} {'cost':>8s} {'p50 s':>7s} {'p95 s':>7s} "
+    print(header + f"{'cycles':>7s} {'pw-util':>8s} {'drains':>7s} {'cpu s':>6s}")
+    for name in ("bursty-week", "dense-day"):
+        trace = generate(PRESETS[name], seed)
+        for mode in ("Shadow", "On"):
+            spec = PowerPolicySpec.model_validate({"consolidation": {"mode": mode}})
+            policy = policy_from_spec(spec, f"consolidation-{mode}")
+            result, sim, _, cpu = _run(trace, fleet, policy, seed)
+            f = result.figures
+            wait = f["waitSeconds"]
+            print(
+                f"{name:12s} {mode:6s} {f['cost']:8.2f} {wait['p50']:7.1f} {wait['p95']:7.1f} "
+                f"{f['powerCycles']:7d} {f['priceWeightedUtilisation']:8.3f} "
+                f"{sim.consolidation.drains:7d} {cpu:6.1f}",
+                flush=True,
+            )
 
 
 def defaults(args: argparse.Namespace) -> None:

@@ -15,7 +15,10 @@ nodes' WorkerNodes and the demo batch of containers (e2e/demo/) into namespace
 credentials.* allow-lists) in the foreground. While it runs, each side node's GPU
 container (e2e/demo/sidenode-containers.yaml) is applied once the operator has switched
 that node Off, so the viewer sees it drained, switched off, woken and running the
-container. On Ctrl-C, TERM, HUP or after `--duration` seconds: stop the operator, the side
+container. Once the first batch of containers is complete, the consolidation
+scenario (e2e/demo/consolidation-containers.yaml, e2e/demo_consolidation.py) leaves an
+m5.2xlarge lightly used while its work fits on another: the power controller drains it
+(a Drain PowerIntent with its Safety Record; nothing is evicted). On Ctrl-C, TERM, HUP or after `--duration` seconds: stop the operator, the side
 nodes, the stub cloud and the control plane, remove their state and exit 0. Every
 process the demo starts is recorded in `<state>/pids.json` (control plane) or
 `<state>/demo-pids.json` (the rest); nothing is left running afterwards.
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+from demo_consolidation import ConsolidationArrivals
 from demo_sidenodes import DemoSideNodes, GpuArrivals
 from localcluster import REPO, ClusterError, LocalCluster
 from nodewarden.ssh.credentials import SshClientKey
@@ -280,11 +284,13 @@ def run(args: argparse.Namespace) -> int:
         operator = start_operator(config, cluster.kubeconfig, args.http_port)
         record_pids(state, {**pids, "operator": operator.pid})
         arrivals = GpuArrivals(cluster.kubectl, NAMESPACE)
+        consolidation = ConsolidationArrivals(cluster.kubectl, NAMESPACE)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         while operator.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             arrivals.step()
+            consolidation.step()
             time.sleep(0.2)
         if operator.returncode not in (None, 0):
             print(f"demo: the operator exited with {operator.returncode}", file=sys.stderr)

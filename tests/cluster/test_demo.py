@@ -17,6 +17,9 @@ side nodes' own BMCs and the side-node process's admin API:
   (nodes on / off, budget left, window) and `kubectl describe wn demo-side-redfish` its
   eligibility time, which is when the shutdown began (the PowerIntent's startedAt, its
   first Safety Record) within one evaluation interval (issue 27);
+- a lightly used m5.2xlarge whose container fits on another VM is drained for
+  consolidation (a Drain PowerIntent, reason CONSOLIDATION_DRAIN, its Safety Record with
+  utilisation, price and where the work could go); the container runs to its end there;
 - SIGINT (Ctrl-C) -> exit 0, every recorded process gone, the demo's state removed.
 """
 
@@ -61,6 +64,7 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 SEQUENCE_DEADLINE = 240
 EVALUATE_INTERVAL = 3.0
 """Seconds: `power.evaluate_interval` in e2e/demo-config.yaml."""
+KEPT = "zzzzz-dz642-democonsol00002"  # demo-consolidate-kept
 WATCH_TEMPLATE = "jsonpath={.metadata.name}={.status.state}{'\\n'}"
 
 
@@ -329,6 +333,37 @@ def _check_eligibility(seen: Eligibility, shutdown: dict[str, Any]) -> None:
     print(f"eligible at {seen.eligible_at}, shutdown began {began} ({late:+.1f} s)")
     assert -1.0 <= late <= EVALUATE_INTERVAL, (seen.eligible_at, began)
     assert decided >= seen.eligible_at
+def _check_consolidation(demo: Demo) -> None:
+    """One consolidation-by-drain decision with its record: the m5.2xlarge left running
+    only "kept" (e2e/demo/consolidation-containers.yaml) is drained while "kept" fits on
+    the other one; "kept" runs to its end there, once (nothing is evicted)."""
+
+    def drained() -> dict[str, Any] | None:
+        for intent in demo.items("pi").values():
+            status = intent.get("status") or {}
+            evidence = (status.get("safetyRecord") or {}).get("consolidation") or {}
+            if intent["spec"]["action"] == "Drain" and KEPT in evidence.get("targets", {}):
+                return intent
+        return None
+
+    intent = wait_for(drained, timeout=300, interval=2, what="a consolidation drain")
+    node, status = intent["spec"]["nodeName"], intent["status"]
+    record = status["safetyRecord"]
+    print(f"consolidation: {node} drained: {record['consolidation']}")
+    assert intent["spec"]["source"] == "Policy" and status["phase"] in ("InProgress", "Succeeded")
+    assert status["decision"] == "DRAIN" and status["reasons"] == ["CONSOLIDATION_DRAIN"]
+    evidence = record["consolidation"]
+    assert 0 < evidence["utilisation"] <= 0.6 and evidence["hourlyPrice"] == 0.384
+    assert evidence["targets"][KEPT] != node  # where its work could go: another VM
+    assert evidence["pricePerUsed"] >= 1.2 * evidence["targetPricePerUsed"]
+    assert record["drain"]["admission"] in ("Closing", "Closed")
+
+    def kept_done() -> dict[str, Any] | None:
+        cd = demo.items("cd").get("demo-consolidate-kept") or {}
+        return cd if (cd.get("status") or {}).get("phase") == "Complete" else None
+
+    kept = wait_for(kept_done, timeout=240, interval=2, what="kept complete")
+    assert kept["status"]["node"] == node and kept["status"]["attempts"] == 1
 
 
 def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Path) -> None:
@@ -438,6 +473,7 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
             st = nodes[name]["status"]
             assert st.get("state") and st.get("observedPower") and st.get("readiness")
         _check_energy(demo)
+        _check_consolidation(demo)
         # the magic packet reached the listener with the designated SecureOn password
         packets = [p for p in admin.wol_packets() if p["node"] == "demo-side-wol"]
         assert packets and all(p["secure_on_matched"] is True for p in packets), packets

@@ -24,6 +24,7 @@ from nodewarden.api.base import (
     StatusModel,
     fence_field,
 )
+from nodewarden.api.consolidation import Consolidation
 from nodewarden.api.energy import PolicyEnergyStatus
 from nodewarden.api.inforce import PolicyInForce
 from nodewarden.api.warmcapacity import (
@@ -510,6 +511,13 @@ class PowerPolicySpec(ApiModel):
     forecast_wake: ForecastWake = Field(
         default_factory=ForecastWake,
         description="Warm capacity ahead of the demand the arrivals seen so far predict.",
+    )
+    consolidation: Consolidation = Field(
+        default_factory=Consolidation,
+        description=(
+            "Consolidation by drain (never eviction): a lightly used, dear node whose work "
+            "fits elsewhere stops admitting new work. Starts in Shadow."
+        ),
     )
 
     def seconds(self, field: str) -> float:

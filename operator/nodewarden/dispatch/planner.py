@@ -29,6 +29,7 @@ from nodewarden.dispatch.runners import Runners
 from nodewarden.dispatch.views import NodeViews
 from nodewarden.metrics import CREATES_STOPPED
 from nodewarden.pool.times import iso
+from nodewarden.rules.consolidation import protected
 from nodewarden.scheduling.caps import PolicyLimits, effective_limits
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.ledger import Claim, Placement, account
@@ -194,6 +195,7 @@ class Planner:
             first_seen=first_seen,
             resources=resources,
             node=node,
+            do_not_consolidate=protected(c.body.get("metadata", {}).get("annotations")),
         )
 
     def _cloud_state(self, now: datetime) -> CloudState:

@@ -8,8 +8,9 @@ read it as they read a watched body, but it keeps only what they read:
 - metadata: name, namespace, uid, generation, resourceVersion (write preconditions,
   Event references), deletionTimestamp, finalizers; ContainerDispatch also
   creationTimestamp (queue order); WorkerNode the labels the product reads
-  (`nodewarden.io/*`). Dropped: managedFields, annotations (kubectl's
-  last-applied-configuration, anyone's notes), other labels, ownerReferences.
+  (`nodewarden.io/*`); both kinds the annotations the product reads
+  (`KEPT_ANNOTATIONS`: do-not-consolidate). Dropped: managedFields, other annotations
+  (kubectl's last-applied-configuration, anyone's notes), other labels, ownerReferences.
 - spec and status: whole (the spec is parsed by its consumers; every status field is
   written by nodewarden and compared by its writer).
 
@@ -28,6 +29,8 @@ from typing import Any
 
 WORKERNODE_LABEL_PREFIX = "nodewarden.io/"
 
+KEPT_ANNOTATIONS = ("nodewarden.io/do-not-consolidate",)
+"""The annotations a compact body keeps (`api.consolidation.DO_NOT_CONSOLIDATE`)."""
 _COMMON_META = ("name", "namespace", "uid", "generation", "resourceVersion", "deletionTimestamp")
 _MAX_INTERNED = 32
 
@@ -60,6 +63,10 @@ def _metadata(meta: Mapping[str, Any], extra: tuple[str, ...]) -> dict[str, Any]
     finalizers = meta.get("finalizers")
     if finalizers:
         out["finalizers"] = [sys.intern(f) for f in finalizers]
+    annotations = meta.get("annotations") or {}
+    kept = {k: str(annotations[k]) for k in KEPT_ANNOTATIONS if k in annotations}
+    if kept:
+        out["annotations"] = kept
     return out
 
 

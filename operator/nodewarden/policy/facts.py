@@ -291,6 +291,27 @@ class FleetReading(Reading):
     )
 
 
+class ConsolidationReading(Reading):
+    """Consolidation by drain chose this node (`rules.consolidation`): it stops admitting
+    new work, finishes what it runs, then goes the usual idle way. The evidence."""
+
+    utilisation: float = Field(ge=0, le=1, description="Largest used share of vCPU/RAM/GPU.")
+    hourly_price: float = Field(ge=0, description="The node's hourly price.")
+    price_per_used: float | None = Field(
+        default=None, ge=0, description="Hourly price divided by the used share."
+    )
+    target_price_per_used: float | None = Field(
+        default=None,
+        ge=0,
+        description="The dearest price per used share among the nodes its work could go to.",
+    )
+    targets: dict[str, str] = Field(
+        default_factory=dict, description="Container uuid -> the open node it could go to."
+    )
+    why: str = Field(default="", max_length=1024)
+    budget: str = Field(default="", max_length=256, description="The consolidation budget.")
+
+
 class NodeFacts(CoreModel):
     """Everything known about one node at one moment; each reading carries provenance."""
 
@@ -308,6 +329,8 @@ class NodeFacts(CoreModel):
     intent: ManualIntent | None = None
     fleet: FleetReading | None = None
     vm: VmReading | None = None
+    consolidation: ConsolidationReading | None = None
+    """Set while consolidation drains the node (evidence only: not a decisive reading)."""
 
     def newest(self) -> datetime | None:
         """The latest observed_at of all readings (None if there are none)."""

@@ -87,6 +87,7 @@ class ReasonCode(StrEnum):
     MIN_WARM_NODES = "MIN_WARM_NODES"
     WARM_WINDOW = "WARM_WINDOW"
     FORECAST_DEMAND = "FORECAST_DEMAND"
+    CONSOLIDATION_DRAIN = "CONSOLIDATION_DRAIN"
     # -- transition progress and trouble --------------------------------------
     CONFIRMATION_PENDING = "CONFIRMATION_PENDING"
     READY_PROBE_PENDING = "READY_PROBE_PENDING"
@@ -354,6 +355,16 @@ REASON_DOCS: dict[ReasonCode, ReasonDoc] = {
         "held) or woken ahead of them (the wake gates still apply). The record gives the "
         "hour's rate and the quantile.",
         "Nothing; lower forecastWake.confidence or maxWarmNodes, or set its mode Shadow or Off.",
+    ),
+    _R.CONSOLIDATION_DRAIN: ReasonDoc(
+        _C.DRAIN,
+        "Consolidation by drain (spec.consolidation): the node is lightly used, dear per "
+        "used resource, and every container it runs fits on other open nodes, so it stops "
+        "admitting new work; it finishes what it runs (nothing is evicted), then the usual "
+        "idle path applies. The record's consolidation evidence gives the utilisation, the "
+        "price and where its work could go.",
+        "Nothing; annotate the node or a container nodewarden.io/do-not-consolidate=true to "
+        "keep it, or set consolidation.mode Shadow or Off.",
     ),
     _R.CONFIRMATION_PENDING: ReasonDoc(
         _C.DEFER,

@@ -34,6 +34,7 @@ from nodewarden.api.workernode import NodeType, ObservedPower, Readiness
 from nodewarden.policy.base import CoreModel
 from nodewarden.policy.evaluation import Evidence, GateResult, TimingMeasure
 from nodewarden.policy.facts import (
+    ConsolidationReading,
     DemandReading,
     DesiredReading,
     InhibitorReading,
@@ -193,6 +194,9 @@ class SafetyRecord(CoreModel):
     energy: EnergyEvidence | None = None
     """The saving an off period is expected to bring or brought (side nodes; set by the
     shell from the node's energy meter, never read by a gate)."""
+    consolidation: ConsolidationReading | None = None
+    """Consolidation by drain chose this node: utilisation, price, price per used share,
+    where its work could go (`rules.consolidation`)."""
 
     def to_status(self) -> dict[str, Any]:
         """JSON-ready dict (camelCase, no nulls) for PowerIntent status.safetyRecord."""

@@ -352,6 +352,7 @@ def build_record(
             "deadline": after_transition.deadline if after_transition is not None else None,
             "evaluated_at": None,
             "energy": None,
+            "consolidation": facts.consolidation,
         },
     )
 
@@ -380,6 +381,7 @@ def same_decision(
         or d["race"] != after.race
         or d["node"] != facts.node
         or d["drain"].admission is not after.admission
+        or d["consolidation"] is not facts.consolidation
     ):
         return False
     version = policy.version

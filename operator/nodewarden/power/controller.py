@@ -45,6 +45,7 @@ collaborators, which call one another one way only (top to bottom) --
 - `energy.Energy`             -- power readings, energy figures, a policy's sums;
 - `recording.Recorder`        -- records, intents' phases, Events, conditions;
 - `warming.PowerWarmth`       -- warm-capacity targets (windows, forecast) and classes;
+- `consolidating.PowerConsolidation` -- consolidation by drain: due nodes, budget, Drain intents;
 
 and keeps the public surface: the feed's inputs, the pool's `WorkerObserver`, the
 dispatcher's `planned`, the validation index, `explain`, `run`/`halt`/`stop`.
@@ -71,6 +72,7 @@ from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
 from nodewarden.kube.requesters import RequesterAdmission
 from nodewarden.power.agenda import Timer
+from nodewarden.power.consolidating import PowerConsolidation
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import PowerControl
 from nodewarden.power.energy import Energy
@@ -180,6 +182,7 @@ class PowerController:
         self._sensing = sensing
         self.warmth = PowerWarmth(ctx)
         self.inforce = PolicyInForce(ctx, self.warmth)
+        self.consolidation = PowerConsolidation(ctx)
         self._round = Round(
             ctx,
             recorder=recorder,
@@ -190,6 +193,7 @@ class PowerController:
             energy=self.energy,
             warmth=self.warmth,
             inforce=self.inforce,
+            consolidation=self.consolidation,
         )
 
     @property
@@ -214,6 +218,9 @@ class PowerController:
         """A WorkerNode from the feed (its informer's compact body, shared: read-only), with
         its spec as the feed parsed it (None: parsed here)."""
         self._observations.observe_node(body, deleted, spec)
+        name = (body.get("metadata") or {}).get("name")
+        if name and not deleted:
+            self.consolidation.node_changed(name, self._ctx.clock())
 
     def observe_intent(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A PowerIntent event (manual or policy-made)."""
@@ -234,6 +241,7 @@ class PowerController:
         demand for every node, by the plan's fit rules."""
         self._poolfacts.planned(containers, plan, now)
         self.warmth.planned(containers, now)  # the forecast's arrivals
+        self.consolidation.planned(containers, now)  # nodes whose work changed
 
     def await_ledger(self) -> None:
         """A dispatcher places work here and has not planned yet (it recovers): until its
@@ -402,6 +410,9 @@ class PowerController:
         released = self._ctx.first_writes.soonest()
         if released is not None:
             soonest = min(soonest, (released - now).total_seconds())
+        consolidate = self.consolidation.next_due  # a node whose work settled
+        if consolidate is not None:
+            soonest = min(soonest, (consolidate - now).total_seconds())
         warm = self.warmth.next_due  # a window boundary or forecast hour
         if warm is not None:
             soonest = min(soonest, (warm - now).total_seconds())

@@ -523,3 +523,12 @@ def record_fields(record: SafetyRecord) -> dict[str, Any]:
         "recheckAt": _iso(record.recheck_at),
         "retries": record.request.retries_used if record.request is not None else 0,
     }
+
+
+def shadow_fields(record: SafetyRecord, message: str, at: datetime) -> dict[str, Any]:
+    """The status of a PowerIntent in phase Shadow: the record of what would have been
+    done, its reasons with SHADOW_MODE, started and finished at once."""
+    fields = record_fields(record)
+    fields["reasons"] = [*fields["reasons"], "SHADOW_MODE"]
+    fields.update(phase="Shadow", message=message, startedAt=_iso(at), finishedAt=_iso(at))
+    return fields

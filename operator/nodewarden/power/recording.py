@@ -33,7 +33,7 @@ from nodewarden.power.announcing import (
     stored_headline,
 )
 from nodewarden.power.context import PowerContext
-from nodewarden.power.intents import record_fields
+from nodewarden.power.intents import record_fields, shadow_fields
 from nodewarden.power.nodestatus import api_state_of, conditions, gpu_only_now, power_status
 from nodewarden.power.phases import manual_phase, phase_message
 from nodewarden.power.runtime import NodeRuntime, iso
@@ -194,15 +194,8 @@ class Recorder:
         intent = await intents.create_policy_intent(
             rt.name, f"shadow-{tid}", action, "shadow mode: not acted on", now
         )
-        fields = record_fields(record)
-        fields["reasons"] = [*fields["reasons"], R.SHADOW_MODE.value]
-        fields.update(
-            phase="Shadow",
-            message="shadow mode: decided and recorded, not acted on",
-            startedAt=iso(now),
-            finishedAt=iso(now),
-        )
-        await intents.write(intent, fields)
+        message = "shadow mode: decided and recorded, not acted on"
+        await intents.write(intent, shadow_fields(record, message, now))
         self.event(rt, record, extra=" (shadow mode: not acted on)")
 
     async def open(self, rt: NodeRuntime, action: OpenTransition, now: datetime) -> None:

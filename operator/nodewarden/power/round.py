@@ -32,11 +32,13 @@ from nodewarden.policy.eligibility import eligibility, to_status
 from nodewarden.policy.events import AdmissionClosed, DeadlineReached, Evaluate, Event
 from nodewarden.policy.facts import DesiredReading
 from nodewarden.policy.machine import Step, step
+from nodewarden.policy.reasons import R
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
 from nodewarden.power.agenda import Timer
+from nodewarden.power.consolidating import PowerConsolidation
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
 from nodewarden.power.energy import Energy
@@ -84,8 +86,10 @@ class Round:
         energy: Energy,
         warmth: PowerWarmth,
         inforce: PolicyInForce,
+        consolidation: PowerConsolidation,
     ) -> None:
         self.ctx = ctx
+        self.consolidation = consolidation
         self.energy = energy
         self.warmth = warmth
         self.inforce = inforce
@@ -120,6 +124,7 @@ class Round:
                 ctx.spawn(ctx.intents.abandon(intent, now))
         self.sensing.schedule(now)
         self.warmth.due(now)  # window boundaries, forecast hours, policy changes
+        self.consolidation.due(now)  # nodes whose work settled (never a fleet scan)
         agenda = ctx.agenda
         names = agenda.take_dirty()
         names |= agenda.due(Timer.STEP, now, self._current("due_at"))
@@ -273,6 +278,8 @@ class Round:
             record: SafetyRecord | None = None
             if headline != rt.headline or opens_or_closes:
                 record = result.record
+            if record is not None and R.CONSOLIDATION_DRAIN in result.reasons:
+                await self.consolidation.drained(rt, record, now)  # its PowerIntent
             before = rt.state
             rt.state, rt.facts = result.next, result.facts
             if not await self._apply(rt, before, result, fx, record, headline, now):

@@ -58,6 +58,9 @@ class ContainerView:
     frees_at: datetime | None = None
     """Running or Locked and being cancelled: when its node is expected to have seen its
     runner gone (the KILL after the TERM timeout, then a probe): capacity about to free."""
+    do_not_consolidate: bool = False
+    """Its ContainerDispatch carries the do-not-consolidate annotation: the node it runs
+    on is never drained by consolidation (`rules.consolidation`)."""
 
 
 @dataclass(frozen=True, slots=True)

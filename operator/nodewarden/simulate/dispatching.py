@@ -44,6 +44,7 @@ from nodewarden.scheduling.views import (
     Plan,
 )
 from nodewarden.simulate.accounting import Ledger
+from nodewarden.simulate.consolidation import SimConsolidation
 from nodewarden.simulate.energy import EnergyLedger
 from nodewarden.simulate.fleet import Fleet
 from nodewarden.simulate.nodes import MachineNode
@@ -97,6 +98,7 @@ class World(Protocol):
     _type_policy: InstanceTypePolicy
     _limits: Limits
     _start_latency: int
+    consolidation: SimConsolidation
 
     @property
     def machines(self) -> Steps: ...
@@ -182,6 +184,7 @@ class Dispatching:
             work.gpu_running.add(c.spec.uuid)
             work.gpu_change(self.w.now)
         self.w._touch(node)
+        self.w.consolidation.work_changed(node)
         self.w._schedule(c.started + c.spec.runtime, self.finish, (c, c.token))
         self.w._sample()
 
@@ -199,6 +202,7 @@ class Dispatching:
         if c.spec.uuid in work.gpu_running:
             work.gpu_running.discard(c.spec.uuid)
             work.gpu_change(self.w.now)
+        self.w.consolidation.work_changed(node)
         if work.running:
             return None
         if work.busy_since is not None:
@@ -257,6 +261,11 @@ class Dispatching:
         self.w._schedule(
             self.w.sensing.next_probe(node, self.w.now), self.w.machines.evaluate, node
         )
+
+    def held(self) -> list[ContainerView]:
+        """The running containers as the capacity ledger holds them (consolidation's
+        placement query reads them)."""
+        return [c.run_view for c in self.running.values() if c.run_view is not None]
 
     # -- dispatcher round -----------------------------------------------------------------
 

@@ -73,6 +73,7 @@ from nodewarden.rules.readings import cloud_capability
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType
 from nodewarden.scheduling.views import Capacity, ContainerView, Limits, NodeView, Phase, Plan
 from nodewarden.simulate.accounting import Ledger, billed_us
+from nodewarden.simulate.consolidation import SimConsolidation
 from nodewarden.simulate.dispatching import Dispatching, SimContainer, container_shape
 from nodewarden.simulate.distributions import Delay, stream, to_us
 from nodewarden.simulate.energy import EnergyLedger
@@ -172,6 +173,15 @@ class Simulation:
         self.dispatching = Dispatching(self)
         self.warmth = SimWarmth(self, policy.spec, policy.forecast)
         """The warm-capacity levers (windows, forecast wake; `simulate.warmth`)."""
+        self.consolidation = SimConsolidation(
+            self,
+            policy.spec.consolidation,
+            lambda: [self.dispatching.node_view(n) for n in self.nodes.values()],
+            self.dispatching.held,
+            self.dispatching.rules,
+            self._qualified,
+        )
+        """Consolidation by drain (`simulate.consolidation`, `rules.consolidation`)."""
 
     # -- clock and queue ------------------------------------------------------------------
 
@@ -417,6 +427,8 @@ class Simulation:
             self._in_transition.discard(node.name)
         if self.warmth.active:
             self.warmth.touch(node)
+        if self.consolidation.active:
+            self.consolidation.touched(node)
 
     # -- warm capacity (simulate.warmth) --------------------------------------------------
 

@@ -113,6 +113,8 @@ def accepts_work(facts: NodeFacts) -> bool:
     intent = facts.intent
     if intent is not None and intent.action in ("Shutdown", "Drain"):
         return False
+    if facts.consolidation is not None:
+        return False
     desired = facts.desired
     if desired is None:
         return True

@@ -57,6 +57,14 @@ def handle_on(c: StepContext) -> None:
     if evaluation.decision in (Decision.SHUTDOWN, Decision.DRAIN):
         begin_shutdown(c, evaluation)
         return
+    if c.facts.consolidation is not None and c.get("admission") is AdmissionState.OPEN:
+        # consolidation by drain: stop admitting, finish what it runs (never evict);
+        # once its work ends the usual idle path applies
+        close_admission(c, None)
+        refresh_actions(c, evaluation.refresh, None)
+        c.decide(Decision.DRAIN, R.CONSOLIDATION_DRAIN)
+        c.set(recheck_at=evaluation.recheck_at)
+        return
     if not accepts_work(c.facts):
         close_admission(c, None)
     elif c.get("admission") is not AdmissionState.OPEN:

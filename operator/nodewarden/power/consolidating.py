@@ -1,0 +1,315 @@
+"""The power controller's side of consolidation by drain (`rules.consolidation`): which
+nodes are candidates, when, within which budget, and the PowerIntent of each decision.
+
+* Candidates are due times and dirty events, never a scan of the fleet: a node whose
+  work changed in the dispatcher's ledger (`planned`: a container started or ended on
+  it) is due `consolidateAfter` later; a lightly used node whose work did not fit
+  elsewhere (or that the budget kept waiting) is due again `recheckAfter` later. `due`
+  assesses only the nodes whose time came (the fleet's views are built once for them).
+* On: a node `rules.consolidation.assess` says to drain, within its policy's budget
+  (`maxConcurrent` nodes draining at once, apart from the transition budget), gets the
+  consolidation fact (`NodeFacts.consolidation`, the evidence) and an evaluation: the
+  state machine closes its admission and decides DRAIN (CONSOLIDATION_DRAIN); `drained`
+  (called by the round on that step) creates a policy-made PowerIntent (action Drain)
+  carrying the Safety Record. The node finishes what it runs; once the ledger holds no
+  work on it, it leaves the budget (its intent Succeeded) and goes the usual idle way.
+  Its admission stays closed until it is off (then the fact is cleared), unless the
+  lever is switched off or the node or one of its containers is annotated
+  do-not-consolidate (the fact is cleared and admission reopens).
+* Shadow: the same choice within the same budget; the machine is stepped on a copy of
+  the facts (nothing kept) and its record is written as a PowerIntent in phase Shadow.
+* Off: nothing is assessed.
+
+Calls nothing above it; the controller calls `planned`, the round `due` and `drained`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from nodewarden.api.consolidation import Consolidation
+from nodewarden.policy.base import replaced
+from nodewarden.policy.events import Evaluate
+from nodewarden.policy.facts import ConsolidationReading
+from nodewarden.policy.machine import step
+from nodewarden.policy.reasons import Decision
+from nodewarden.policy.record import SafetyRecord
+from nodewarden.policy.state import PowerState
+from nodewarden.power.context import PowerContext
+from nodewarden.power.intents import record_fields, shadow_fields
+from nodewarden.power.runtime import NodeRuntime, iso
+from nodewarden.rules.consolidation import (
+    RECHECKED,
+    assess,
+    consolidation_reading,
+    protected,
+    within_budget,
+)
+from nodewarden.rules.demand import node_view
+from nodewarden.rules.nodeview import SIDE_STATE, admits, is_ready
+from nodewarden.scheduling.views import ContainerView, NodeState, NodeView, Phase
+from nodewarden.units import parse_duration
+
+log = logging.getLogger(__name__)
+
+
+class PowerConsolidation:
+    """See the module docstring."""
+
+    def __init__(self, ctx: PowerContext) -> None:
+        self.ctx = ctx
+        self.held: list[ContainerView] = []
+        """The dispatcher's last ledger."""
+        self._work: dict[str, frozenset[tuple[str, bool]]] = {}
+        """node -> the (uuid, do-not-consolidate) the last ledger held on it."""
+        self._heap: list[tuple[datetime, str]] = []
+        self._due: dict[str, datetime] = {}
+        self.draining: dict[str, set[str]] = {}
+        """policy -> nodes draining for consolidation (On) whose work has not ended."""
+        self.shadowing: dict[str, set[str]] = {}
+        """policy -> nodes a Shadow lever would have drained, their work not ended."""
+        self.closed: dict[str, str] = {}
+        """node -> its policy: nodes holding the consolidation fact (admission closed)."""
+        self.intents: dict[str, str] = {}
+        """node -> the name of its Drain intent (On) while it drains."""
+        self.assessed = 0
+        self._annotated: dict[str, bool] = {}
+        """node -> whether its WorkerNode carries the do-not-consolidate annotation."""
+        """Nodes assessed so far (the at-rest test counts them)."""
+
+    @property
+    def next_due(self) -> datetime | None:
+        while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)  # stale entry
+        return self._heap[0][0] if self._heap else None
+
+    def _push(self, name: str, at: datetime) -> None:
+        current = self._due.get(name)
+        if current is not None and current <= at:
+            return
+        self._due[name] = at
+        heapq.heappush(self._heap, (at, name))
+
+    def _settings(self, rt: NodeRuntime) -> Consolidation:
+        return self.ctx.policy(rt).spec.consolidation
+
+    # -- the dispatcher's ledger: dirty nodes ------------------------------------------
+
+    def planned(self, containers: list[ContainerView], now: datetime) -> None:
+        """The dispatcher's ledger: a node whose work changed is due `consolidateAfter`
+        later; a draining node whose work ended leaves the budget."""
+        self.held = containers
+        work: dict[str, set[tuple[str, bool]]] = {}
+        for c in containers:
+            if c.node is not None and c.phase is not Phase.QUEUED:
+                # an annotation put on or taken off a container makes its node dirty too
+                work.setdefault(c.node, set()).add((c.uuid, c.do_not_consolidate))
+        # a node the controller does not hold yet is left out: it is dirty when it comes
+        nodes = self.ctx.nodes
+        after = {name: frozenset(uuids) for name, uuids in work.items() if name in nodes}
+        before, self._work = self._work, after
+        for name in before.keys() | after.keys():
+            if before.get(name) == after.get(name):
+                continue
+            rt = self.ctx.nodes.get(name)
+            if rt is None or rt.spec is None:
+                continue
+            settings = self._settings(rt)
+            if settings.mode == "Off":
+                continue
+            if name in after:
+                self._push(name, now + parse_duration(settings.consolidate_after))
+        self._release(now)
+
+    def node_changed(self, name: str, now: datetime) -> None:
+        """A WorkerNode event: when its do-not-consolidate annotation changed, a node with
+        work is due again, and one drained for consolidation is let go if it is
+        annotated now (other events -- status echoes among them -- change nothing)."""
+        rt = self.ctx.nodes.get(name)
+        if rt is None or rt.spec is None:
+            return
+        annotated = protected(rt.meta.get("annotations"))
+        if self._annotated.get(name, False) == annotated:
+            return
+        self._annotated[name] = annotated
+        if not self._work.get(name):
+            return
+        settings = self._settings(rt)
+        if settings.mode != "Off":
+            self._push(name, now + parse_duration(settings.consolidate_after))
+        if name in self.closed and self._protected(rt):
+            self._release(now)
+
+    def _release(self, now: datetime) -> None:
+        """Nodes whose consolidation drain is over: their work ended (out of the budget),
+        they went off or away (the fact cleared), or the lever or an annotation lets them
+        go (the fact cleared, admission reopens)."""
+        for group in (self.draining, self.shadowing):
+            for names in group.values():
+                for name in [n for n in names if not self._work.get(n)]:
+                    names.discard(name)
+                    if group is self.draining:
+                        self.ctx.spawn(self._finish(name, now, "Succeeded", "drained"))
+        for name in list(self.closed):
+            rt = self.ctx.nodes.get(name)
+            if rt is None:
+                self._clear(name, None)
+                continue
+            off = rt.state.state is PowerState.OFF
+            let_go = self._settings(rt).mode != "On" or self._protected(rt)
+            if off or let_go:
+                self._clear(name, rt)
+                if let_go and not off:
+                    self.ctx.spawn(self._finish(name, now, "Aborted", "consolidation let go"))
+
+    def _clear(self, name: str, rt: NodeRuntime | None) -> None:
+        policy = self.closed.pop(name, None)
+        if policy is not None:
+            self.draining.get(policy, set()).discard(name)
+        if rt is not None and rt.facts.consolidation is not None:
+            rt.facts = replaced(rt.facts, {"consolidation": None})
+            rt.events.append(Evaluate())
+            self.ctx.wake.set()
+
+    def _protected(self, rt: NodeRuntime) -> bool:
+        if protected(rt.meta.get("annotations")):
+            return True
+        return any(kept for _, kept in self._work.get(rt.name, frozenset()))
+
+    # -- due times ---------------------------------------------------------------------
+
+    def due(self, now: datetime) -> None:
+        """Assess the nodes whose due time came (module docstring)."""
+        names: list[str] = []
+        while (at := self.next_due) is not None and at <= now:
+            _, name = heapq.heappop(self._heap)
+            self._due.pop(name, None)
+            names.append(name)
+        if not names:
+            return
+        self._release(now)
+        views: list[NodeView] | None = None
+        for name in names:
+            rt = self.ctx.nodes.get(name)
+            if rt is None or rt.spec is None or name in self.closed:
+                continue
+            settings = self._settings(rt)
+            if settings.mode == "Off":
+                continue
+            if views is None:
+                views = self._views()
+            view = next((v for v in views if v.name == name), None)
+            if view is None:
+                continue
+            self.assessed += 1
+            policy = self.ctx.policy(rt).name
+            answer = assess(
+                view,
+                protected(rt.meta.get("annotations")),
+                self.held,
+                views,
+                settings,
+                self.ctx.catalogue,
+                self.ctx.type_policy,
+                now,
+                self.ctx.placement(),
+                rt.facts.demand.queued if rt.facts.demand is not None else 0,
+            )
+            recheck = now + parse_duration(settings.recheck_after)
+            if not answer.drain:
+                if answer.code in RECHECKED:
+                    self._push(name, recheck)
+                continue
+            group = self.draining if settings.mode == "On" else self.shadowing
+            members = group.setdefault(policy, set())
+            if name in members:
+                continue
+            if not within_budget(members, settings):
+                self._push(name, recheck)  # the budget is full: look again later
+                continue
+            members.add(name)
+            budget = f"{len(members)} of maxConcurrent {settings.max_concurrent} ({settings.mode})"
+            reading = consolidation_reading(
+                answer, "rules.consolidation (dispatcher ledger, node prices)", now, budget
+            )
+            if settings.mode == "On":
+                self.closed[name] = policy
+                rt.facts = replaced(rt.facts, {"consolidation": reading})
+                rt.events.append(Evaluate())
+                self.ctx.wake.set()
+            else:
+                self.ctx.spawn(self._shadow(rt, reading, now))
+
+    def _views(self) -> list[NodeView]:
+        """Every node as the scheduler sees it, from the power controller's state (built
+        only when a node is due)."""
+        out: list[NodeView] = []
+        for rt in self.ctx.nodes.values():
+            base = node_view(rt.name, rt.spec, self.ctx.catalogue)
+            if base is None:
+                continue
+            power = rt.state.state
+            out.append(
+                replace(
+                    base,
+                    state=SIDE_STATE.get(power, NodeState.UNKNOWN),
+                    admission_open=admits(rt.state.admission),
+                    ready=is_ready(power, rt.facts.ready),
+                )
+            )
+        return out
+
+    # -- records -----------------------------------------------------------------------
+
+    async def drained(self, rt: NodeRuntime, record: SafetyRecord, now: datetime) -> None:
+        """The step that closed the node's admission for consolidation (decision DRAIN,
+        CONSOLIDATION_DRAIN): a policy-made PowerIntent (Drain) with its Safety Record."""
+        if rt.name in self.intents:
+            return
+        intents = self.ctx.intents
+        tid = f"consolidate-{now:%Y%m%d-%H%M%S}"
+        intent = await intents.create_policy_intent(
+            rt.name, tid, "Drain", "policy decision: CONSOLIDATION_DRAIN", now
+        )
+        self.intents[rt.name] = intent.name
+        fields = record_fields(record)
+        fields.update(
+            phase="InProgress",
+            startedAt=iso(now),
+            message="consolidation: admission closed; it finishes what it runs, then the "
+            "usual idle path applies",
+        )
+        await intents.write(intent, fields)
+
+    async def _finish(self, name: str, now: datetime, phase: str, why: str) -> None:
+        intent_name = self.intents.pop(name, None)
+        intent = self.ctx.intents.intents.get(intent_name or "")
+        if intent is None or intent.finished:
+            return
+        message = (
+            "consolidation: its work ended; the usual idle path applies"
+            if phase == "Succeeded"
+            else f"consolidation: {why}; admission reopens"
+        )
+        fields: dict[str, Any] = {"phase": phase, "finishedAt": iso(now), "message": message}
+        await self.ctx.intents.write(intent, fields)
+
+    async def _shadow(self, rt: NodeRuntime, reading: ConsolidationReading, now: datetime) -> None:
+        """What On would have done: the machine stepped on a copy of the facts (nothing
+        kept), its record in a PowerIntent in phase Shadow."""
+        facts = replaced(rt.facts, {"consolidation": reading})
+        result = step(rt.state, facts, Evaluate(), now, self.ctx.policy(rt).view)
+        record = result.record
+        if record is None or result.decision is not Decision.DRAIN:
+            return
+        intents = self.ctx.intents
+        tid = f"shadow-consolidate-{now:%Y%m%d-%H%M%S}"
+        intent = await intents.create_policy_intent(
+            rt.name, tid, "Drain", "consolidation in Shadow: not acted on", now
+        )
+        message = "consolidation in Shadow: decided and recorded, not acted on"
+        await intents.write(intent, shadow_fields(record, message, now))

@@ -1,0 +1,190 @@
+"""Consolidation by drain in the live power controller, in process with a fake clock: a
+lightly used dear node whose work fits elsewhere stops admitting (DRAIN, a Drain
+PowerIntent with its Safety Record), within its own budget and not the transition
+budget; the do-not-consolidate annotation on a node or a container keeps it; Shadow
+records and does not drain; Off does nothing (`rules.consolidation`,
+`power.consolidating`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from harness import POLICY, PowerHarness
+from powerfakes import NS, container_uuid
+
+from nodewarden.power.runtime import ControllerSettings, EnergyBook
+
+CPU = {"vcpus": 16, "ram": "64Gi"}
+DEAR, CHEAP = 4.0, 1.0
+
+
+def _policy(mode: str, **consolidation: Any) -> dict[str, Any]:
+    return {
+        **POLICY,
+        "consolidation": {
+            "mode": mode,
+            "consolidateAfter": "2m",
+            "recheckAfter": "3m",
+            "maxConcurrent": 1,
+            **consolidation,
+        },
+    }
+
+
+def _fleet(h: PowerHarness, dear: list[str], cheap: list[str], **meta: Any) -> None:
+    """Dear nodes each run one 2-vCPU container (1/8 used), cheap ones five (5/8: not
+    lightly used)."""
+    for name in dear:
+        h.side_node(name, spec={"capacity": CPU, "costPerHour": DEAR}, runners=1)
+        h.queue(f"{name}-c0", vcpus=2, ram="2Gi")
+        h.place(f"{name}-c0", name)
+    for name in cheap:
+        h.side_node(name, spec={"capacity": CPU, "costPerHour": CHEAP}, runners=5)
+        for i in range(5):
+            h.queue(f"{name}-c{i}", vcpus=2, ram="2Gi")
+            h.place(f"{name}-c{i}", name)
+
+
+def _drains(h: PowerHarness, phase: str | None = None) -> list[dict[str, Any]]:
+    return [
+        i
+        for i in h.intents()
+        if i["spec"]["action"] == "Drain"
+        and i["spec"]["source"] == "Policy"
+        and (phase is None or (i.get("status") or {}).get("phase") == phase)
+    ]
+
+
+def _admission(h: PowerHarness, name: str) -> str:
+    return h.ctrl.nodes[name].state.admission.value
+
+
+async def test_a_lightly_used_dear_node_is_drained_within_its_own_budget_then_goes_idle() -> None:
+    policy = {**_policy("On"), "disruptionBudget": {"maxConcurrentTransitions": 1}}
+    async with PowerHarness(policy=policy) as h:
+        _fleet(h, ["dear-0", "dear-1"], ["cheap-0", "cheap-1"])
+        h.side_node("spare", power="Off", spec={"capacity": CPU, "costPerHour": CHEAP})
+        await h.start()
+        await h.run_until(lambda: bool(_drains(h)), within=600, tick=5, what="a drain")
+        (intent,) = _drains(h)
+        node = intent["spec"]["nodeName"]
+        other = ({"dear-0", "dear-1"} - {node}).pop()
+        assert node in ("dear-0", "dear-1")
+        status = intent["status"]
+        assert status["phase"] == "InProgress"
+        record = status["safetyRecord"]
+        assert record["decision"] == "DRAIN" and record["reasons"] == ["CONSOLIDATION_DRAIN"]
+        evidence = record["consolidation"]
+        assert evidence["utilisation"] == 0.125 and evidence["hourlyPrice"] == DEAR
+        assert evidence["pricePerUsed"] == 32.0
+        assert set(evidence["targets"].values()) <= {"cheap-0", "cheap-1", other}
+        assert evidence["targets"] and "1 of maxConcurrent 1" in evidence["budget"]
+        assert _admission(h, node) in ("Closing", "Closed")
+        assert h.decision(node) in ("DRAIN", "NONE")  # busy: it finishes what it runs
+        # the budget holds the other dear node; the drain holds no transition: a wake
+        # for demand goes ahead under maxConcurrentTransitions 1
+        h.queue("burst", vcpus=16, ram="32Gi", wake="spare")
+        await h.run_until(
+            lambda: any(r.action == "On" and r.node == "spare" for r in h.control.requests),
+            within=300,
+            tick=5,
+            what="the wake",
+        )
+        await h.run_until(lambda: h.state("spare") == "Idle", within=300, tick=5, what="up")
+        h.place("burst", "spare")
+        await h.run_for(600, tick=10)
+        assert len(_drains(h)) == 1 and _admission(h, other) == "Open"
+        assert _admission(h, node) == "Closed" and h.state(node) == "Active"
+        # its work ends: the drain Succeeded, the usual idle path switches it off, and the
+        # budget lets the other dear node go next
+        h.finish(f"{node}-c0")
+        h.hosts[node].runners = 0
+        await h.run_until(lambda: h.state(node) == "Off", within=600, tick=5, what="off")
+        assert _drains(h, "Succeeded")[0]["spec"]["nodeName"] == node
+        await h.run_until(lambda: len(_drains(h)) == 2, within=900, tick=10, what="2nd drain")
+        assert _drains(h)[-1]["spec"]["nodeName"] == other
+
+
+async def test_do_not_consolidate_on_a_node_or_a_container_keeps_it_open() -> None:
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0", "dear-1"], ["cheap-0", "cheap-1"])
+        body = h.kube.objects[("WorkerNode", NS, "dear-0")]
+        h.put_node("dear-0", body["spec"], annotations={"nodewarden.io/do-not-consolidate": "true"})
+        uuid = container_uuid("dear-1-c0")
+        h.containers[uuid] = replace(h.containers[uuid], do_not_consolidate=True)
+        h.plan()
+        await h.start()
+        await h.run_for(900, tick=10)
+        assert h.ctrl.consolidation.assessed >= 2  # they were looked at, and kept
+        assert _drains(h) == []
+        assert _admission(h, "dear-0") == "Open" and _admission(h, "dear-1") == "Open"
+        # the annotation taken off the container: that node is drained
+        h.containers[uuid] = replace(h.containers[uuid], do_not_consolidate=False, priority=501)
+        await h.run_until(lambda: bool(_drains(h)), within=600, tick=10, what="a drain")
+        assert [i["spec"]["nodeName"] for i in _drains(h)] == ["dear-1"]
+        await h.run_until(lambda: _admission(h, "dear-1") == "Closed", within=120, tick=5)
+        # the annotation put on the draining node: consolidation lets it go, admission
+        # reopens (after a fresh verification) and its Drain intent is Aborted
+        body = h.kube.objects[("WorkerNode", NS, "dear-1")]
+        h.put_node("dear-1", body["spec"], annotations={"nodewarden.io/do-not-consolidate": "true"})
+        await h.run_until(
+            lambda: _admission(h, "dear-1") == "Open", within=300, tick=5, what="reopened"
+        )
+        assert h.ctrl.nodes["dear-1"].facts.consolidation is None
+        await h.run_until(lambda: bool(_drains(h, "Aborted")), within=60, tick=5, what="aborted")
+
+
+async def test_shadow_records_the_drain_and_does_not_drain_and_off_does_nothing() -> None:
+    async with PowerHarness(policy=_policy("Shadow")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: bool(_drains(h)), within=600, tick=5, what="a record")
+        await h.run_for(600, tick=10)
+        (shadow,) = _drains(h)
+        status = shadow["status"]
+        assert status["phase"] == "Shadow"
+        record = status["safetyRecord"]
+        assert record["decision"] == "DRAIN"
+        assert status["reasons"] == ["CONSOLIDATION_DRAIN", "SHADOW_MODE"]
+        assert record["consolidation"]["utilisation"] == 0.125
+        assert _admission(h, "dear-0") == "Open" and h.state("dear-0") == "Active"
+        assert h.ctrl.nodes["dear-0"].facts.consolidation is None
+    async with PowerHarness(policy=_policy("Off")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_for(900, tick=10)
+        assert h.ctrl.consolidation.assessed == 0 and _drains(h) == []
+        assert _admission(h, "dear-0") == "Open"
+
+
+async def test_at_rest_nothing_is_assessed_and_a_change_assesses_only_its_node() -> None:
+    """Counted, not timed: candidates are due times from the ledger's changes, never a
+    scan per round."""
+    policy = {**_policy("On"), "idleThreshold": "2h"}
+    settings = ControllerSettings(
+        power_poll_interval=15.0,
+        power_poll_interval_at_rest=15.0,
+        energy=EnergyBook(status_interval=3600.0),
+    )
+    async with PowerHarness(policy=policy, settings=settings) as h:
+        h.plan_changes = True
+        cheap = [f"cheap-{i}" for i in range(12)]
+        _fleet(h, ["dear-0"], cheap)  # the cheap ones are 5/8 used: not candidates
+        body = h.kube.objects[("WorkerNode", NS, "dear-0")]  # kept (a drain polls its node)
+        h.put_node("dear-0", body["spec"], annotations={"nodewarden.io/do-not-consolidate": "true"})
+        await h.start()
+        await h.run_for(300, tick=5)  # every node's first due time (2 m) has come
+        first = h.ctrl.consolidation.assessed
+        assert first >= len(cheap) + 1  # each looked at once its work settled
+        steps, writes = h.ctrl.steps, h.kube.writes
+        await h.run_for(600, tick=10)
+        assert h.ctrl.consolidation.assessed == first  # nothing due: nothing looked at
+        assert h.ctrl.steps - steps == 0 and h.kube.writes - writes == 0
+        assert _drains(h) == []
+        # one container ends on cheap-3: that node alone is due again
+        before = h.ctrl.consolidation.assessed
+        h.finish("cheap-3-c0")
+        h.hosts["cheap-3"].runners = 4
+        await h.run_for(170, tick=10)
+        assert 1 <= h.ctrl.consolidation.assessed - before <= 2
