@@ -333,6 +333,8 @@ def _check_eligibility(seen: Eligibility, shutdown: dict[str, Any]) -> None:
     print(f"eligible at {seen.eligible_at}, shutdown began {began} ({late:+.1f} s)")
     assert -1.0 <= late <= EVALUATE_INTERVAL, (seen.eligible_at, began)
     assert decided >= seen.eligible_at
+
+
 def _check_consolidation(demo: Demo) -> None:
     """One consolidation-by-drain decision with its record: the m5.2xlarge left running
     only "kept" (e2e/demo/consolidation-containers.yaml) is drained while "kept" fits on
