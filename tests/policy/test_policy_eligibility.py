@@ -106,7 +106,19 @@ def test_the_policy_in_force_names_the_open_window_and_its_next_boundary_in_utc(
     assert s["nodes"] == {"total": 3, "on": 1, "off": 1, "transitioning": 1, "unknown": 0}
     assert s["disruptionBudget"] == {"max": 1, "inUse": 1, "left": 0}
     assert [c["name"] for c in s["classes"]] == ["gpu", "(all)"]
-    assert s["consolidationBudget"] is None  # the slot for consolidation by drain
+    # consolidation by drain starts in Shadow: its own budget, apart from the transitions'
+    assert s["consolidationBudget"] == {"max": 1, "inUse": 0, "left": 1}
+
+
+def test_the_consolidation_budget_in_force_counts_the_nodes_draining_and_is_none_when_off() -> None:
+    now = datetime(2027, 1, 6, 12, tzinfo=UTC)
+    on = _spec(consolidation={"mode": "On", "maxConcurrent": 2})
+    shown = in_force(on, [], now, consolidating=1).status
+    PolicyInForce.model_validate(shown)
+    assert shown["consolidationBudget"] == {"max": 2, "inUse": 1, "left": 1}
+    assert in_force(on, [], now, consolidating=3).status["consolidationBudget"]["left"] == 0
+    off = _spec(consolidation={"mode": "Off"})
+    assert in_force(off, [], now, consolidating=0).status["consolidationBudget"] is None
 
 
 def test_forecast_state_and_mode_in_force() -> None:

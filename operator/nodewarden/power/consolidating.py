@@ -175,6 +175,16 @@ class PowerConsolidation:
             rt.events.append(Evaluate())
             self.ctx.wake.set()
 
+    def in_use(self) -> dict[str, int]:
+        """Per policy: the nodes its consolidation budget holds now (draining under On,
+        would-be draining under Shadow), policies holding none left out."""
+        counts: dict[str, int] = {}
+        for group in (self.draining, self.shadowing):
+            for policy, names in group.items():
+                if names:
+                    counts[policy] = counts.get(policy, 0) + len(names)
+        return counts
+
     def _protected(self, rt: NodeRuntime) -> bool:
         if protected(rt.meta.get("annotations")):
             return True

@@ -181,8 +181,8 @@ class PowerController:
         sensing = Sensing(ctx, self._observations, recorder, self.energy)
         self._sensing = sensing
         self.warmth = PowerWarmth(ctx)
-        self.inforce = PolicyInForce(ctx, self.warmth)
         self.consolidation = PowerConsolidation(ctx)
+        self.inforce = PolicyInForce(ctx, self.warmth, self.consolidation)
         self._round = Round(
             ctx,
             recorder=recorder,

@@ -28,6 +28,7 @@ from typing import Any
 from nodewarden.api.kinds import POWER_POLICY
 from nodewarden.fleet.policies import Policy
 from nodewarden.kube.client import KubeError
+from nodewarden.power.consolidating import PowerConsolidation
 from nodewarden.power.context import PowerContext
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.power.warming import PowerWarmth
@@ -44,9 +45,14 @@ WRITE_GAP = timedelta(seconds=10)
 class PolicyInForce:
     """See the module docstring. One per power controller."""
 
-    def __init__(self, ctx: PowerContext, warmth: PowerWarmth) -> None:
+    def __init__(
+        self, ctx: PowerContext, warmth: PowerWarmth, consolidation: PowerConsolidation
+    ) -> None:
         self.ctx = ctx
         self.warmth = warmth
+        self.consolidation = consolidation
+        self._consolidating: dict[str, int] = {}
+        """Per policy: its consolidation budget in use at the last render pass."""
         self._dirty: set[str] = set()
         self._all_dirty = True
         self._due: dict[str, datetime] = {}
@@ -103,6 +109,12 @@ class PolicyInForce:
             self._due.pop(gone, None)
             self._deferred.pop(gone, None)
             self._last_write.pop(gone, None)
+        consolidating = self.consolidation.in_use()
+        if consolidating != self._consolidating:
+            for name in {*consolidating, *self._consolidating}:
+                if consolidating.get(name, 0) != self._consolidating.get(name, 0):
+                    self._dirty.add(name)
+            self._consolidating = consolidating
         changed = set(policies) if self._all_dirty else self._dirty & set(policies)
         changed |= {n for n, at in self._deferred.items() if at <= now}
         by_clock = {n for n, at in self._due.items() if at <= now and n in policies}
@@ -131,7 +143,13 @@ class PolicyInForce:
             if rt.policy_name == policy.name or (default and rt.policy_name is None)
         ]
         h = self.warmth.book.histogram(policy.name, policy.spec, now)
-        shown = in_force(policy.spec, members, now, h.days_observed if h is not None else None)
+        shown = in_force(
+            policy.spec,
+            members,
+            now,
+            h.days_observed if h is not None else None,
+            self._consolidating.get(policy.name, 0),
+        )
         if shown.next_change is not None:
             self._due[policy.name] = shown.next_change
         before = self._written.get(policy.name)

@@ -3,7 +3,7 @@ its effective thresholds, the disruption budget in use and left (and a slot for 
 consolidation budget), the warm window or billing window in force and when the next
 change comes, the forecast's state, and its nodes on, off and in transition.
 
-    in_force(spec, members, now, forecast_days=None) -> InForce
+    in_force(spec, members, now, forecast_days=None, consolidating=0) -> InForce
     member(node_class, node_type, state) -> Member
 
 `InForce.status` is the wire form of PowerPolicy `status.inForce`; `InForce.next_change`
@@ -107,13 +107,25 @@ def _billing(spec: PowerPolicySpec) -> str:
     return f"{b.window_start}-{b.window_end} of each {b.period} (cloud VMs, from boot)"
 
 
+def _consolidation_budget(spec: PowerPolicySpec, in_use: int) -> dict[str, Any] | None:
+    """Consolidation by drain's own budget (not the transition budget); none while Off."""
+    settings = spec.consolidation
+    if settings.mode == "Off":
+        return None
+    most = settings.max_concurrent
+    return {"max": most, "inUse": in_use, "left": max(0, most - in_use)}
+
+
 def in_force(
     spec: PowerPolicySpec,
     members: Iterable[Member],
     now: datetime,
     forecast_days: float | None = None,
+    consolidating: int = 0,
 ) -> InForce:
-    """The policy in force now for `members` (its nodes), and its next change by the clock."""
+    """The policy in force now for `members` (its nodes), and its next change by the clock;
+    `consolidating`: its nodes draining (On) or that would drain (Shadow) for consolidation,
+    their work not ended -- what its consolidation budget has in use."""
     nodes = list(members)
     windows = windows_of(spec.warm_capacity) if spec.warm_capacity.mode != "Off" else ()
     forecast = forecast_state(spec, forecast_days)
@@ -160,7 +172,7 @@ def in_force(
             "inUse": in_use,
             "left": max(0, budget_max - in_use),
         },
-        "consolidationBudget": None,
+        "consolidationBudget": _consolidation_budget(spec, consolidating),
         "window": ",".join(sorted(set(open_names))) or "none",
         "billingWindow": _billing(spec),
         "forecast": forecast,

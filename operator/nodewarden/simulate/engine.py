@@ -267,7 +267,8 @@ class Simulation:
             member(self.warmth.node_class(n), n.node_type, n.state) for n in self.nodes.values()
         ]
         days = h.days_observed if h is not None else None
-        return in_force(self.policy.spec, members, self.at(end), days).status
+        draining = len(self.consolidation.draining)
+        return in_force(self.policy.spec, members, self.at(end), days, draining).status
 
     def _saved_today_by_class(self, end: int) -> list[dict[str, Any]]:
         """Per node class, its side nodes' saving since local midnight (the policy's time

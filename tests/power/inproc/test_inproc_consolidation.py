@@ -13,6 +13,7 @@ from typing import Any
 from harness import POLICY, PowerHarness
 from powerfakes import NS, container_uuid
 
+from nodewarden.api.kinds import POWER_POLICY
 from nodewarden.power.runtime import ControllerSettings, EnergyBook
 
 CPU = {"vcpus": 16, "ram": "64Gi"}
@@ -96,6 +97,10 @@ async def test_a_lightly_used_dear_node_is_drained_within_its_own_budget_then_go
         await h.run_for(600, tick=10)
         assert len(_drains(h)) == 1 and _admission(h, other) == "Open"
         assert _admission(h, node) == "Closed" and h.state(node) == "Active"
+        # the policy in force shows the consolidation budget in use, apart from the
+        # transition budget (issue 27)
+        shown = h.kube.status(POWER_POLICY, NS, "default").get("inForce") or {}
+        assert shown.get("consolidationBudget") == {"max": 1, "inUse": 1, "left": 0}, shown
         # its work ends: the drain Succeeded, the usual idle path switches it off, and the
         # budget lets the other dear node go next
         h.finish(f"{node}-c0")
