@@ -53,6 +53,23 @@ POLICY_SPEC: dict[str, Any] = {
     "deadlines": {"shutdown": "60s", "wake": "60s", "ready": "60s", "drain": "60s"},
     "retry": {"budget": 2, "initialBackoff": "1s", "maxBackoff": "2s", "jitter": 0.1},
     "disruptionBudget": {"maxConcurrentTransitions": 2},
+    # the warm-capacity and forecast levers in Shadow (they record, never act): their
+    # dashboard panels have a series to show, and the power cycle below is theirs to leave be
+    "nodeClasses": [{"name": "gpu", "nodeType": "SideNode", "gpuModel": GPU_MODEL}],
+    "warmCapacity": {
+        "mode": "Shadow",
+        "windows": [
+            {
+                "name": "always",
+                "nodeClass": "gpu",
+                "minWarm": 1,
+                "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                "start": "00:00",
+                "end": "24:00",
+            }
+        ],
+    },
+    "forecastWake": {"mode": "Shadow"},
 }
 POWER_TIMING = {
     "power_poll_interval": 2,
