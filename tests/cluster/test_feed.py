@@ -27,6 +27,7 @@ import pytest
 from clusterkit import ClusterHandle, OperatorProcess, start_operator, wait_for
 from dispatchkit import container
 from localcluster import OPERATOR_USER
+from nodewarden.power.inforce import WRITE_GAP
 from powerkit import PowerEnv, side_node_entry
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -99,14 +100,17 @@ def test_hot_kinds_come_from_informers_and_an_idle_fleet_writes_nothing(
     assert _counters(op)['informer_store_objects{kind="ContainerDispatch"}'] == 1
 
     # idle: once settled, several evaluation rounds (evaluate_interval 3 s, BMC poll 2 s,
-    # SSH probe 1 s, re-validation 5 s) without a single write
+    # SSH probe 1 s, re-validation 5 s) without a single write. Settled is longer than a
+    # PowerPolicy's inForce coalescing gap: a change held back by it is written by then.
+    quiet = WRITE_GAP.total_seconds() + 2
+
     def settled() -> dict[str, float] | None:
         before = _writes(op)
-        time.sleep(4)
+        time.sleep(quiet)
         after = _writes(op)
         return after if after == before else None
 
-    start = wait_for(settled, timeout=30, interval=0, what="no writes for 4 s")
+    start = wait_for(settled, timeout=30 + 2 * quiet, interval=0, what=f"no writes for {quiet} s")
     polls = _counters(op)
     time.sleep(10)
     assert _writes(op) == start, "an idle fleet made API writes"
