@@ -203,6 +203,7 @@ class PowerConsolidation:
             return
         self._release(now)
         views: list[NodeView] | None = None
+        by_name: dict[str, NodeView] = {}
         for name in names:
             rt = self.ctx.nodes.get(name)
             if rt is None or rt.spec is None or name in self.closed:
@@ -212,7 +213,8 @@ class PowerConsolidation:
                 continue
             if views is None:
                 views = self._views()
-            view = next((v for v in views if v.name == name), None)
+                by_name = {v.name: v for v in views}
+            view = by_name.get(name)
             if view is None:
                 continue
             self.assessed += 1
