@@ -328,9 +328,9 @@ class Energy:
             return "no reading: no BMC; time off is counted, draws are configured"
         return None
 
-    async def write_policies(self, now: datetime) -> None:
-        """Write the sums of the policies whose time came (a handful of policies: looked
-        at every round)."""
+    def policies_due(self, now: datetime) -> list[str]:
+        """The policies whose sums are due now, taken off the due list (a handful of
+        policies: looked at every round); `write_policies` writes them."""
         due = [
             name
             for name, at in self._policy_due.items()
@@ -338,6 +338,11 @@ class Energy:
         ]
         for name in due:
             del self._policy_due[name]
+        return due
+
+    async def write_policies(self, due: list[str], now: datetime) -> None:
+        """Write the sums of policies `due` (from `policies_due`)."""
+        for name in due:
             if name not in self.ctx.policies.policies:
                 continue  # the built-in default: no object to write to
             try:

@@ -170,7 +170,8 @@ class Round:
             self.inforce.roster_changed()
         self.inforce.due(now)  # a node moved, a window boundary, a policy change
         await ctx.status.flush(hold=held)
-        ctx.spawn(self.energy.write_policies(now))
+        if policies := self.energy.policies_due(now):  # a task only when a write is due
+            ctx.spawn(self.energy.write_policies(policies, now))
         self._held = held
         if stepping or agenda.roster_changed:
             agenda.roster_changed = False
