@@ -573,6 +573,10 @@ def test_demo_power_cycles_its_side_nodes_then_cleans_up_on_ctrl_c(tmp_path: Pat
     output = (tmp_path / "demo.log").read_text()
     assert "kubectl get wn,pi -w" in output and f"KUBECONFIG={demo.kubeconfig}" in output
     assert ">> demo-side-redfish is Off" in output
+    # a restart after a lost Lease (a stall on a loaded machine) is how a Pod recovers;
+    # a loop that stopped with an error is a bug, restarted or not
+    print(*[line for line in output.splitlines() if "starting it again" in line], sep="\n")
+    assert "stopped with an error" not in output
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_pid_alive(p) for p in pids.values()):
         time.sleep(0.2)
