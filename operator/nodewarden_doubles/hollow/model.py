@@ -1,0 +1,180 @@
+"""The hollow fleet's model: each node's power, readiness and runner, and the record of
+every action that reached a node and who sent it. No I/O; a clock is passed in.
+
+Power follows the requests with delays evaluated lazily (no task per node):
+
+    request            now               after the delay
+    On / ForceOn       PoweringOn        On (boot_delay), ready ready_delay later
+    GracefulShutdown   PoweringOff       Off (shutdown_delay); runners lost
+    ForceOff           Off at once       -
+    ssh poweroff       PoweringOff       Off (shutdown_delay); the SSH link drops at once
+
+Reset types outside `ALLOWABLE` are refused (HTTP 400), as a BMC does.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from nodewarden_doubles.stubworker.runner import FakeRunner
+
+ALLOWABLE = ("On", "ForceOn", "GracefulShutdown", "ForceOff")
+POWER_ACTIONS = frozenset({f"bmc:{t}" for t in ALLOWABLE} | {"ssh:poweroff"})
+"""The kinds of `ActionRecord` that change a node's power."""
+
+_REPLICA = re.compile(r"replica=([^;)\s]+)")
+
+
+def replica_of(user_agent: str | None) -> str | None:
+    """The replica a request names in its User-Agent (`compose.power_user_agent`)."""
+    match = _REPLICA.search(user_agent or "")
+    return match.group(1) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord:
+    """One action that reached a node: a power request or a runner command."""
+
+    node: str
+    kind: str
+    """``bmc:<ResetType>``, ``ssh:poweroff``, ``runner:run``, ``runner:kill``."""
+    actor: str | None
+    """Who sent it: the replica (User-Agent, or the dialer's actor); None if unnamed."""
+    at: float
+    accepted: bool
+
+
+@dataclass
+class HollowNode:
+    name: str
+    power: str = "On"
+    """On, Off, PoweringOn, PoweringOff."""
+    settles_at: float | None = None
+    """When a Powering* state becomes On / Off."""
+    on_since: float = 0.0
+    system_uuid: str = ""
+    runner: FakeRunner | None = None
+    boots: int = 0
+    """Power-ons seen (an SSH connection opened before the last one is dead)."""
+    reads: int = 0
+    """BMC PowerState reads answered."""
+
+
+@dataclass
+class HollowFleet:
+    """Every hollow node, one clock, one action log."""
+
+    clock: Callable[[], float] = time.monotonic
+    boot_delay: float = 0.0
+    ready_delay: float = 0.0
+    shutdown_delay: float = 0.0
+    seed: int = 0
+    nodes: dict[str, HollowNode] = field(default_factory=dict)
+    actions: list[ActionRecord] = field(default_factory=list)
+
+    def add(self, names: Iterable[str], power: str = "On") -> None:
+        rng = random.Random(self.seed)
+        for name in names:
+            if name in self.nodes:
+                raise ValueError(f"hollow node {name} exists")
+            node = HollowNode(
+                name=name,
+                power=power,
+                on_since=self.clock() - self.ready_delay,  # added On: already ready
+                system_uuid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            )
+            node.runner = FakeRunner(rng, self.clock, lambda: 0.0, lambda: 0.0)
+            self.nodes[name] = node
+
+    def node(self, name: str) -> HollowNode:
+        node = self.nodes[name]
+        self._settle(node)
+        return node
+
+    def _settle(self, node: HollowNode) -> None:
+        now = self.clock()
+        if node.settles_at is None or now < node.settles_at:
+            return
+        if node.power == "PoweringOn":
+            node.power, node.on_since = "On", node.settles_at
+            node.boots += 1
+        elif node.power == "PoweringOff":
+            self._off(node)
+        node.settles_at = None
+
+    def _off(self, node: HollowNode) -> None:
+        node.power, node.settles_at = "Off", None
+        if node.runner is not None:
+            node.runner.reboot()
+
+    # -- what the seams ask --------------------------------------------------------
+
+    def power_state(self, name: str) -> str:
+        node = self.node(name)
+        node.reads += 1
+        return node.power
+
+    def ready(self, name: str) -> bool:
+        node = self.node(name)
+        return node.power == "On" and self.clock() >= node.on_since + self.ready_delay
+
+    def reachable(self, name: str) -> bool:
+        """An SSH server answers: the node is On (ready or not)."""
+        return self.node(name).power == "On"
+
+    def reset(self, name: str, reset_type: str, actor: str | None) -> bool:
+        """A BMC reset request; False when the type is not offered (nothing changes)."""
+        node = self.node(name)
+        accepted = reset_type in ALLOWABLE
+        self._record(name, f"bmc:{reset_type}", actor, accepted)
+        if not accepted:
+            return False
+        now = self.clock()
+        if reset_type in ("On", "ForceOn") and node.power in ("Off", "PoweringOff"):
+            node.power, node.settles_at = "PoweringOn", now + self.boot_delay
+        elif reset_type == "GracefulShutdown" and node.power in ("On", "PoweringOn"):
+            node.power, node.settles_at = "PoweringOff", now + self.shutdown_delay
+        elif reset_type == "ForceOff":
+            self._off(node)
+        self._settle(node)
+        return True
+
+    def poweroff(self, name: str, actor: str | None) -> None:
+        """``systemctl poweroff`` over SSH."""
+        node = self.node(name)
+        self._record(name, "ssh:poweroff", actor, True)
+        if node.power == "On":
+            node.power, node.settles_at = "PoweringOff", self.clock() + self.shutdown_delay
+            self._settle(node)
+
+    def _record(self, node: str, kind: str, actor: str | None, accepted: bool) -> None:
+        self.actions.append(ActionRecord(node, kind, actor, self.clock(), accepted))
+
+    def record_runner(self, node: str, kind: str, actor: str | None, accepted: bool) -> None:
+        self._record(node, kind, actor, accepted)
+
+    # -- the evidence --------------------------------------------------------------
+
+    def counts(self) -> Counter[tuple[str, str]]:
+        """(node, kind) -> how many such actions reached the node (accepted or not)."""
+        return Counter((a.node, a.kind) for a in self.actions)
+
+    def actors(self, node: str, kinds: frozenset[str] = POWER_ACTIONS) -> set[str | None]:
+        return {a.actor for a in self.actions if a.node == node and a.kind in kinds}
+
+    def acted_on_by_several(
+        self, kinds: frozenset[str] = POWER_ACTIONS
+    ) -> dict[str, set[str | None]]:
+        """Nodes whose actions of `kinds` came from more than one actor (an unnamed
+        actor counts as one more)."""
+        seen: dict[str, set[str | None]] = {}
+        for action in self.actions:
+            if action.kind in kinds:
+                seen.setdefault(action.node, set()).add(action.actor)
+        return {node: actors for node, actors in seen.items() if len(actors) > 1}
