@@ -22,8 +22,12 @@ command that reaches a node is recorded with who sent it (`HollowFleet.actions`;
 replica named in the BMC request's User-Agent or given to the dialer), so a test can prove
 that no node was acted on by two owners (`HollowFleet.acted_on_by_several`).
 
-Not yet: a hollow cloud (libcloud driver behind `cloud.driver_plugin`), and choosing the
-hollow seams from the operator configuration (docs/sharding.md, "Not built yet").
+Cloud VMs: `StubCloud(worker_factory=hollow_workers(fleet))` (`hollow.cloud`) keeps the
+stub cloud's libcloud driver -- reached through the operator's `cloud.driver_plugin`
+registry -- and makes each VM that boots a hollow node; its destroy is counted per node.
+
+Not yet: choosing the hollow seams from the operator configuration, and a model shared
+by several operator processes (docs/sharding.md section 4).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 import time
 import uuid
 from collections import Counter
@@ -62,6 +63,10 @@ class HollowNode:
     runner: FakeRunner | None = None
     boots: int = 0
     """Power-ons seen (an SSH connection opened before the last one is dead)."""
+    on_off: Callable[[], None] | None = None
+    """Told when the node goes Off (the stub cloud marks its VM stopped)."""
+    gone: bool = False
+    """Its VM was destroyed: nothing answers any more."""
     reads: int = 0
     """BMC PowerState reads answered."""
 
@@ -77,20 +82,33 @@ class HollowFleet:
     seed: int = 0
     nodes: dict[str, HollowNode] = field(default_factory=dict)
     actions: list[ActionRecord] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """The stub cloud adds and removes VMs from its own thread (`hollow.cloud`)."""
 
     def add(self, names: Iterable[str], power: str = "On") -> None:
         rng = random.Random(self.seed)
-        for name in names:
-            if name in self.nodes:
-                raise ValueError(f"hollow node {name} exists")
-            node = HollowNode(
-                name=name,
-                power=power,
-                on_since=self.clock() - self.ready_delay,  # added On: already ready
-                system_uuid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-            )
-            node.runner = FakeRunner(rng, self.clock, lambda: 0.0, lambda: 0.0)
-            self.nodes[name] = node
+        with self._lock:
+            for name in names:
+                if name in self.nodes and not self.nodes[name].gone:
+                    raise ValueError(f"hollow node {name} exists")
+                node = HollowNode(
+                    name=name,
+                    power=power,
+                    on_since=self.clock() - self.ready_delay,  # added On: already ready
+                    system_uuid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                )
+                node.runner = FakeRunner(rng, self.clock, lambda: 0.0, lambda: 0.0)
+                self.nodes[name] = node
+
+    def destroyed(self, name: str) -> None:
+        """Its VM is gone (the stub cloud's teardown): Off for good, recorded."""
+        with self._lock:
+            node = self.nodes.get(name)
+            if node is None:
+                return
+            node.gone, node.on_off = True, None
+            self._off(node)
+            self._record(name, "cloud:destroy", None, True)
 
     def node(self, name: str) -> HollowNode:
         node = self.nodes[name]
@@ -112,6 +130,8 @@ class HollowFleet:
         node.power, node.settles_at = "Off", None
         if node.runner is not None:
             node.runner.reboot()
+        if node.on_off is not None:
+            node.on_off()
 
     # -- what the seams ask --------------------------------------------------------
 
@@ -125,8 +145,9 @@ class HollowFleet:
         return node.power == "On" and self.clock() >= node.on_since + self.ready_delay
 
     def reachable(self, name: str) -> bool:
-        """An SSH server answers: the node is On (ready or not)."""
-        return self.node(name).power == "On"
+        """An SSH server answers: the node is On (ready or not) and its VM not destroyed."""
+        node = self.node(name)
+        return node.power == "On" and not node.gone
 
     def reset(self, name: str, reset_type: str, actor: str | None) -> bool:
         """A BMC reset request; False when the type is not offered (nothing changes)."""
