@@ -71,7 +71,6 @@ from nodewarden.redfish import (
     SystemDiscoveryError,
     TlsError,
 )
-from nodewarden.redfish.config import RedfishEndpointConfig
 from nodewarden.redfish.energy import (
     EnergyObservation,
     EnergySource,
@@ -80,7 +79,7 @@ from nodewarden.redfish.energy import (
     read_energy,
 )
 from nodewarden.redfish.errors import NotFound
-from nodewarden.redfish.transport import BmcTransport
+from nodewarden.redfish.transport import BmcTransportFactory
 from nodewarden.rules.readings import cloud_capability
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import NotSent, SshError
@@ -90,10 +89,6 @@ from nodewarden.wol import WakeOnLanError, WakeOnLanSender
 log = logging.getLogger(__name__)
 
 Outcome = RequestAccepted | RequestRejected | RequestErrored
-
-
-BmcTransportFactory = Callable[[RedfishEndpointConfig, str | None], BmcTransport]
-"""(a BMC client's config, the User-Agent) -> the wire its requests go over."""
 
 
 class CloudNodes(Protocol):

@@ -27,6 +27,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from pydantic import SecretStr
 
+from nodewarden.redfish.config import RedfishEndpointConfig
 from nodewarden.redfish.errors import (
     AuthFailed,
     Conflict409,
@@ -220,6 +221,10 @@ class BmcTransport(Protocol):
     ) -> HttpReply: ...
 
     async def close(self) -> None: ...
+
+
+BmcTransportFactory = Callable[[RedfishEndpointConfig, str | None], BmcTransport]
+"""(a BMC client's config, the User-Agent) -> the wire its requests go over."""
 
 
 class RedfishTransport:

@@ -26,8 +26,12 @@ Cloud VMs: `StubCloud(worker_factory=hollow_workers(fleet))` (`hollow.cloud`) ke
 stub cloud's libcloud driver -- reached through the operator's `cloud.driver_plugin`
 registry -- and makes each VM that boots a hollow node; its destroy is counted per node.
 
-Not yet: choosing the hollow seams from the operator configuration, and a model shared
-by several operator processes (docs/sharding.md section 4).
+The operator finds all three through its driver registry: ``cloud.driver_plugin:
+nodewarden_doubles.hollow.plugin:plugin`` is the stub cloud's plugin plus the nodes' wires
+(`nodewarden.cloud.plugins.WirePlugin`), over the fleet published under the cloud's name
+(`HollowFleet.publish`); `compose` builds the prober and power control on them.
+
+Not yet: a model shared by several operator processes (docs/sharding.md section 4).
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ the model with the replica named in the User-Agent.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from nodewarden.redfish.config import RedfishEndpointConfig
-from nodewarden.redfish.transport import BmcTransport, HttpReply
+from nodewarden.redfish.transport import BmcTransport, BmcTransportFactory, HttpReply
 from nodewarden_doubles.hollow.model import ALLOWABLE, HollowFleet, replica_of
 
 HOLLOW_BMC_ENDPOINT = "https://127.0.0.1:9"
@@ -115,9 +115,7 @@ class HollowBmcTransport:
         }
 
 
-def bmc_transports(
-    fleet: HollowFleet, actor: str | None = None
-) -> Callable[[RedfishEndpointConfig, str | None], BmcTransport]:
+def bmc_transports(fleet: HollowFleet, actor: str | None = None) -> BmcTransportFactory:
     """`PowerControl(bmc_transport=...)`: each BMC client of one replica gets a hollow
     transport; the actor is `actor`, else the replica its User-Agent names."""
 

@@ -22,6 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from nodewarden_doubles.stubworker.runner import FakeRunner
 
@@ -84,6 +85,24 @@ class HollowFleet:
     actions: list[ActionRecord] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     """The stub cloud adds and removes VMs from its own thread (`hollow.cloud`)."""
+    _published: ClassVar[dict[str, HollowFleet]] = {}
+
+    def publish(self, name: str) -> HollowFleet:
+        """Make this fleet the one the driver plugin finds under `name` (the stub cloud's
+        name: `cloud.driver_params.cloud`)."""
+        self._published[name] = self
+        return self
+
+    def withdraw(self, name: str) -> None:
+        if self._published.get(name) is self:
+            del self._published[name]
+
+    @classmethod
+    def named(cls, name: str) -> HollowFleet:
+        fleet = cls._published.get(name)
+        if fleet is None:
+            raise LookupError(f"no hollow fleet published as {name!r} in this process")
+        return fleet
 
     def add(self, names: Iterable[str], power: str = "On") -> None:
         rng = random.Random(self.seed)
