@@ -191,6 +191,9 @@ async def test_two_replicas_acting_on_one_node_are_reported() -> None:
         assert fleet.acted_on_by_several() == {}
         await b.request(side_node("n1"), "t-3", 1, "On")
         assert fleet.acted_on_by_several() == {"n1": {"replica-a", "replica-b"}}
+        assert fleet.interleaved() == {}  # a then b: a handover, not two owners at once
+        await a.request(side_node("n1"), "t-4", 1, "GracefulShutdown")
+        assert fleet.interleaved() == {"n1": ["replica-a", "replica-b", "replica-a"]}
     finally:
         await a.close()
         await b.close()

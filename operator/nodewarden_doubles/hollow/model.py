@@ -10,6 +10,10 @@ Power follows the requests with delays evaluated lazily (no task per node):
     ssh poweroff       PoweringOff       Off (shutdown_delay); the SSH link drops at once
 
 Reset types outside `ALLOWABLE` are refused (HTTP 400), as a BMC does.
+
+The evidence of ownership: `acted_on_by_several` (nodes that more than one actor ever acted
+on: a handover shows here) and `interleaved` (nodes whose actors alternate, A then B then A:
+two owners at once; a fenced handover never shows here).
 """
 
 from __future__ import annotations
@@ -218,3 +222,15 @@ class HollowFleet:
             if action.kind in kinds:
                 seen.setdefault(action.node, set()).add(action.actor)
         return {node: actors for node, actors in seen.items() if len(actors) > 1}
+
+    def interleaved(self, kinds: frozenset[str] = POWER_ACTIONS) -> dict[str, list[str | None]]:
+        """Nodes on which two actors' actions interleave (A, B, A in arrival order): two
+        owners acting at once. A handover -- every action of A, then only B's -- is not
+        listed (`acted_on_by_several` lists it). Per listed node: its actors in order."""
+        order: dict[str, list[str | None]] = {}
+        for action in self.actions:
+            if action.kind in kinds:
+                runs = order.setdefault(action.node, [])
+                if not runs or runs[-1] != action.actor:
+                    runs.append(action.actor)
+        return {node: runs for node, runs in order.items() if len(runs) != len(set(runs))}
