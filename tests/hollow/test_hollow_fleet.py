@@ -199,6 +199,17 @@ async def test_two_replicas_acting_on_one_node_are_reported() -> None:
         await b.close()
 
 
+def test_every_node_has_its_own_system_uuid_and_a_seed_repeats_them() -> None:
+    fleet = HollowFleet(seed=4)
+    fleet.add(["a", "b"])
+    fleet.add(["c"])
+    uuids = [fleet.nodes[n].system_uuid for n in "abc"]
+    assert len(set(uuids)) == 3
+    again = HollowFleet(seed=4)
+    again.add(["a", "b", "c"])
+    assert [again.nodes[n].system_uuid for n in "abc"] == uuids
+
+
 async def test_a_reset_type_not_offered_is_refused_and_counted() -> None:
     fleet = HollowFleet()
     fleet.add(["n1"])

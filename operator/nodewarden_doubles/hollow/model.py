@@ -88,8 +88,12 @@ class HollowFleet:
     nodes: dict[str, HollowNode] = field(default_factory=dict)
     actions: list[ActionRecord] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _rng: random.Random = field(init=False, repr=False)
     """The stub cloud adds and removes VMs from its own thread (`hollow.cloud`)."""
     _published: ClassVar[dict[str, HollowFleet]] = {}
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
 
     def publish(self, name: str) -> HollowFleet:
         """Make this fleet the one the driver plugin finds under `name` (the stub cloud's
@@ -109,7 +113,7 @@ class HollowFleet:
         return fleet
 
     def add(self, names: Iterable[str], power: str = "On") -> None:
-        rng = random.Random(self.seed)
+        rng = self._rng
         with self._lock:
             for name in names:
                 if name in self.nodes and not self.nodes[name].gone:
