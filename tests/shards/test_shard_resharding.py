@@ -22,6 +22,8 @@ from nodewarden.shards.resharding import (
     acting_shard,
     apply,
     draining,
+    label_new,
+    may_act,
     moves,
     plan,
 )
@@ -186,3 +188,19 @@ def test_a_drain_label_naming_another_shard_stops_everyone() -> None:
 
 def test_no_moves_when_the_count_stays() -> None:
     assert moves([node_key("f", str(i)) for i in range(50)], 3, 3) == ()
+
+
+def test_who_may_act() -> None:
+    assert may_act({SHARD_LABEL: "1"}, frozenset({1, 2}))
+    assert may_act({SHARD_LABEL: "1", DRAIN_LABEL: "1"}, frozenset({1}))  # until it releases
+    assert not may_act({SHARD_LABEL: "1"}, frozenset({0, 2}))
+    assert not may_act({}, frozenset({0, 1, 2}))
+    assert not may_act({SHARD_LABEL: "1", DRAIN_LABEL: "2"}, frozenset({1, 2}))
+
+
+def test_a_new_node_is_assigned_to_its_shard_only_while_unlabelled() -> None:
+    key = node_key("fleet", "new-node")
+    step = label_new(key, 3)
+    assert apply({"app": "gpu"}, step) == {"app": "gpu", SHARD_LABEL: str(shard_of(key, 3))}
+    with pytest.raises(StepRefused):
+        apply({SHARD_LABEL: "0"}, step)  # someone labelled it first

@@ -5,6 +5,8 @@ each, as steps on the node's labels that a writer checks before it writes.
     plan(keys, old, new)      -> Plan               the moves' steps, and the Leases
     apply(labels, step)       -> labels             one step, or StepRefused
     acting_shard(labels)      -> int | None         whose node it is, as labels say
+    may_act(labels, held)     -> bool               may the holder of `held` act on it
+    label_new(key, shards)    -> Step               ASSIGN of a node nobody labelled yet
 
 The labels are the ownership record (`keys.SHARD_LABEL`, `keys.DRAIN_LABEL`). A node
 moving from shard a to shard b goes through three writes, in this order, never two
@@ -173,3 +175,17 @@ def acting_shard(labels: Labels) -> int | None:
 def draining(labels: Labels) -> bool:
     """The node's owner is told to stop acting and release it."""
     return DRAIN_LABEL in labels and acting_shard(labels) is not None
+
+
+def may_act(labels: Labels, held: frozenset[int]) -> bool:
+    """Whether a replica holding the shard Leases `held` (valid now) may act on a node with
+    these labels: its shard is one of them. A draining node is still its owner's until it
+    releases it (to finish or cancel what is in flight, and to write RELEASE); it starts
+    nothing new there -- that is the shell's rule, this only says whose node it is."""
+    shard = acting_shard(labels)
+    return shard is not None and shard in held
+
+
+def label_new(key: str, shards: int) -> Step:
+    """The resharder's write for a node without our labels: ASSIGN to its shard."""
+    return Step(StepKind.ASSIGN, key, shard_of(key, shards))
