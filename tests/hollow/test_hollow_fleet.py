@@ -5,6 +5,8 @@ it reaches a node, and the two-owner detector reports a node two replicas acted 
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from datetime import UTC, datetime
 
 import asyncssh
@@ -23,7 +25,7 @@ from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTar
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.prober import SshProber
 from nodewarden.ssh.runners import RunnerOwner
-from nodewarden.ssh.stream import WatchUnsupported
+from nodewarden.ssh.stream import StreamStopped, WatchUnsupported
 from nodewarden_doubles.hollow import HOLLOW_BMC_ENDPOINT, HollowDialer, HollowFleet
 from nodewarden_doubles.hollow.bmc import bmc_transports
 
@@ -126,7 +128,7 @@ async def test_probes_and_runner_commands_through_the_real_prober(client_key: Ss
 async def test_the_watch_command_is_refused_as_an_older_runner_would(
     client_key: SshClientKey,
 ) -> None:
-    fleet = HollowFleet()
+    fleet = HollowFleet(streams=False)
     fleet.add(["n1"])
     prober = SshProber(dialer=HollowDialer(fleet))
     try:
@@ -134,6 +136,47 @@ async def test_the_watch_command_is_refused_as_an_older_runner_would(
             async for _ in prober.watch(target("n1", client_key), heartbeat=1.0):
                 pass
     finally:
+        await prober.aclose()
+
+
+async def test_the_watch_stream_pushes_changes_and_heartbeats_and_ends_at_power_off(
+    client_key: SshClientKey,
+) -> None:
+    fleet = HollowFleet(shutdown_delay=0)
+    fleet.add(["n1"])
+    prober = SshProber(dialer=HollowDialer(fleet, actor="replica-a"))
+    n1 = target("n1", client_key)
+    seen: list[tuple[bool, tuple[str, ...]]] = []
+    arrived = asyncio.Event()
+
+    async def read() -> None:
+        async for facts in prober.watch(n1, heartbeat=0.2):
+            runners = facts.runners.runners if facts.runners is not None else ()
+            seen.append((facts.changed, tuple(r.uuid for r in runners)))
+            arrived.set()
+
+    async def lines(count: int) -> None:
+        async with asyncio.timeout(2.0):
+            while len(seen) < count:
+                await arrived.wait()
+                arrived.clear()
+
+    reader = asyncio.create_task(read())
+    try:
+        await lines(1)
+        assert seen == [(True, ())]
+        commands = fleet.counts()
+        await prober.start_runner(n1, {"uuid": UUID}, owner=RunnerOwner("nw", fence=1))
+        await lines(2)
+        assert seen[1] == (True, (UUID,))  # pushed: no heartbeat (0.2 s) came first
+        await asyncio.sleep(0.3)
+        assert (False, (UUID,)) in seen  # a heartbeat: the same facts, observed again
+        assert fleet.counts() - commands == Counter({("n1", "runner:run"): 1})
+        fleet.reset("n1", "ForceOff", "replica-a")
+        with pytest.raises(StreamStopped):
+            await asyncio.wait_for(reader, 2.0)
+    finally:
+        reader.cancel()
         await prober.aclose()
 
 

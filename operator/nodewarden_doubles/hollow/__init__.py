@@ -10,8 +10,8 @@ The operator's own code runs unchanged above two seams of the product:
   node contract (`nodewarden.ssh.protocol`) is answered by the model: the ready probe,
   ``RUNNER --list / run --detach / --kill / --status`` (the stub worker's `FakeRunner`,
   fencing tokens included), ``systemctl poweroff``, inhibitors, uptime, the product UUID.
-  ``RUNNER --watch`` is answered as an older runner would (no stream): the prober falls
-  back to command probes.
+  ``RUNNER --watch`` pushes state lines on change and heartbeats, woken by the model
+  (``HollowFleet(streams=False)``: refused as by an older runner, command probes instead).
 - BMC: `HollowBmcTransport` is a `nodewarden.redfish.transport.BmcTransport`
   (`PowerControl(bmc_transport=fleet.bmc_transports())`). The Redfish client, its auth
   and `PowerControl` are the real ones; only HTTPS is skipped. One endpoint serves every

@@ -85,10 +85,13 @@ class HollowFleet:
     ready_delay: float = 0.0
     shutdown_delay: float = 0.0
     seed: int = 0
+    streams: bool = True
+    """Nodes answer ``RUNNER --watch`` (pushed state); False: as an older runner (exit 2)."""
     nodes: dict[str, HollowNode] = field(default_factory=dict)
     actions: list[ActionRecord] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _rng: random.Random = field(init=False, repr=False)
+    _wakers: dict[str, set[Callable[[], None]]] = field(default_factory=dict, repr=False)
     """The stub cloud adds and removes VMs from its own thread (`hollow.cloud`)."""
     _published: ClassVar[dict[str, HollowFleet]] = {}
 
@@ -136,6 +139,28 @@ class HollowFleet:
             node.gone, node.on_off = True, None
             self._off(node)
             self._record(name, "cloud:destroy", None, True)
+        self._touch(name)
+
+    def wake_on_change(self, name: str, waker: Callable[[], None]) -> Callable[[], None]:
+        """Call `waker` whenever the node's power, readiness or runners may have changed
+        (a watch stream); returns the function that stops it."""
+        self._wakers.setdefault(name, set()).add(waker)
+        return lambda: self._wakers.get(name, set()).discard(waker)
+
+    def _touch(self, name: str) -> None:
+        for waker in list(self._wakers.get(name, ())):
+            waker()
+
+    def due(self, name: str) -> float | None:
+        """The next time (fleet clock) the node changes by itself: a power state settles,
+        it becomes ready, a container ends."""
+        node = self.node(name)
+        times = [node.settles_at] if node.settles_at is not None else []
+        if node.power == "On" and self.clock() < node.on_since + self.ready_delay:
+            times.append(node.on_since + self.ready_delay)
+        if node.runner is not None and (end := node.runner.next_end()) is not None:
+            times.append(end)
+        return min(times) if times else None
 
     def node(self, name: str) -> HollowNode:
         node = self.nodes[name]
@@ -191,6 +216,7 @@ class HollowFleet:
         elif reset_type == "ForceOff":
             self._off(node)
         self._settle(node)
+        self._touch(name)
         return True
 
     def poweroff(self, name: str, actor: str | None) -> None:
@@ -200,12 +226,14 @@ class HollowFleet:
         if node.power == "On":
             node.power, node.settles_at = "PoweringOff", self.clock() + self.shutdown_delay
             self._settle(node)
+        self._touch(name)
 
     def _record(self, node: str, kind: str, actor: str | None, accepted: bool) -> None:
         self.actions.append(ActionRecord(node, kind, actor, self.clock(), accepted))
 
     def record_runner(self, node: str, kind: str, actor: str | None, accepted: bool) -> None:
         self._record(node, kind, actor, accepted)
+        self._touch(node)
 
     # -- the evidence --------------------------------------------------------------
 

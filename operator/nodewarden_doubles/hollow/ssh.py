@@ -10,6 +10,8 @@ server); dialling a node that is not On is `Unreachable`, as a refused TCP conne
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import shlex
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ import asyncssh
 from nodewarden.ssh import errors
 from nodewarden.ssh.protocol import UPTIME_COMMAND
 from nodewarden.ssh.settings import ProbeSettings
+from nodewarden.ssh.watchlines import heartbeat_line, state_line
 from nodewarden_doubles.hollow.model import HollowFleet
 from nodewarden_doubles.stubworker import render
 from nodewarden_doubles.stubworker.runner import RunnerRefused
@@ -62,6 +65,68 @@ class HollowProcess:
         pass
 
 
+class _Stream:
+    """The stdout of ``RUNNER --watch``: a state line first and on every change, a
+    heartbeat when nothing changed for `heartbeat` seconds, end of file once the
+    connection is gone (the node powered off, rebooted or was destroyed). Woken by the
+    model (`HollowFleet.wake_on_change`) and at the node's own due times (a container's
+    end, readiness); nothing runs while it waits."""
+
+    def __init__(self, connection: HollowConnection, heartbeat: float) -> None:
+        self.connection = connection
+        self.heartbeat = heartbeat
+        self.loop = asyncio.get_running_loop()
+        self.changed = asyncio.Event()
+        self.last: str | None = None
+        self.beat_at = self.loop.time() + heartbeat
+        self.stop = connection.fleet.wake_on_change(connection.node, self._wake)
+
+    def _wake(self) -> None:
+        self.loop.call_soon_threadsafe(self.changed.set)  # the stub cloud's thread too
+
+    def _state(self) -> str:
+        fleet, name = self.connection.fleet, self.connection.node
+        ready = fleet.ready(name)
+        runner = fleet.node(name).runner
+        lines = [c.list_line() for c in runner.running()] if runner is not None else []
+        return state_line(ready, "running" if ready else "starting", False, lines)
+
+    async def readline(self) -> str:
+        while True:
+            if self.connection.is_closed():
+                return ""
+            line = self._state()
+            if line != self.last:
+                self.last = line
+                self.beat_at = self.loop.time() + self.heartbeat
+                return line
+            now = self.loop.time()
+            if now >= self.beat_at:
+                self.beat_at = now + self.heartbeat
+                return heartbeat_line()
+            wait = self.beat_at - now
+            due = self.connection.fleet.due(self.connection.node)
+            if due is not None:
+                wait = min(wait, max(0.0, due - self.connection.fleet.clock()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), wait)
+            self.changed.clear()
+
+
+class HollowStreamProcess:
+    """``RUNNER --watch`` as the prober's `WatchStream` reads it."""
+
+    def __init__(self, connection: HollowConnection, heartbeat: float) -> None:
+        self.stdout = _Stream(connection, heartbeat)
+        self.connection = connection
+
+    async def wait(self) -> Completed:
+        return Completed(None, "", "")  # the channel closed with the connection
+
+    def close(self) -> None:
+        self.stdout.stop()
+
+
 class HollowConnection:
     """One "SSH connection" to one hollow node, for as long as that node's boot lasts."""
 
@@ -100,11 +165,25 @@ class HollowConnection:
         input: str | None = None,  # the node contract's stdin (run --detach)
         encoding: str | None = None,
         errors: str | None = None,
-    ) -> HollowProcess:
+    ) -> HollowProcess | HollowStreamProcess:
         if self.is_closed():
             raise OSError(f"hollow node {self.node}: the connection is gone")
         self.commands += 1
+        heartbeat = self._watch_heartbeat(command)
+        if heartbeat is not None and self.fleet.streams:
+            return HollowStreamProcess(self, heartbeat)
         return HollowProcess(self.run(command, input))
+
+    def _watch_heartbeat(self, command: str) -> float | None:
+        """The heartbeat of a ``RUNNER --watch --heartbeat N`` command (None: another)."""
+        runner, argv = shlex.split(self.settings.runner_command), shlex.split(command)
+        args = argv[len(runner) :] if argv[: len(runner)] == runner else []
+        if args[:1] != ["--watch"]:
+            return None
+        try:
+            return float(args[2]) if args[1:2] == ["--heartbeat"] and len(args) == 3 else 10.0
+        except ValueError:
+            return None
 
     # -- the node contract ---------------------------------------------------------
 
