@@ -258,7 +258,9 @@ class HollowFleet:
     def interleaved(self, kinds: frozenset[str] = POWER_ACTIONS) -> dict[str, list[str | None]]:
         """Nodes on which two actors' actions interleave (A, B, A in arrival order): two
         owners acting at once. A handover -- every action of A, then only B's -- is not
-        listed (`acted_on_by_several` lists it). Per listed node: its actors in order."""
+        listed (`acted_on_by_several` lists it). Per listed node: its actors in order.
+        Meant for a window in which a node changes owner at most once (a shard that moves
+        back to A later would show as A, B, A too)."""
         order: dict[str, list[str | None]] = {}
         for action in self.actions:
             if action.kind in kinds:
