@@ -21,6 +21,7 @@ from pydantic import SecretStr
 from nodewarden.clock import utc_now
 from nodewarden.cloud.config import CloudCredentials
 from nodewarden.cloud.facade import CloudFacade, build_cloud
+from nodewarden.cloud.plugins import wire_plugin
 from nodewarden.cloud.protocol import CloudMetricsHook
 from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials import CredentialResolver
@@ -80,12 +81,15 @@ async def build_dispatcher(
     board: PowerBoard | None = None,
     status: NodeStatusWriter | None = None,
     fence: Fence | None = None,
+    replica: str | None = None,
 ) -> Dispatcher:
     """Compose the dispatcher; ConfigError names what is missing. The operator's SSH key
     comes from the credential resolver (`credentials.operator_key`). The worker pool
     serves side nodes with or without a cloud; `board` and `status` are shared with the
     power controller. `fence` (this replica's leadership) wraps the action ports once:
-    the cloud layers (`cloud.fence`) and the runner client (`ssh.fenced`)."""
+    the cloud layers (`cloud.fence`) and the runner client (`ssh.fenced`). A cloud driver
+    plugin that provides the nodes' wires (`cloud.plugins.wire_plugin`: a hollow fleet)
+    gives the prober its dialer, told `replica` (the Lease holder identity)."""
     fence = fence or Unfenced()
     settings = config.dispatch
     queue = ContainerQueue(
@@ -125,10 +129,16 @@ async def build_dispatcher(
         )
     else:
         log.info("no cloud configured: containers run on side nodes only")
+    wires = wire_plugin(config.cloud)
     prober = SshProber(
         config.ssh,
         resolver=cloud.resolver if cloud is not None else DirectResolver(),
         throttle=ProbeThrottle(settings.max_probes_per_second),
+        dialer=(
+            wires.dialer(config.cloud.driver_params, replica)
+            if wires is not None and config.cloud is not None
+            else None
+        ),
     )
 
     def takeover_after() -> timedelta:
@@ -222,6 +232,7 @@ def build_controller(
     parts = adapters_of(dispatcher) if dispatcher is not None else None
     pool = parts.pool if parts is not None else None
     cloud = parts.cloud if parts is not None else None
+    wires = wire_plugin(config.cloud)
     control = PowerControl(
         credentials,
         parts.prober if parts is not None else None,
@@ -231,6 +242,11 @@ def build_controller(
         observation_concurrency=config.power.bmc_observation_concurrency,
         fence=fence,
         user_agent=power_user_agent(config.dispatcher_id, replica),
+        bmc_transport=(
+            wires.bmc_transport(config.cloud.driver_params)
+            if wires is not None and config.cloud is not None
+            else None
+        ),
     )
     settings = ControllerSettings(
         power_poll_interval=config.power.power_poll_interval,

@@ -6,6 +6,9 @@
 - `stubworker` -- an in-process asyncssh server that meets the node contract
   (`nodewarden.ssh.protocol`): ready probe, runner, inhibitors, ethtool, telemetry.
 - `fakebmc`    -- a Redfish BMC (aiohttp) for behaviours sushy-tools cannot produce.
+- `hollow`     -- a hollow fleet (kubemark/KWOK-like): many nodes answered from one
+  in-process model below the real prober and power control (`SshProber(dialer=)`,
+  `PowerControl(bmc_transport=)`), every power action counted with who sent it.
 
 `make demo`, the tests and the benchmarks use these; the `nodewarden` package never
 imports them (a test walks its import graph), so the operator image ships without them.

@@ -7,6 +7,10 @@ That attribute is a `DriverPlugin`: it registers its provider with libcloud (so
 report. nodewarden itself imports no such package by name: the installed operator
 runs without the test doubles (a sibling package of `operator/`), which `make demo` and the tests
 name in their configuration.
+
+A plugin may also provide the nodes' wires (`WirePlugin`: an SSH dialer and a BMC
+transport), as the hollow fleet of the benchmarks does; `compose` then builds the prober
+and the power control on them (`wire_plugin`), and nothing above them changes.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import importlib
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from nodewarden.cloud.config import CloudCredentials
+from nodewarden.cloud.config import CloudConfig, CloudCredentials
+from nodewarden.redfish.transport import BmcTransportFactory
 from nodewarden.ssh.addressing import AddressResolver
+from nodewarden.ssh.connection import DialerPort
 
 
 @runtime_checkable
@@ -33,6 +39,19 @@ class DriverPlugin(Protocol):
         self, driver_params: Mapping[str, object], credentials: CloudCredentials | None
     ) -> AddressResolver:
         """Where to dial the addresses this driver's instances report."""
+
+
+@runtime_checkable
+class WirePlugin(Protocol):
+    """A driver plugin that also stands in for the nodes' wires: how SSH connections are
+    opened and what a BMC client talks to (a hollow fleet: `nodewarden_doubles.hollow`).
+    Optional: a plugin without these methods leaves SSH and HTTPS as they are."""
+
+    def dialer(self, driver_params: Mapping[str, object], replica: str | None) -> DialerPort:
+        """Opens every node's connection for the prober."""
+
+    def bmc_transport(self, driver_params: Mapping[str, object]) -> BmcTransportFactory:
+        """Makes each BMC client's wire."""
 
 
 class PluginError(ValueError):
@@ -68,3 +87,12 @@ def load_plugin(spec: str, provider: str) -> DriverPlugin:
             f"is {provider!r}; make them agree"
         )
     return plugin
+
+
+def wire_plugin(config: CloudConfig | None) -> WirePlugin | None:
+    """The configured driver plugin when it also provides the nodes' wires (`WirePlugin`),
+    else None: SSH over TCP and Redfish over HTTPS, as always."""
+    if config is None or config.driver_plugin is None:
+        return None
+    plugin = load_plugin(config.driver_plugin, config.driver)
+    return plugin if isinstance(plugin, WirePlugin) else None

@@ -79,6 +79,7 @@ from nodewarden.redfish.energy import (
     read_energy,
 )
 from nodewarden.redfish.errors import NotFound
+from nodewarden.redfish.transport import BmcTransportFactory
 from nodewarden.rules.readings import cloud_capability
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import NotSent, SshError
@@ -163,11 +164,14 @@ class PowerControl:
         observation_concurrency: int = 64,
         fence: Fence | None = None,
         user_agent: str | None = None,
+        bmc_transport: BmcTransportFactory | None = None,
     ) -> None:
         self.fence: Fence = fence or Unfenced()
         """Asked before every power request, again right before it leaves the process."""
         self.user_agent = user_agent
         """The replica's identity on every BMC request (the BMC's audit log)."""
+        self.bmc_transport = bmc_transport
+        """Makes each BMC client's wire (None: HTTPS; a hollow fleet's model in benchmarks)."""
         self.credentials = credentials
         self.prober = prober
         self.nodes = nodes
@@ -213,10 +217,16 @@ class PowerControl:
             self._clients.pop(node.name, None)
             await self._close(held[1])
         try:
+            config = creds.redfish_config(request_timeout=self.request_timeout)
             client = RedfishClient(
-                creds.redfish_config(request_timeout=self.request_timeout),
+                config,
                 clock=self.clock,
                 user_agent=self.user_agent,
+                transport=(
+                    self.bmc_transport(config, self.user_agent)
+                    if self.bmc_transport is not None
+                    else None
+                ),
             )
         except (RedfishError, ValueError) as exc:
             # credentials the resolver handed out that no client can use (a value out of

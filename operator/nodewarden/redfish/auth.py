@@ -50,7 +50,7 @@ from typing import Any, Literal
 from pydantic import SecretStr
 
 from nodewarden.redfish.errors import AuthFailed, RedfishError
-from nodewarden.redfish.transport import HttpReply, RedfishTransport, error_for_status
+from nodewarden.redfish.transport import BmcTransport, HttpReply, error_for_status
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class RedfishAuth:
 
     def __init__(
         self,
-        transport: RedfishTransport,
+        transport: BmcTransport,
         *,
         username: str,
         password: SecretStr,

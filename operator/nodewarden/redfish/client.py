@@ -37,6 +37,7 @@ from nodewarden.redfish.facts import (
     TaskOutcome,
 )
 from nodewarden.redfish.transport import (
+    BmcTransport,
     HttpReply,
     RedfishTransport,
     error_details,
@@ -80,11 +81,14 @@ class RedfishClient:
         session: aiohttp.ClientSession | None = None,
         clock: Clock = utc_now,
         user_agent: str | None = None,
+        transport: BmcTransport | None = None,
     ) -> None:
+        """`transport`: the wire to the BMC (default: HTTPS with `RedfishTransport`; a
+        hollow BMC's in-process answers in benchmarks and tests)."""
         self.config = config
         self.source = config.source
         self._clock = clock
-        self._transport = RedfishTransport(
+        self._transport: BmcTransport = transport or RedfishTransport(
             config.endpoint,
             ca_bundle_pem=config.ca_bundle_pem,
             connect_timeout=config.connect_timeout,

@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from pydantic import SecretStr
 
+from nodewarden.redfish.config import RedfishEndpointConfig
 from nodewarden.redfish.errors import (
     AuthFailed,
     Conflict409,
@@ -195,6 +196,35 @@ def error_for_status(endpoint: str, reply: HttpReply, what: str) -> RedfishHttpE
         ids,
         reply.retry_after,
     )
+
+
+class BmcTransport(Protocol):
+    """What the client and its auth need from the wire to one BMC origin: the seam a
+    hollow BMC (`nodewarden_doubles.hollow`) answers from an in-process model, with the
+    client, its auth and everything above them unchanged. `RedfishTransport` is the real one."""
+
+    endpoint: str
+
+    def url(self, path: str) -> str: ...
+
+    def same_origin(self, url: str) -> bool: ...
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        json_body: Mapping[str, Any] | None = None,
+        time_limit: float | None = None,
+        keep_broken_body: bool = False,
+    ) -> HttpReply: ...
+
+    async def close(self) -> None: ...
+
+
+BmcTransportFactory = Callable[[RedfishEndpointConfig, str | None], BmcTransport]
+"""(a BMC client's config, the User-Agent) -> the wire its requests go over."""
 
 
 class RedfishTransport:

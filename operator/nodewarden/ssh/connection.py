@@ -17,12 +17,13 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 import asyncssh
 
 import nodewarden.ssh.errors as errors
 from nodewarden.fence import NotLeader
-from nodewarden.ssh.addressing import AddressResolver, ResolutionRefused
+from nodewarden.ssh.addressing import AddressResolver, Endpoint, ResolutionRefused
 from nodewarden.ssh.credentials import KnownHostKeys, SshTarget
 from nodewarden.ssh.facts import LearnedHostKey
 from nodewarden.ssh.handshake import Dialer
@@ -40,6 +41,16 @@ from nodewarden.ssh.settings import ProbeSettings
 logger = logging.getLogger(LOGGER_NAME)
 
 
+class DialerPort(Protocol):
+    """Opens one node's connection: `handshake.Dialer` (TCP, SSH handshake, host-key
+    trust, instance-secret proof), or a hollow fleet's in-process nodes
+    (`nodewarden_doubles.hollow`), under the same `Connections` and everything above."""
+
+    async def open(
+        self, target: SshTarget, endpoint: Endpoint, link: NodeLink, settings: ProbeSettings
+    ) -> asyncssh.SSHClientConnection: ...
+
+
 class Connections:
     """One kept-alive connection per node; `exec` runs a command on it."""
 
@@ -49,13 +60,14 @@ class Connections:
         resolver: AddressResolver,
         clock: Callable[[], datetime],
         on_host_key_learned: HostKeyRecorder | None,
+        dialer: DialerPort | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
         self._clock = clock
         self._links: dict[str, NodeLink] = {}
         self.stats = ProberStats()
-        self._dialer = Dialer(self.stats, clock, on_host_key_learned)
+        self._dialer: DialerPort = dialer or Dialer(self.stats, clock, on_host_key_learned)
 
     def connected(self, node: str) -> bool:
         link = self._links.get(node)

@@ -36,7 +36,7 @@ from typing import Any
 
 import nodewarden.ssh.errors as errors
 from nodewarden.ssh.addressing import AddressResolver, LoopbackOnlyResolver
-from nodewarden.ssh.connection import Connections
+from nodewarden.ssh.connection import Connections, DialerPort
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.facts import (
     HostUuidFact,
@@ -89,12 +89,16 @@ class SshProber:
         throttle: ProbeThrottle | None = None,
         clock: Callable[[], datetime] = _utcnow,
         on_host_key_learned: HostKeyRecorder | None = None,
+        dialer: DialerPort | None = None,
     ) -> None:
+        """`dialer`: how a node's connection is opened (default: SSH over TCP,
+        `handshake.Dialer`; a hollow fleet's in-process nodes in benchmarks and tests)."""
         self._connections = Connections(
             settings or ProbeSettings(),
             resolver or LoopbackOnlyResolver(),
             clock,
             on_host_key_learned,
+            dialer,
         )
         self._runner_control = RunnerControl(self._connections)
         self._watch = WatchStream(self._connections, clock)
