@@ -402,12 +402,16 @@ def test_packing_consolidation_gpu_first_warm_window_and_forecast_live(
     assert _when(kept["finishedAt"]) > drained_at, (kept, status)  # it ran on, drained
     assert all(s["attempts"] == 1 for s in _cds(env).values())
 
-    # 4: the warm window's wake, its node up and held, the policy's status naming it
+    # 4 + 5: the levers' wakes, their nodes up and held, the policy's status naming them
     assert "WARM_WINDOW" in _reasons(warm_wake), warm_wake["status"]
     assert warm_wake["spec"]["source"] == "Policy"
     assert "FORECAST_DEMAND" in _reasons(forecast_wake), forecast_wake["status"]
-    for node in (WARM, FORECAST):
-        assert env.status(node).get("state") in ("Idle", "Waking"), env.status(node)
+    # idle far past idleThreshold (4 s), no container ever ran there: held on by the lever
+    for node, reason in ((WARM, "WARM_WINDOW"), (FORECAST, "FORECAST_DEMAND")):
+        held = env.status(node)
+        shown = {k: held.get(k) for k in ("state", "idleSince", "lastSafetyRecord")}
+        assert held.get("state") == "Idle", shown
+        assert reason in (held.get("lastSafetyRecord") or {}).get("reasons", []), shown
         assert not [s for s in _cds(env).values() if s.get("node") == node]
     pp = env.cluster.get_json(ns, "pp", "default")["status"]
     warm = _class(pp, "warmCapacity", "warm")
@@ -420,7 +424,10 @@ def test_packing_consolidation_gpu_first_warm_window_and_forecast_live(
     assert pp["forecast"]["daysObserved"] >= 2.0
     fc = _class(pp, "warmCapacity", "fc")
     assert fc["target"] == 1 and fc["lever"] == "Forecast", fc
-    assert "forecast: 30.0 arrivals/h" in fc["why"], fc
+    # ~30 arrivals/h of whole nodes: p80 of the 2-minute boot time's arrivals is 2 nodes,
+    # capped at maxWarmNodes 1 (the rate moves a little once an hour boundary is passed)
+    assert fc["why"].startswith("forecast: ") and " arrivals/h " in fc["why"], fc
+    assert fc["expected"] > 0.9, fc
     elapsed = time.monotonic() - started
     print(f"levers scenario: {elapsed:.1f} s from its stub cloud's start ({load()})", flush=True)
     assert elapsed <= scaled(BUDGET), f"the scenario took {elapsed:.1f} s"
