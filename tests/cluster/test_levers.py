@@ -322,12 +322,10 @@ def test_packing_consolidation_gpu_first_warm_window_and_forecast_live(
         shown = {k: pp.get(k) for k in ("forecast", "warmCapacity", "inForce")}
         raise AssertionError(f"{exc}; policy status: {json.dumps(shown)}") from None
     lap("warm-window and forecast wakes requested")
-    # 3: the GPU node is ready and open (it has room for all four) while they wait for
+    # 3: the GPU node comes up ready and open (room for all four) while they wait for
     # their VM to boot
-    gpu_before = _status_until(env, GPU, "ready and open", 30, readiness="Ready", admission="Open")
-    waiting = _cds(env)
-    lap(f"{GPU} ready and open; the four: {[waiting[n].get('phase') for n in PACKED]}")
-    assert not [n for n in PACKED if waiting[n].get("phase") in ("Running", "Complete")]
+    _status_until(env, GPU, "ready and open", 30, readiness="Ready", admission="Open")
+    lap(f"{GPU} ready and open")
 
     # 1: four small containers queued together -> one new VM for the queue as a whole
     packed = _wait_running(env, PACKED)
@@ -336,8 +334,13 @@ def test_packing_consolidation_gpu_first_warm_window_and_forecast_live(
     assert {s["node"] for s in packed.values()} == {vm_a}, packed
     assert {s.get("instanceType") for s in packed.values()} == {"cpu8"}, packed
     assert env.node(vm_a)["spec"]["nodeType"] == "CloudVM"
-    # 3: not on the GPU node although it was ready, open, free and had room for them
-    assert gpu_before["admission"] == "Open" and GPU not in {s["node"] for s in packed.values()}
+    # 3: not on the GPU node, although it was ready, open, free and had room for them
+    # before any of them started (admission opens only once it is verified On and ready)
+    gpu = env.status(GPU)
+    opened = _when(gpu["powerState"]["admissionSince"])
+    first_start = min(_when(s["startedAt"]) for s in packed.values())
+    assert gpu["admission"] == "Open" and opened < first_start, (gpu["powerState"], packed)
+    assert GPU not in {s["node"] for s in packed.values()}
 
     # a 6-vCPU container does not fit beside them: a second cpu8; a CPU-only container
     # that nothing without GPUs fits goes to the GPU node
