@@ -92,10 +92,14 @@ class PolicyBook:
             problem = f"nodewarden could not read this policy ({type(exc).__name__}: {exc})"
             self.policies[name] = _invalid(name, generation, problem[:1000])
 
-    async def load(self, kube: Kube) -> None:
-        for body in await kube.list(POWER_POLICY, self.namespace):
+    async def load(self, kube: Kube) -> list[dict[str, Any]]:
+        """List the namespace's PowerPolicies into the book; returns their bodies (the
+        caller hands them on to whoever reads their status)."""
+        bodies = await kube.list(POWER_POLICY, self.namespace)
+        for body in bodies:
             body.setdefault("metadata", {}).setdefault("namespace", self.namespace)
             self.observe(body)
+        return list(bodies)
 
     def get(self, name: str | None) -> Policy:
         """The named policy, else the default policy, else the built-in defaults."""

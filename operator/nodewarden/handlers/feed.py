@@ -148,15 +148,21 @@ class Feed:
         )
 
     async def _load_policies(self) -> None:
+        """List the PowerPolicies into the book and hand each to the power controller: what
+        their status holds (the forecast's histogram, the policy in force) is read before
+        its first round, which would otherwise start the histogram afresh and overwrite the
+        stored one before kopf's first PowerPolicy event arrives."""
         delay = 0.5
         while True:
             try:
-                await self._policies.load(self._kube)
-                return
+                bodies = await self._policies.load(self._kube)
+                break
             except KubeError as exc:
                 log.warning("PowerPolicy listing failed (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+        for body in bodies:
+            self._controller.observe_policy(body)
 
     async def stop(self) -> None:
         if self._validation is not None:
