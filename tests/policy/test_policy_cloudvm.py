@@ -164,6 +164,27 @@ def test_unpaired_past_boot_grace_is_forced_and_before_it_waits() -> None:
     assert ev.recheck_at == at(-2 * 60) + timedelta(minutes=10)
 
 
+def test_a_vm_found_running_gets_its_boot_grace_and_lame_after_from_when_it_was_found() -> None:
+    """A new process (a restart, a takeover) has no probe history of the VMs it finds: a
+    VM launched long ago and not yet paired here is not destroyed for BOOT_GRACE_EXCEEDED
+    or LAME_NODE until the grace has passed since it was found (chaos seed 835854: a
+    new leader destroyed two VMs running work 0.5 s after taking over)."""
+    found = vm(paired=False, last_heartbeat=None, booted_at=at(-2 * 3600), found_at=at(-30))
+    assert rule_codes(vm_facts(vm=found)) == (None, None)
+    ev = evaluate_shutdown(vm_facts(vm=found), NOW, POLICY)
+    assert ev.decision is Decision.DEFER and R.READY_PROBE_PENDING in ev.reasons
+    assert ev.recheck_at == at(-30) + timedelta(minutes=10)
+    lame = found.model_copy(update={"probe_attempts": 5})
+    assert rule_codes(vm_facts(vm=lame)) == (None, None)
+    # the same grace, once over, fires as for a VM launched here
+    long_found = found.model_copy(update={"found_at": at(-11 * 60)})
+    assert rule_codes(vm_facts(vm=long_found)) == ("unpaired", R.BOOT_GRACE_EXCEEDED)
+    # found before its launch (clock skew): the launch counts
+    assert found.model_copy(update={"found_at": at(-3 * 3600)}).grace_from == at(-2 * 3600)
+    # billing windows still count from the launch
+    assert found.booted_at == at(-2 * 3600)
+
+
 def test_broken_pinned_off_and_drain_drain_even_when_busy() -> None:
     for facts, code in (
         (vm_facts(vm=vm(broken=True), work=busy_work()), R.NODE_BROKEN),

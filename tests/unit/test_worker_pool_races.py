@@ -13,6 +13,7 @@ from pydantic import SecretBytes
 from nodewarden.cloud.model import CloudInstance, InstanceState
 from nodewarden.cloud.tags import TagKeys
 from nodewarden.config import DispatchSettings
+from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.pool.workers import Worker, WorkerPool
 from nodewarden.scheduling.instancetypes import InstanceType
 
@@ -129,3 +130,27 @@ def test_a_destroy_asked_for_while_the_create_was_in_flight_is_carried_out() -> 
     asyncio.run(pool.lifecycle._create_instance(worker, SMALL))
     assert destroyed == ["i-new"]
     assert probed == []  # nothing is started on a node that is going
+
+
+def test_a_vm_found_running_is_dated_from_when_this_process_found_it() -> None:
+    """A WorkerNode of ours whose worker this process did not create (a restart) is
+    `found_at` the moment it is first seen: its boot grace counts from there
+    (`rules.vm`); one this process creates is not."""
+    clock = [T0]
+    pool, _ = _pool(clock, None)
+    pool.ctx.cloud = None  # what the WorkerNode's instance type is plays no part here
+    body = {
+        "apiVersion": "nodewarden.io/v1alpha1",
+        "kind": "WorkerNode",
+        "metadata": {"name": "vm-a", "namespace": "ns", "labels": {DISPATCHER_LABEL: "d"}},
+        "spec": {"nodeType": "CloudVM", "instanceType": "small"},
+    }
+    pool.nodes.observe_node(body)
+    found = pool.ctx.workers["vm-a"]
+    assert found.found_at == T0
+    assert found.snapshot(None).found_at == T0
+    clock[0] = T0 + timedelta(minutes=5)
+    pool.nodes.observe_node(body)  # seen again: still found when first seen
+    assert pool.ctx.workers["vm-a"].found_at == T0
+    made = Worker(name="vm-b", instance_type=SMALL, created_at=T0, creating=True)
+    assert made.found_at is None and made.snapshot(None).found_at is None

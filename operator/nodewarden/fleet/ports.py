@@ -40,6 +40,9 @@ class WorkerSnapshot:
     """The cloud lists the instance as stopped."""
     listed_at: datetime | None
     """When the pool last read the cloud list (None: not yet)."""
+    found_at: datetime | None = None
+    """When this process first learned of a VM it did not create (None: it created it,
+    or a side node): its boot grace counts from here (`rules.vm`)."""
 
 
 class WorkerObserver(Protocol):

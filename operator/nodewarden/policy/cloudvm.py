@@ -125,7 +125,7 @@ def _down(c: _Ctx) -> tuple[RuleKind, ReasonCode] | None:
 
 def _lame(c: _Ctx) -> tuple[RuleKind, ReasonCode] | None:
     vm = c.vm
-    up = c.now - vm.booted_at
+    up = c.now - vm.grace_from
     if (
         not vm.paired
         and up >= c.policy.lame_after
@@ -194,6 +194,7 @@ def fire(facts: NodeFacts, now: datetime, policy: PolicyView) -> Fired:
             last_heartbeat=vm.last_heartbeat,
             booted_at=vm.booted_at,
             idle_since=idle_since,
+            grace_from=vm.grace_from,
         ),
         policy,
         now,
@@ -215,7 +216,7 @@ def _why_not(c: _Ctx) -> Fired:
     ws = inputs.worker_state
     if ws is WorkerState.UNPAIRED:
         return Fired(
-            None, None, None, inputs, (R.READY_PROBE_PENDING,), vm.booted_at + policy.boot_grace
+            None, None, None, inputs, (R.READY_PROBE_PENDING,), vm.grace_from + policy.boot_grace
         )
     if c.busy:
         code = R.TELEMETRY_MISSING if c.facts.work is None else R.ACTIVE_WORK

@@ -237,6 +237,14 @@ class VmReading(Reading):
     the WorkerNode (source e.g. 'cloud:ec2 + ssh probes')."""
 
     booted_at: AwareDatetime = Field(description="Launch time reported by the cloud.")
+    found_at: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "When this operator process first found the VM already running (a restart, a "
+            "takeover, an adoption); None when it launched it. A new process has no probe "
+            "history of a VM it found: its boot grace and lameAfter count from here."
+        ),
+    )
     paired: bool = Field(description="A probe of this node has succeeded at least once.")
     last_heartbeat: AwareDatetime | None = Field(
         default=None, description="When the last successful probe finished."
@@ -253,6 +261,13 @@ class VmReading(Reading):
             "by itself (host failure, a spot stop) and cannot run work (matrix 'down')."
         ),
     )
+
+    @property
+    def grace_from(self) -> datetime:
+        """Where the boot grace and lameAfter count from: the launch, or the moment this
+        process found the VM when that is later."""
+        found = self.found_at
+        return self.booted_at if found is None or found <= self.booted_at else found
 
 
 class FleetReading(Reading):

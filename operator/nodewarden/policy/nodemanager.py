@@ -262,6 +262,9 @@ class CloudWorkerFacts:
     last_heartbeat: datetime | None
     booted_at: datetime
     idle_since: datetime | None
+    grace_from: datetime | None = None
+    """Where the boot grace counts from when not the boot (a VM this process found
+    running: when it found it); None: `booted_at`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +303,9 @@ def derive_inputs(facts: CloudWorkerFacts, policy: PolicyView, now: datetime) ->
             now=now,
         ),
         boot_grace=boot_grace_from(
-            booted_at=facts.booted_at, boot_expiry=policy.boot_grace, now=now
+            booted_at=facts.grace_from or facts.booted_at,
+            boot_expiry=policy.boot_grace,
+            now=now,
         ),
         idle_grace=idle_grace_from(
             idle_since=facts.idle_since, idle_grace=policy.idle_threshold, now=now

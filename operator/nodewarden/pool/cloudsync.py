@@ -200,11 +200,13 @@ class CloudSync:
     async def _adopt(self, inst: CloudInstance, name: str) -> Worker | None:
         """An instance tagged as ours without a worker: (re)create its WorkerNode."""
         itype = self.ctx.cloud_.instance_type(inst.instance_type or "")
+        now = self.ctx.clock()
         worker = Worker(
             name=name,
             instance_type=itype,
-            created_at=inst.created_at or self.ctx.clock(),
+            created_at=inst.created_at or now,
             instance=inst,
+            found_at=now,
         )
         self.nodes.gone.pop(name, None)
         self.ctx.workers[name] = worker

@@ -117,7 +117,8 @@ class NodeStore:
         if worker is None:
             wanted = (body.get("spec") or {}).get("instanceType") or ""
             itype = self.ctx.cloud.instance_type(wanted) if self.ctx.cloud else None
-            worker = Worker(name=name, instance_type=itype, created_at=self.ctx.clock())
+            now = self.ctx.clock()
+            worker = Worker(name=name, instance_type=itype, created_at=now, found_at=now)
             status = body.get("status") or {}
             worker.host_key = status.get("sshHostKey")
             self.ctx.workers[name] = worker

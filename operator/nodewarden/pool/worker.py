@@ -87,6 +87,12 @@ class Worker:
     instance: CloudInstance | None = None
     instance_known_at: datetime | None = None
     """When our create call returned the instance (None for adopted instances)."""
+    found_at: datetime | None = None
+    """When this process first learned of a VM it did not create (its WorkerNode or its
+    instance found at start-up, after a takeover, an adoption); None for VMs it created.
+    A new process has no probe history of a found VM, so its boot grace and lameAfter
+    count from here, not from the launch (`rules.vm`; Arvados counts a found instance's
+    boot timeout from when the dispatcher first saw it)."""
     body: Mapping[str, Any] | None = None
     """The WorkerNode's compact body (shared with the informer's store: read-only); set
     through `take`, which parses the spec once per body."""
@@ -247,6 +253,7 @@ class Worker:
             name=self.name,
             side=self.side,
             booted_at=self.booted_at,
+            found_at=None if self.side else self.found_at,
             last_attempt=self.last_attempt,
             last_success=self.last_success,
             attempts_since_success=self.attempts_since_success,

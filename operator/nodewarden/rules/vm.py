@@ -1,5 +1,6 @@
 """A cloud VM's node-manager facts (`VmReading`) from the pool's frozen snapshot of its
-worker: launch time, pairing, heartbeat, probe attempts, broken / deletion / stopped."""
+worker: launch time, when this process found it (a VM it did not launch: its boot grace
+counts from then), pairing, heartbeat, probe attempts, broken / deletion / stopped."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def vm_reading(worker: WorkerSnapshot, now: datetime) -> VmReading:
         source=SOURCE,
         observed_at=observed,
         booted_at=booted,
+        found_at=worker.found_at,
         paired=worker.last_success is not None,
         last_heartbeat=worker.last_success,
         probe_attempts=attempts,

@@ -60,6 +60,22 @@ async def test_an_unpaired_vm_is_destroyed_only_after_its_boot_grace() -> None:
         assert h.control.requests[0].at - T0 >= timedelta(seconds=120)
 
 
+async def test_a_vm_found_after_a_restart_gets_a_fresh_boot_grace() -> None:
+    """A VM launched an hour ago that this process found at start-up and has not yet
+    paired (its first probes fail, e.g. the SSH connection it kept died with the old
+    leader) is not destroyed before its boot grace has passed since it was found."""
+    async with PowerHarness() as h:
+        h.cloud_vm("vm1")
+        h.hosts["vm1"].probe_fails = True
+        h.worker("vm1", booted_at=h.clock() - timedelta(hours=1), found_at=h.clock())
+        await h.start()
+        await h.run_for(60)
+        assert not h.control.requests, h.history("vm1")  # launched 1 h ago, found 60 s ago
+        await h.run_until(lambda: bool(h.control.requests), within=200)
+        assert "BOOT_GRACE_EXCEEDED" in seen(h, "vm1"), h.history("vm1")
+        assert h.control.requests[0].at - T0 >= timedelta(seconds=120)
+
+
 async def test_a_broken_vm_is_shut_down_at_once() -> None:
     async with PowerHarness(policy={**POLICY, "idleThreshold": "1h"}) as h:
         h.cloud_vm("vm1")
