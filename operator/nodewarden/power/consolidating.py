@@ -15,7 +15,14 @@ nodes are candidates, when, within which budget, and the PowerIntent of each dec
   work on it, it leaves the budget (its intent Succeeded) and goes the usual idle way.
   Its admission stays closed until it is off (then the fact is cleared), unless the
   lever is switched off or the node or one of its containers is annotated
-  do-not-consolidate (the fact is cleared and admission reopens).
+  do-not-consolidate (the fact is cleared, admission reopens, its intent is Aborted).
+* A restart (or a new leader) resumes what was decided: an open Drain intent of
+  consolidation (`resumed`) puts its node back in the budget with the consolidation fact
+  (the evidence its record holds), so its admission -- restored Closed from
+  `status.powerState` -- stays closed and the intent is driven to its end like any
+  other: Succeeded once the ledger holds no work on the node (judged only after the
+  dispatcher's first plan: before it no node's work is known), Aborted when the drain no
+  longer holds (lever, annotation, the node gone).
 * Shadow: the same choice within the same budget; the machine is stepped on a copy of
   the facts (nothing kept) and its record is written as a PowerIntent in phase Shadow.
 * Off: nothing is assessed.
@@ -31,6 +38,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from nodewarden.api.consolidation import Consolidation
 from nodewarden.policy.base import replaced
 from nodewarden.policy.events import Evaluate
@@ -40,7 +49,7 @@ from nodewarden.policy.reasons import Decision
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import PowerState
 from nodewarden.power.context import PowerContext
-from nodewarden.power.intents import record_fields, shadow_fields
+from nodewarden.power.intents import Intent, record_fields, shadow_fields
 from nodewarden.power.runtime import NodeRuntime, iso
 from nodewarden.rules.consolidation import (
     RECHECKED,
@@ -55,6 +64,14 @@ from nodewarden.scheduling.views import ContainerView, NodeState, NodeView, Phas
 from nodewarden.units import parse_duration
 
 log = logging.getLogger(__name__)
+
+DRAIN_REASON = "policy decision: CONSOLIDATION_DRAIN"
+"""`spec.reason` of the Drain intents consolidation opens (how a restart finds them)."""
+
+
+def consolidation_drain(intent: Intent) -> bool:
+    """A policy-made Drain intent that consolidation opened (not a Shadow record)."""
+    return intent.source == "Policy" and intent.action == "Drain" and intent.reason == DRAIN_REASON
 
 
 class PowerConsolidation:
@@ -77,9 +94,14 @@ class PowerConsolidation:
         self.intents: dict[str, str] = {}
         """node -> the name of its Drain intent (On) while it drains."""
         self.assessed = 0
+        """Nodes assessed so far (the at-rest test counts them)."""
         self._annotated: dict[str, bool] = {}
         """node -> whether its WorkerNode carries the do-not-consolidate annotation."""
-        """Nodes assessed so far (the at-rest test counts them)."""
+        self._to_resume: dict[str, str] = {}
+        """node -> an open consolidation Drain intent seen before its node (`resumed`)."""
+        self._ledger = False
+        """The dispatcher's ledger came at least once: a node's work is known (until then
+        a resumed drain is never taken for over)."""
 
     @property
     def next_due(self) -> datetime | None:
@@ -103,6 +125,7 @@ class PowerConsolidation:
         """The dispatcher's ledger: a node whose work changed is due `consolidateAfter`
         later; a draining node whose work ended leaves the budget."""
         self.held = containers
+        self._ledger = True
         work: dict[str, set[tuple[str, bool]]] = {}
         for c in containers:
             if c.node is not None and c.phase is not Phase.QUEUED:
@@ -129,6 +152,7 @@ class PowerConsolidation:
         """A WorkerNode event: when its do-not-consolidate annotation changed, a node with
         work is due again, and one drained for consolidation is let go if it is
         annotated now (other events -- status echoes among them -- change nothing)."""
+        self._resume(name, now)
         rt = self.ctx.nodes.get(name)
         if rt is None or rt.spec is None:
             return
@@ -144,11 +168,53 @@ class PowerConsolidation:
         if name in self.closed and self._protected(rt):
             self._release(now)
 
+    # -- a restart: the open Drain intents resumed ----------------------------------------
+
+    def intent_seen(self, name: str, now: datetime) -> None:
+        """A PowerIntent event: an open consolidation Drain intent this controller does not
+        hold (a restart, a new leader) is resumed (module docstring), at once when its
+        node is known, else when the node comes."""
+        intent = self.ctx.intents.intents.get(name)
+        if intent is None or not consolidation_drain(intent) or intent.settled:
+            return
+        if self.intents.get(intent.node) == name:
+            return
+        self._to_resume[intent.node] = name
+        self._resume(intent.node, now)
+
+    def _resume(self, node: str, now: datetime) -> None:
+        name = self._to_resume.get(node)
+        rt = self.ctx.nodes.get(node)
+        if name is None or rt is None or rt.spec is None:
+            return
+        del self._to_resume[node]
+        intent = self.ctx.intents.intents.get(name)
+        if intent is None or intent.settled:
+            return
+        held = self.intents.get(node)
+        if held is not None and held != name:
+            # a second open drain of one node (two leaders' overlap): the one held goes on
+            self.ctx.spawn(self._close(name, now, "Superseded", f"superseded by {held}"))
+            return
+        policy = self.ctx.policy(rt).name
+        self.intents[node] = name
+        self.closed[node] = policy
+        self.draining.setdefault(policy, set()).add(node)
+        log.info("WorkerNode %s: consolidation drain %s resumed", node, name)
+        if rt.facts.consolidation is None:
+            rt.facts = replaced(rt.facts, {"consolidation": _stored_reading(intent, now)})
+            rt.events.append(Evaluate())
+            self.ctx.wake.set()
+        self._release(now)  # the lever or an annotation may no longer hold it
+
     def _release(self, now: datetime) -> None:
-        """Nodes whose consolidation drain is over: their work ended (out of the budget),
-        they went off or away (the fact cleared), or the lever or an annotation lets them
-        go (the fact cleared, admission reopens)."""
+        """Nodes whose consolidation drain is over: their work ended (out of the budget,
+        the intent Succeeded; known only once the ledger came), they went off (the fact
+        cleared) or away, or the lever or an annotation lets them go (the fact cleared,
+        admission reopens, the intent Aborted)."""
         for group in (self.draining, self.shadowing):
+            if not self._ledger:
+                break
             for names in group.values():
                 for name in [n for n in names if not self._work.get(n)]:
                     names.discard(name)
@@ -158,13 +224,22 @@ class PowerConsolidation:
             rt = self.ctx.nodes.get(name)
             if rt is None:
                 self._clear(name, None)
+                self.ctx.spawn(self._finish(name, now, "Aborted", "its WorkerNode is gone"))
                 continue
             off = rt.state.state is PowerState.OFF
-            let_go = self._settings(rt).mode != "On" or self._protected(rt)
-            if off or let_go:
+            mode = self._settings(rt).mode
+            kept = self._protected(rt)
+            if off:
                 self._clear(name, rt)
-                if let_go and not off:
-                    self.ctx.spawn(self._finish(name, now, "Aborted", "consolidation let go"))
+                self.ctx.spawn(self._finish(name, now, "Succeeded", "the node is off"))
+            elif mode != "On" or kept:
+                self._clear(name, rt)
+                why = (
+                    f"consolidation.mode is {mode} now"
+                    if mode != "On"
+                    else "the node or one of its containers is annotated do-not-consolidate"
+                )
+                self.ctx.spawn(self._finish(name, now, "Aborted", why))
 
     def _clear(self, name: str, rt: NodeRuntime | None) -> None:
         policy = self.closed.pop(name, None)
@@ -284,9 +359,7 @@ class PowerConsolidation:
             return
         intents = self.ctx.intents
         tid = f"consolidate-{now:%Y%m%d-%H%M%S}"
-        intent = await intents.create_policy_intent(
-            rt.name, tid, "Drain", "policy decision: CONSOLIDATION_DRAIN", now
-        )
+        intent = await intents.create_policy_intent(rt.name, tid, "Drain", DRAIN_REASON, now)
         self.intents[rt.name] = intent.name
         fields = record_fields(record)
         fields.update(
@@ -298,15 +371,23 @@ class PowerConsolidation:
         await intents.write(intent, fields)
 
     async def _finish(self, name: str, now: datetime, phase: str, why: str) -> None:
+        """Close node `name`'s Drain intent (if it still has one open)."""
         intent_name = self.intents.pop(name, None)
-        intent = self.ctx.intents.intents.get(intent_name or "")
-        if intent is None or intent.finished:
+        if intent_name is None:
             return
-        message = (
-            "consolidation: its work ended; the usual idle path applies"
-            if phase == "Succeeded"
-            else f"consolidation: {why}; admission reopens"
-        )
+        if phase != "Succeeded":
+            message = f"consolidation let go: {why}; admission reopens"
+        elif why == "drained":
+            message = "consolidation: its work ended; the usual idle path applies"
+        else:
+            message = f"consolidation: {why}; the drain is over"
+        await self._close(intent_name, now, phase, message)
+
+    async def _close(self, intent_name: str, now: datetime, phase: str, message: str) -> None:
+        intent = self.ctx.intents.intents.get(intent_name)
+        if intent is None or intent.settled:
+            return
+        intent.asked_phase = phase
         fields: dict[str, Any] = {"phase": phase, "finishedAt": iso(now), "message": message}
         await self.ctx.intents.write(intent, fields)
 
@@ -325,3 +406,22 @@ class PowerConsolidation:
         )
         message = "consolidation in Shadow: decided and recorded, not acted on"
         await intents.write(intent, shadow_fields(record, message, now))
+
+
+def _stored_reading(intent: Intent, now: datetime) -> ConsolidationReading:
+    """The consolidation evidence a resumed Drain intent's Safety Record holds (a reading
+    naming the intent when the record is missing or unreadable)."""
+    record = intent.written.get("safetyRecord")
+    stored = record.get("consolidation") if isinstance(record, dict) else None
+    if isinstance(stored, dict):
+        try:
+            return ConsolidationReading.model_validate(stored)
+        except ValidationError:
+            pass
+    return ConsolidationReading(
+        source=f"PowerIntent/{intent.name} (resumed; its record unreadable)",
+        observed_at=intent.started_at or intent.created,
+        utilisation=0.0,
+        hourly_price=0.0,
+        why="resumed after a restart",
+    )

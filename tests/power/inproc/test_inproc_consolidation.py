@@ -193,3 +193,74 @@ async def test_at_rest_nothing_is_assessed_and_a_change_assesses_only_its_node()
         h.hosts["cheap-3"].runners = 4
         await h.run_for(170, tick=10)
         assert 1 <= h.ctrl.consolidation.assessed - before <= 2
+
+
+async def _restarted(h: PowerHarness, policy: dict[str, Any] | None = None) -> PowerHarness:
+    """A second controller on `h`'s API objects, hosts and clock (the operator restarted:
+    nothing of `h`'s memory), with the dispatcher's containers as they were."""
+    await h.ctrl.stop()
+    await h.settle()
+    h.clock.advance(30)  # away for half a minute
+    again = PowerHarness(policy=policy, kube=h.kube, hosts=h.hosts, clock=h.clock)
+    again.containers.update(h.containers)
+    if policy is not None:
+        again.set_policy("default", **policy)
+    return again
+
+
+async def test_a_restart_keeps_a_consolidation_drain_closed_and_ends_its_intent() -> None:
+    """A restarted operator resumes the drain it decided: the node stays closed to new
+    work (never reopened, not even for a round), its Drain intent stays InProgress, and
+    is Succeeded once its work ends and the usual idle path takes over."""
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        (intent,) = _drains(h, "InProgress")
+        b = await _restarted(h)
+    async with b:
+        seen: set[str] = set()
+
+        def watch() -> bool:
+            seen.add(_admission(b, "dear-0"))
+            seen.add(str(b.status("dear-0").get("admission")))
+            return False
+
+        b.recovering = True  # the dispatcher has not planned yet: no node's work is known
+        await b.start()
+        await b.run_until(lambda: watch() or b.ctrl.nodes["dear-0"].facts.ready is not None)
+        await b.run_for(60, tick=5)
+        assert len(_drains(b, "InProgress")) == 1  # not taken for drained meanwhile
+        b.recovering = False
+        await b.run_for(600, tick=10)
+        watch()
+        assert "Open" not in seen, seen
+        assert b.board.admission_open("dear-0") is False
+        assert b.ctrl.nodes["dear-0"].facts.consolidation is not None
+        assert [i["metadata"]["name"] for i in _drains(b, "InProgress")] == [
+            intent["metadata"]["name"]
+        ], [(i["metadata"]["name"], i.get("status", {}).get("phase")) for i in _drains(b)]
+        shown = b.kube.status(POWER_POLICY, NS, "default").get("inForce") or {}
+        assert shown.get("consolidationBudget", {}).get("inUse") == 1, shown
+        # its work ends: the intent Succeeded, the usual idle path switches it off
+        b.finish("dear-0-c0")
+        b.hosts["dear-0"].runners = 0
+        await b.run_until(lambda: b.state("dear-0") == "Off", within=600, tick=5, what="off")
+        (done,) = _drains(b)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert "work ended" in done["status"]["message"]
+
+
+async def test_a_restart_with_the_lever_switched_off_reopens_and_aborts_the_drain() -> None:
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        b = await _restarted(h, policy=_policy("Off"))
+    async with b:
+        await b.start()
+        await b.run_until(lambda: bool(_drains(b, "Aborted")), within=120, tick=5, what="aborted")
+        (done,) = _drains(b)
+        assert "consolidation.mode is Off" in done["status"]["message"], done["status"]
+        await b.run_until(lambda: _admission(b, "dear-0") == "Open", within=300, tick=5)
+        assert b.ctrl.nodes["dear-0"].facts.consolidation is None
