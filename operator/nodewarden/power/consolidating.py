@@ -22,7 +22,11 @@ nodes are candidates, when, within which budget, and the PowerIntent of each dec
   `status.powerState` -- stays closed and the intent is driven to its end like any
   other: Succeeded once the ledger holds no work on the node (judged only after the
   dispatcher's first plan: before it no node's work is known), Aborted when the drain no
-  longer holds (lever, annotation, the node gone).
+  longer holds (lever, annotation, the node gone). Likewise a Shadow record: a node
+  whose latest one names a container the first ledger still holds on it is back in the
+  Shadow budget (`shadowing`) and is not recorded again for the same work -- restarts
+  do not pile up copies of one would-be drain, which would push the node's other
+  records out of the finished intents kept per node.
 * Shadow: the same choice within the same budget; the machine is stepped on a copy of
   the facts (nothing kept) and its record is written as a PowerIntent in phase Shadow.
 * Off: nothing is assessed.
@@ -67,6 +71,8 @@ log = logging.getLogger(__name__)
 
 DRAIN_REASON = "policy decision: CONSOLIDATION_DRAIN"
 """`spec.reason` of the Drain intents consolidation opens (how a restart finds them)."""
+SHADOW_REASON = "consolidation in Shadow: not acted on"
+"""`spec.reason` of the records (phase Shadow) of what On would have done."""
 
 
 def consolidation_drain(intent: Intent) -> bool:
@@ -99,6 +105,9 @@ class PowerConsolidation:
         """node -> whether its WorkerNode carries the do-not-consolidate annotation."""
         self._to_resume: dict[str, str] = {}
         """node -> an open consolidation Drain intent seen before its node (`resumed`)."""
+        self._shadowed: dict[str, tuple[datetime, frozenset[str]]] = {}
+        """node -> its latest Shadow record seen before the first ledger: when, and the
+        containers it would have moved (resumed in `shadowing` at the first ledger)."""
         self._ledger = False
         """The dispatcher's ledger came at least once: a node's work is known (until then
         a resumed drain is never taken for over)."""
@@ -125,7 +134,7 @@ class PowerConsolidation:
         """The dispatcher's ledger: a node whose work changed is due `consolidateAfter`
         later; a draining node whose work ended leaves the budget."""
         self.held = containers
-        self._ledger = True
+        first, self._ledger = not self._ledger, True
         work: dict[str, set[tuple[str, bool]]] = {}
         for c in containers:
             if c.node is not None and c.phase is not Phase.QUEUED:
@@ -135,6 +144,8 @@ class PowerConsolidation:
         nodes = self.ctx.nodes
         after = {name: frozenset(uuids) for name, uuids in work.items() if name in nodes}
         before, self._work = self._work, after
+        if first:
+            self._resume_shadows()
         for name in before.keys() | after.keys():
             if before.get(name) == after.get(name):
                 continue
@@ -173,9 +184,17 @@ class PowerConsolidation:
     def intent_seen(self, name: str, now: datetime) -> None:
         """A PowerIntent event: an open consolidation Drain intent this controller does not
         hold (a restart, a new leader) is resumed (module docstring), at once when its
-        node is known, else when the node comes."""
+        node is known, else when the node comes; a Shadow record seen before the first
+        ledger is noted for `_resume_shadows`."""
         intent = self.ctx.intents.intents.get(name)
-        if intent is None or not consolidation_drain(intent) or intent.settled:
+        if intent is None:
+            return
+        if not self._ledger and _shadow_record(intent):
+            seen = self._shadowed.get(intent.node)
+            if seen is None or seen[0] < intent.created:
+                self._shadowed[intent.node] = (intent.created, _moved(intent))
+            return
+        if not consolidation_drain(intent) or intent.settled:
             return
         if self.intents.get(intent.node) == name:
             return
@@ -206,6 +225,17 @@ class PowerConsolidation:
             rt.events.append(Evaluate())
             self.ctx.wake.set()
         self._release(now)  # the lever or an annotation may no longer hold it
+
+    def _resume_shadows(self) -> None:
+        """The first ledger: a node whose latest Shadow record names a container it still
+        holds is back in its policy's Shadow budget (as if this process had recorded it)."""
+        for node, (_, moved) in self._shadowed.items():
+            rt = self.ctx.nodes.get(node)
+            if rt is None or rt.spec is None or self._settings(rt).mode != "Shadow":
+                continue
+            if moved & {uuid for uuid, _ in self._work.get(node, frozenset())}:
+                self.shadowing.setdefault(self.ctx.policy(rt).name, set()).add(node)
+        self._shadowed.clear()
 
     def _release(self, now: datetime) -> None:
         """Nodes whose consolidation drain is over: their work ended (out of the budget,
@@ -401,11 +431,21 @@ class PowerConsolidation:
             return
         intents = self.ctx.intents
         tid = f"shadow-consolidate-{now:%Y%m%d-%H%M%S}"
-        intent = await intents.create_policy_intent(
-            rt.name, tid, "Drain", "consolidation in Shadow: not acted on", now
-        )
+        intent = await intents.create_policy_intent(rt.name, tid, "Drain", SHADOW_REASON, now)
         message = "consolidation in Shadow: decided and recorded, not acted on"
         await intents.write(intent, shadow_fields(record, message, now))
+
+
+def _shadow_record(intent: Intent) -> bool:
+    return intent.source == "Policy" and intent.action == "Drain" and intent.reason == SHADOW_REASON
+
+
+def _moved(intent: Intent) -> frozenset[str]:
+    """The containers a consolidation record would have moved (its evidence's targets)."""
+    record = intent.written.get("safetyRecord")
+    stored = record.get("consolidation") if isinstance(record, dict) else None
+    targets = stored.get("targets") if isinstance(stored, dict) else None
+    return frozenset(targets) if isinstance(targets, dict) else frozenset()
 
 
 def _stored_reading(intent: Intent, now: datetime) -> ConsolidationReading:

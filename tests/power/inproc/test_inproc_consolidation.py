@@ -264,3 +264,28 @@ async def test_a_restart_with_the_lever_switched_off_reopens_and_aborts_the_drai
         assert "consolidation.mode is Off" in done["status"]["message"], done["status"]
         await b.run_until(lambda: _admission(b, "dear-0") == "Open", within=300, tick=5)
         assert b.ctrl.nodes["dear-0"].facts.consolidation is None
+
+
+async def test_restarts_in_shadow_do_not_record_the_same_would_be_drain_again() -> None:
+    """A Shadow record's node, its work unchanged, is back in the Shadow budget after a
+    restart and not recorded again (copies would push its other records out of the
+    finished intents kept per node); once its work is new, it is recorded afresh."""
+    async with PowerHarness(policy=_policy("Shadow")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: bool(_drains(h)), within=600, tick=5, what="a record")
+        b = await _restarted(h)
+    for _ in range(3):
+        async with b:
+            await b.start()
+            await b.run_for(600, tick=10)
+            assert len(_drains(b)) == 1, [i["metadata"]["name"] for i in _drains(b)]
+            assert b.ctrl.consolidation.in_use() == {"default": 1}
+            c = await _restarted(b)
+        b = c
+    async with b:
+        await b.start()
+        b.finish("dear-0-c0")  # new work on it: a new would-be drain
+        b.queue("dear-0-c1", vcpus=2, ram="2Gi")
+        b.place("dear-0-c1", "dear-0")
+        await b.run_until(lambda: len(_drains(b)) == 2, within=900, tick=10, what="2nd")
