@@ -14,8 +14,12 @@ nodes are candidates, when, within which budget, and the PowerIntent of each dec
   carrying the Safety Record. The node finishes what it runs; once the ledger holds no
   work on it, it leaves the budget (its intent Succeeded) and goes the usual idle way.
   Its admission stays closed until it is off (then the fact is cleared), unless the
-  lever is switched off or the node or one of its containers is annotated
-  do-not-consolidate (the fact is cleared, admission reopens, its intent is Aborted).
+  lever is switched off, the node or one of its containers is annotated
+  do-not-consolidate, or queued work that fits it waits (the rule that keeps a node
+  with waiting demand from being chosen, `DEMAND_WAITING`, holds for a drain too: at
+  once when its own work has ended -- an idle node kept on by that demand would stay
+  closed to it for ever -- else once it has waited `consolidateAfter`): the fact is
+  cleared, admission reopens, its intent (if still open) is Aborted.
 * A restart (or a new leader) resumes what was decided: an open Drain intent of
   consolidation (`resumed`) puts its node back in the budget with the consolidation fact
   (the evidence its record holds), so its admission -- restored Closed from
@@ -105,6 +109,8 @@ class PowerConsolidation:
         """node -> whether its WorkerNode carries the do-not-consolidate annotation."""
         self._to_resume: dict[str, str] = {}
         """node -> an open consolidation Drain intent seen before its node (`resumed`)."""
+        self._demand_since: dict[str, datetime] = {}
+        """node -> since when queued work that fits it has waited while it is closed."""
         self._shadowed: dict[str, tuple[datetime, frozenset[str]]] = {}
         """node -> its latest Shadow record seen before the first ledger: when, and the
         containers it would have moved (resumed in `shadowing` at the first ledger)."""
@@ -258,20 +264,40 @@ class PowerConsolidation:
                 continue
             off = rt.state.state is PowerState.OFF
             mode = self._settings(rt).mode
-            kept = self._protected(rt)
+            why = None
+            if mode != "On":
+                why = f"consolidation.mode is {mode} now"
+            elif self._protected(rt):
+                why = "the node or one of its containers is annotated do-not-consolidate"
+            elif not off:
+                why = self._demand_waits(rt, now)
             if off:
                 self._clear(name, rt)
                 self.ctx.spawn(self._finish(name, now, "Succeeded", "the node is off"))
-            elif mode != "On" or kept:
+            elif why is not None:
                 self._clear(name, rt)
-                why = (
-                    f"consolidation.mode is {mode} now"
-                    if mode != "On"
-                    else "the node or one of its containers is annotated do-not-consolidate"
-                )
                 self.ctx.spawn(self._finish(name, now, "Aborted", why))
 
+    def _demand_waits(self, rt: NodeRuntime, now: datetime) -> str | None:
+        """Why queued work that fits closed node `rt` lets it go (None: it does not): its
+        own work has ended, or the work has waited `consolidateAfter` (a due time then)."""
+        demand = rt.facts.demand
+        name = rt.name
+        if demand is None or demand.queued <= 0:
+            self._demand_since.pop(name, None)
+            return None
+        since = self._demand_since.setdefault(name, now)
+        waited = f"{demand.queued} queued container(s) that fit it wait"
+        if self._ledger and not self._work.get(name):
+            return f"{waited}, and its own work has ended"
+        wait = parse_duration(self._settings(rt).consolidate_after)
+        if now - since >= wait:
+            return f"{waited} since {iso(since)}"
+        self._push(name, since + wait)
+        return None
+
     def _clear(self, name: str, rt: NodeRuntime | None) -> None:
+        self._demand_since.pop(name, None)
         policy = self.closed.pop(name, None)
         if policy is not None:
             self.draining.get(policy, set()).discard(name)
