@@ -17,6 +17,7 @@ from nodewarden.rules.consolidation import (
     PROTECTED,
     Assessment,
     assess,
+    demand_lets_go,
     protected,
     within_budget,
 )
@@ -88,3 +89,15 @@ def test_the_budget_and_the_annotation() -> None:
     assert not protected({"nodewarden.io/do-not-consolidate": "false"})
     assert not protected(None) and not protected({"other": "true"})
     assert Consolidation().mode == "Shadow"  # existing installs start in Shadow
+
+
+def test_queued_work_that_fits_a_closed_node_lets_it_go_once_its_work_ended_or_it_waited() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    after = Consolidation(mode="On", consolidate_after="2m")
+    assert demand_lets_go(0, True, None, t0, after) is None  # nothing waits
+    assert demand_lets_go(1, False, t0, t0, after) is None  # a moment of demand: kept
+    ended = demand_lets_go(2, True, t0, t0, after)
+    assert ended is not None and "own work has ended" in ended
+    assert demand_lets_go(1, False, t0, t0.replace(minute=1, second=59), after) is None
+    waited = demand_lets_go(1, False, t0, t0.replace(minute=2), after)
+    assert waited is not None and "1 queued container(s) that fit it wait since" in waited

@@ -63,6 +63,7 @@ from nodewarden.rules.consolidation import (
     RECHECKED,
     assess,
     consolidation_reading,
+    demand_lets_go,
     protected,
     within_budget,
 )
@@ -283,18 +284,17 @@ class PowerConsolidation:
         own work has ended, or the work has waited `consolidateAfter` (a due time then)."""
         demand = rt.facts.demand
         name = rt.name
-        if demand is None or demand.queued <= 0:
+        queued = demand.queued if demand is not None else 0
+        if queued <= 0:
             self._demand_since.pop(name, None)
             return None
         since = self._demand_since.setdefault(name, now)
-        waited = f"{demand.queued} queued container(s) that fit it wait"
-        if self._ledger and not self._work.get(name):
-            return f"{waited}, and its own work has ended"
-        wait = parse_duration(self._settings(rt).consolidate_after)
-        if now - since >= wait:
-            return f"{waited} since {iso(since)}"
-        self._push(name, since + wait)
-        return None
+        settings = self._settings(rt)
+        ended = self._ledger and not self._work.get(name)
+        why = demand_lets_go(queued, ended, since, now, settings)
+        if why is None:
+            self._push(name, since + parse_duration(settings.consolidate_after))
+        return why
 
     def _clear(self, name: str, rt: NodeRuntime | None) -> None:
         self._demand_since.pop(name, None)

@@ -27,6 +27,12 @@ with the moved work); the dearest of them is the comparison (conservative).
 `within_budget` bounds how many nodes of a policy drain for consolidation at once (the
 consolidation budget, apart from the transition budget).
 
+`demand_lets_go` ends a drain that no longer holds because work waits for the node: the
+demand-waiting rule, which keeps a node from being chosen, holds for a node already
+closed too -- at once once its own work has ended (an idle node kept on by that demand
+would otherwise stay closed to it for ever), else once the demand has waited
+`consolidateAfter` (a burst queued for a moment does not undo a drain).
+
 Pure: the live power controller (`power.consolidating`) and the simulator
 (`simulate.consolidation`) call these same functions.
 """
@@ -47,6 +53,7 @@ from nodewarden.scheduling.instancetypes import (
 from nodewarden.scheduling.placement import PlacementRules
 from nodewarden.scheduling.relocation import relocation
 from nodewarden.scheduling.views import USABLE_NOW, ContainerView, NodeView, Phase
+from nodewarden.units import parse_duration
 
 DRAIN = "drain"
 PROTECTED = "protected"
@@ -229,3 +236,25 @@ def within_budget(draining: Collection[str], settings: Consolidation) -> bool:
     """Whether one more node of a policy may begin a consolidation drain: the nodes
     draining for consolidation (their work not yet ended) are fewer than the budget."""
     return len(draining) < settings.max_concurrent
+
+
+def demand_lets_go(
+    queued: int,
+    work_ended: bool,
+    waiting_since: datetime | None,
+    now: datetime,
+    settings: Consolidation,
+) -> str | None:
+    """Why queued work lets a node closed for consolidation go (None: the drain holds):
+    `queued` containers that fit it wait (since `waiting_since`), and its own work has
+    ended or they have waited `consolidateAfter` (module docstring)."""
+    if queued <= 0:
+        return None
+    waited = f"{queued} queued container(s) that fit it wait"
+    if work_ended:
+        return f"{waited}, and its own work has ended"
+    if waiting_since is not None and now - waiting_since >= parse_duration(
+        settings.consolidate_after
+    ):
+        return f"{waited} since {waiting_since.isoformat()}"
+    return None

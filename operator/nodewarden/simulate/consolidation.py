@@ -9,7 +9,9 @@ the policy's budget (`maxConcurrent` draining at once), gets the consolidation f
 (`NodeFacts.consolidation`) and an evaluation: the real machine closes its admission
 (DRAIN, CONSOLIDATION_DRAIN); its running containers finish (never evicted) and the
 usual idle path applies. It leaves the budget once its work has ended; the fact goes
-when the node is off or gone.
+when the node is off or gone, or when queued work that fits it waits
+(`rules.consolidation.demand_lets_go`: at once once its work has ended, else after
+`consolidateAfter`), and its admission reopens.
 
 Only mode On changes what is simulated (Shadow records in the operator and changes
 nothing here); `drains` counts the decisions, for the report.
@@ -26,6 +28,7 @@ from nodewarden.rules.consolidation import (
     RECHECKED,
     assess,
     consolidation_reading,
+    demand_lets_go,
     within_budget,
 )
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
@@ -71,6 +74,8 @@ class SimConsolidation:
         self._recheck = to_us(settings.recheck_after)
         self._token: dict[str, int] = {}
         self.draining: set[str] = set()
+        self._demand_since: dict[str, int] = {}
+        """node -> since when (us) queued work that fits it has waited while it is closed."""
         self.drains = 0
         """Consolidation drains decided (the report's figure)."""
 
@@ -90,10 +95,42 @@ class SimConsolidation:
         self.w._schedule(self.w.now + delay, self._due, (node, token))
 
     def touched(self, node: MachineNode) -> None:
-        """A step of `node`: off (or leaving), its consolidation fact goes."""
-        if node.facts.consolidation is not None and node.state.state is PowerState.OFF:
+        """A step of `node`: off (or leaving), its consolidation fact goes; queued work
+        that fits it may let it go (`_demand`)."""
+        if node.facts.consolidation is None:
+            return
+        if node.state.state is PowerState.OFF:
             node.facts = node.facts.model_copy(update={"consolidation": None})
             self.draining.discard(node.name)
+            self._demand_since.pop(node.name, None)
+            return
+        self._demand(node)
+
+    def _demand(self, node: MachineNode) -> None:
+        """Queued work that fits closed `node` lets it go (`demand_lets_go`), or is looked
+        at again once it has waited `consolidateAfter`."""
+        if self.w.nodes.get(node.name) is not node or node.facts.consolidation is None:
+            return
+        queued = self._queued(node)
+        if queued <= 0:
+            self._demand_since.pop(node.name, None)
+            return
+        fresh = node.name not in self._demand_since
+        since = self._demand_since.setdefault(node.name, self.w.now)
+        ended = not node.work.running
+        why = demand_lets_go(queued, ended, self.w.at(since), self.w.at(self.w.now), self.settings)
+        if why is None:
+            if fresh:
+                self.w._schedule(since + self._after, self._demand, node)
+            return
+        del self._demand_since[node.name]
+        self.draining.discard(node.name)
+        node.facts = node.facts.model_copy(update={"consolidation": None})
+        self.w._schedule(self.w.now, self._reopen, node)
+
+    def _reopen(self, node: MachineNode) -> None:
+        if self.w.nodes.get(node.name) is node:
+            self.w._evaluate(node)
 
     def _due(self, arg: tuple[MachineNode, int]) -> None:
         node, token = arg
