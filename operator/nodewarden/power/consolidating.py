@@ -57,7 +57,7 @@ from nodewarden.policy.reasons import Decision
 from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import PowerState
 from nodewarden.power.context import PowerContext
-from nodewarden.power.intents import Intent, record_fields, shadow_fields
+from nodewarden.power.intents import Intent, policy_intent_name, record_fields, shadow_fields
 from nodewarden.power.runtime import NodeRuntime, iso
 from nodewarden.rules.consolidation import (
     RECHECKED,
@@ -248,7 +248,8 @@ class PowerConsolidation:
         """Nodes whose consolidation drain is over: their work ended (out of the budget,
         the intent Succeeded; known only once the ledger came), they went off (the fact
         cleared) or away, or the lever or an annotation lets them go (the fact cleared,
-        admission reopens, the intent Aborted)."""
+        admission reopens, the intent Aborted) -- judged once the fleet and its policies
+        are in (a restart's first events must not let a resumed drain go)."""
         for group in (self.draining, self.shadowing):
             if not self._ledger:
                 break
@@ -257,6 +258,8 @@ class PowerConsolidation:
                     names.discard(name)
                     if group is self.draining:
                         self.ctx.spawn(self._finish(name, now, "Succeeded", "drained"))
+        if not self.ctx.synced.is_set():
+            return  # a start: the fleet and its policies are not all in yet
         for name in list(self.closed):
             rt = self.ctx.nodes.get(name)
             if rt is None:
@@ -415,8 +418,9 @@ class PowerConsolidation:
             return
         intents = self.ctx.intents
         tid = f"consolidate-{now:%Y%m%d-%H%M%S}"
+        # held before the create: its echo must not look like one to resume
+        self.intents[rt.name] = policy_intent_name(rt.name, tid)
         intent = await intents.create_policy_intent(rt.name, tid, "Drain", DRAIN_REASON, now)
-        self.intents[rt.name] = intent.name
         fields = record_fields(record)
         fields.update(
             phase="InProgress",
