@@ -110,6 +110,8 @@ class PowerConsolidation:
         """node -> whether its WorkerNode carries the do-not-consolidate annotation."""
         self._to_resume: dict[str, str] = {}
         """node -> an open consolidation Drain intent seen before its node (`resumed`)."""
+        self._tids: dict[str, str] = {}
+        """node -> the transition id of the Drain intent `drained` is to create."""
         self._demand_since: dict[str, datetime] = {}
         """node -> since when queued work that fits it has waited while it is closed."""
         self._shadowed: dict[str, tuple[datetime, frozenset[str]]] = {}
@@ -191,7 +193,8 @@ class PowerConsolidation:
     def intent_seen(self, name: str, now: datetime) -> None:
         """A PowerIntent event: an open consolidation Drain intent this controller does not
         hold (a restart, a new leader) is resumed (module docstring), at once when its
-        node is known, else when the node comes; a Shadow record seen before the first
+        node is known, else when the node comes; a node resumed from its stored state
+        gets the evidence of its intent once read; a Shadow record seen before the first
         ledger is noted for `_resume_shadows`."""
         intent = self.ctx.intents.intents.get(name)
         if intent is None:
@@ -201,36 +204,71 @@ class PowerConsolidation:
             if seen is None or seen[0] < intent.created:
                 self._shadowed[intent.node] = (intent.created, _moved(intent))
             return
-        if not consolidation_drain(intent) or intent.settled:
+        if not consolidation_drain(intent):
             return
-        if self.intents.get(intent.node) == name:
+        node = intent.node
+        rt = self.ctx.nodes.get(node)
+        if self.intents.get(node) == name:
+            # held: resumed from the node's stored state before its intent was read
+            if rt is not None and intent.settled:
+                self._intent_ended(rt, intent)
+            elif rt is not None and _placeholder(rt.facts.consolidation):
+                rt.facts = replaced(rt.facts, {"consolidation": _stored_reading(intent, now)})
             return
-        self._to_resume[intent.node] = name
-        self._resume(intent.node, now)
+        if intent.settled:
+            return
+        self._to_resume[node] = name
+        self._resume(node, now)
+
+    def _intent_ended(self, rt: NodeRuntime, intent: Intent) -> None:
+        """A held Drain intent read back finished (by this process before a restart):
+        Succeeded -- its work had ended, the node stays closed until off; any other end
+        -- it was let go: admission reopens."""
+        self.intents.pop(rt.name, None)
+        for names in self.draining.values():
+            names.discard(rt.name)
+        if intent.phase != "Succeeded":
+            self._clear(rt.name, rt)
 
     def _resume(self, node: str, now: datetime) -> None:
-        name = self._to_resume.get(node)
+        """Resume node `node`'s consolidation drain: from an open Drain intent read
+        (`intent_seen`), or from its stored state (`NodePowerState.consolidation`, read
+        with the WorkerNode: closed before any step, the intent's evidence when read)."""
         rt = self.ctx.nodes.get(node)
-        if name is None or rt is None or rt.spec is None:
+        if rt is None or rt.spec is None:
             return
-        del self._to_resume[node]
+        name = self._to_resume.pop(node, None)
+        if name is None and node not in self.closed:
+            name = rt.state.consolidation
+        if name is None:
+            return
         intent = self.ctx.intents.intents.get(name)
-        if intent is None or intent.settled:
-            return
         held = self.intents.get(node)
-        if held is not None and held != name:
-            # a second open drain of one node (two leaders' overlap): the one held goes on
-            self.ctx.spawn(self._close(name, now, "Superseded", f"superseded by {held}"))
+        if held == name:
+            return
+        if held is not None:
+            if intent is not None and not intent.settled:
+                # a second open drain of one node (two leaders' overlap): the held one goes on
+                self.ctx.spawn(self._close(name, now, "Superseded", f"superseded by {held}"))
             return
         policy = self.ctx.policy(rt).name
         self.intents[node] = name
         self.closed[node] = policy
         self.draining.setdefault(policy, set()).add(node)
         log.info("WorkerNode %s: consolidation drain %s resumed", node, name)
+        if rt.state.consolidation != name:
+            rt.state = replaced(rt.state, {"consolidation": name})
         if rt.facts.consolidation is None:
-            rt.facts = replaced(rt.facts, {"consolidation": _stored_reading(intent, now)})
+            reading = (
+                _stored_reading(intent, now)
+                if intent is not None
+                else _placeholder_reading(name, now)
+            )
+            rt.facts = replaced(rt.facts, {"consolidation": reading})
             rt.events.append(Evaluate())
             self.ctx.wake.set()
+        if intent is not None and intent.settled:
+            self._intent_ended(rt, intent)
         self._release(now)  # the lever or an annotation may no longer hold it
 
     def _resume_shadows(self) -> None:
@@ -301,6 +339,9 @@ class PowerConsolidation:
 
     def _clear(self, name: str, rt: NodeRuntime | None) -> None:
         self._demand_since.pop(name, None)
+        self._tids.pop(name, None)
+        if rt is not None and rt.state.consolidation is not None:
+            rt.state = replaced(rt.state, {"consolidation": None})
         policy = self.closed.pop(name, None)
         if policy is not None:
             self.draining.get(policy, set()).discard(name)
@@ -383,7 +424,13 @@ class PowerConsolidation:
                 answer, "rules.consolidation (dispatcher ledger, node prices)", now, budget
             )
             if settings.mode == "On":
+                tid = f"consolidate-{now:%Y%m%d-%H%M%S}"
                 self.closed[name] = policy
+                # held from now (its intent is created on the step that closes admission)
+                # and kept in the stored state: a restart keeps the node closed
+                self.intents[name] = policy_intent_name(name, tid)
+                self._tids[name] = tid
+                rt.state = replaced(rt.state, {"consolidation": self.intents[name]})
                 rt.facts = replaced(rt.facts, {"consolidation": reading})
                 rt.events.append(Evaluate())
                 self.ctx.wake.set()
@@ -414,12 +461,10 @@ class PowerConsolidation:
     async def drained(self, rt: NodeRuntime, record: SafetyRecord, now: datetime) -> None:
         """The step that closed the node's admission for consolidation (decision DRAIN,
         CONSOLIDATION_DRAIN): a policy-made PowerIntent (Drain) with its Safety Record."""
-        if rt.name in self.intents:
-            return
+        tid = self._tids.pop(rt.name, None)
+        if tid is None or rt.name not in self.intents:
+            return  # created already, resumed, or let go meanwhile
         intents = self.ctx.intents
-        tid = f"consolidate-{now:%Y%m%d-%H%M%S}"
-        # held before the create: its echo must not look like one to resume
-        self.intents[rt.name] = policy_intent_name(rt.name, tid)
         intent = await intents.create_policy_intent(rt.name, tid, "Drain", DRAIN_REASON, now)
         fields = record_fields(record)
         fields.update(
@@ -476,6 +521,26 @@ def _moved(intent: Intent) -> frozenset[str]:
     stored = record.get("consolidation") if isinstance(record, dict) else None
     targets = stored.get("targets") if isinstance(stored, dict) else None
     return frozenset(targets) if isinstance(targets, dict) else frozenset()
+
+
+_PLACEHOLDER = (
+    "WorkerNode status.powerState.consolidation (restarted; its PowerIntent not read yet)"
+)
+
+
+def _placeholder_reading(intent_name: str, now: datetime) -> ConsolidationReading:
+    """The consolidation fact of a node resumed from its stored state alone."""
+    return ConsolidationReading(
+        source=_PLACEHOLDER,
+        observed_at=now,
+        utilisation=0.0,
+        hourly_price=0.0,
+        why=f"resumed after a restart: PowerIntent {intent_name}"[:1024],
+    )
+
+
+def _placeholder(reading: ConsolidationReading | None) -> bool:
+    return reading is not None and reading.source == _PLACEHOLDER
 
 
 def _stored_reading(intent: Intent, now: datetime) -> ConsolidationReading:

@@ -318,3 +318,36 @@ async def test_queued_work_that_fits_a_drained_node_lets_it_go() -> None:
         await h.run_until(lambda: _admission(h, "dear-0") == "Open", within=60, tick=5)
         assert h.ctrl.nodes["dear-0"].facts.consolidation is None
         assert _drains(h)[0]["status"]["phase"] == "Succeeded"  # its record stays
+
+
+async def test_a_restart_keeps_the_node_closed_before_its_drain_intent_is_read() -> None:
+    """PowerIntents come on their own watch, possibly after the nodes and the first
+    rounds: the node's stored state (`powerState.consolidation`) keeps it closed from the
+    first step; the intent, once read, gives its evidence and is driven to its end."""
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        (intent,) = _drains(h, "InProgress")
+        assert h.power_state("dear-0").get("consolidation") == intent["metadata"]["name"]
+        b = await _restarted(h)
+    async with b:
+        real = b.ctrl.observe_intent
+        b.ctrl.observe_intent = lambda body, deleted=False: None  # type: ignore[method-assign]
+        await b.start()
+        shown: set[str] = set()
+        for _ in range(12):
+            await b.run_for(5, tick=5)
+            shown |= {_admission(b, "dear-0"), str(b.status("dear-0").get("admission"))}
+        assert shown == {"Closed"}, shown
+        b.ctrl.observe_intent = real  # type: ignore[method-assign]
+        b.forget_seen("PowerIntent")
+        await b.run_for(60, tick=5)
+        reading = b.ctrl.nodes["dear-0"].facts.consolidation
+        assert reading is not None and reading.utilisation == 0.125  # the record's evidence
+        assert len(_drains(b, "InProgress")) == 1
+        b.finish("dear-0-c0")
+        b.hosts["dear-0"].runners = 0
+        await b.run_until(lambda: b.state("dear-0") == "Off", within=600, tick=5, what="off")
+        assert _drains(b)[0]["status"]["phase"] == "Succeeded"
+        assert "consolidation" not in b.power_state("dear-0")
