@@ -20,11 +20,13 @@ nodes are candidates, when, within which budget, and the PowerIntent of each dec
   once when its own work has ended -- an idle node kept on by that demand would stay
   closed to it for ever -- else once it has waited `consolidateAfter`): the fact is
   cleared, admission reopens, its intent (if still open) is Aborted.
-* A restart (or a new leader) resumes what was decided: an open Drain intent of
-  consolidation (`resumed`) puts its node back in the budget with the consolidation fact
-  (the evidence its record holds), so its admission -- restored Closed from
-  `status.powerState` -- stays closed and the intent is driven to its end like any
-  other: Succeeded once the ledger holds no work on the node (judged only after the
+* A restart (or a new leader) resumes what was decided (`_resume`): the node's stored
+  state names its Drain intent (`NodePowerState.consolidation`, set with the fact,
+  cleared with it), so from its first step the node is back in the budget with the
+  consolidation fact (a placeholder until the intent, read on its own watch, brings the
+  evidence its record holds; an open intent alone resumes a node whose stored state
+  predates the field), its admission -- restored Closed from `status.powerState` --
+  stays closed, and the intent is driven to its end like any other: Succeeded once the ledger holds no work on the node (judged only after the
   dispatcher's first plan: before it no node's work is known), Aborted when the drain no
   longer holds (lever, annotation, the node gone). Likewise a Shadow record: a node
   whose latest one names a container the first ledger still holds on it is back in the
@@ -35,7 +37,8 @@ nodes are candidates, when, within which budget, and the PowerIntent of each dec
   the facts (nothing kept) and its record is written as a PowerIntent in phase Shadow.
 * Off: nothing is assessed.
 
-Calls nothing above it; the controller calls `planned`, the round `due` and `drained`.
+Calls nothing above it; the controller calls `planned`, `node_changed` and
+`intent_seen`, the round `due` and `drained`.
 """
 
 from __future__ import annotations
