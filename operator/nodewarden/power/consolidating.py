@@ -223,6 +223,17 @@ class PowerConsolidation:
         self._to_resume[node] = name
         self._resume(node, now)
 
+    def intent_deleted(self, name: str) -> None:
+        """A consolidation Drain intent deleted (a person cancelling the drain): its node
+        is let go -- the fact cleared, admission reopens after the usual verification.
+        O(nodes held), a handful."""
+        node = next((n for n, held in self.intents.items() if held == name), None)
+        if node is None:
+            return
+        log.info("WorkerNode %s: its consolidation drain %s was deleted; let go", node, name)
+        self.intents.pop(node, None)
+        self._clear(node, self.ctx.nodes.get(node))
+
     def _intent_ended(self, rt: NodeRuntime, intent: Intent) -> None:
         """A held Drain intent read back finished (by this process before a restart):
         Succeeded -- its work had ended, the node stays closed until off; any other end

@@ -351,3 +351,16 @@ async def test_a_restart_keeps_the_node_closed_before_its_drain_intent_is_read()
         await b.run_until(lambda: b.state("dear-0") == "Off", within=600, tick=5, what="off")
         assert _drains(b)[0]["status"]["phase"] == "Succeeded"
         assert "consolidation" not in b.power_state("dear-0")
+
+
+async def test_deleting_the_drain_intent_lets_the_node_go() -> None:
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        (intent,) = _drains(h, "InProgress")
+        body = h.kube.objects.pop(("PowerIntent", NS, intent["metadata"]["name"]))
+        h.ctrl.observe_intent(body, deleted=True)  # a person deleted it: the watch says so
+        await h.run_until(lambda: _admission(h, "dear-0") == "Open", within=300, tick=5)
+        assert h.ctrl.nodes["dear-0"].facts.consolidation is None
+        assert "consolidation" not in h.power_state("dear-0")
