@@ -18,11 +18,13 @@ from nodewarden.rules.consolidation import (
     Assessment,
     assess,
     demand_lets_go,
+    only_here,
     protected,
     within_budget,
 )
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType, InstanceTypePolicy
 from nodewarden.scheduling.views import Capacity, ContainerView, NodeState, NodeView, Phase
+from nodewarden.units import parse_quantity
 
 T0 = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
 GI = 2**30
@@ -91,13 +93,14 @@ def test_the_budget_and_the_annotation() -> None:
     assert Consolidation().mode == "Shadow"  # existing installs start in Shadow
 
 
-def test_queued_work_that_fits_a_closed_node_lets_it_go_once_its_work_ended_or_it_waited() -> None:
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    after = Consolidation(mode="On", consolidate_after="2m")
-    assert demand_lets_go(0, True, None, t0, after) is None  # nothing waits
-    assert demand_lets_go(1, False, t0, t0, after) is None  # a moment of demand: kept
-    ended = demand_lets_go(2, True, t0, t0, after)
-    assert ended is not None and "own work has ended" in ended
-    assert demand_lets_go(1, False, t0, t0.replace(minute=1, second=59), after) is None
-    waited = demand_lets_go(1, False, t0, t0.replace(minute=2), after)
-    assert waited is not None and "1 queued container(s) that fit it wait since" in waited
+def test_only_work_nothing_else_could_ever_run_lets_a_closed_node_go() -> None:
+    small = InstanceType(name="s", provider_type="s", vcpus=4, ram="16Gi", price=0.2)
+    catalogue = Catalogue(types=(small,))
+    fits_type = ContainerResources(vcpus=2, ram="4Gi")
+    fits_side = ContainerResources(vcpus=12, ram="32Gi")
+    only = ContainerResources(vcpus=24, ram="64Gi")
+    side = (Capacity(vcpus=16, ram=parse_quantity("64Gi"), scratch=0, gpus=0),)
+    waiting = [fits_type, fits_side, only, only]
+    assert only_here(waiting, side, catalogue, InstanceTypePolicy()) == 2
+    assert demand_lets_go(0) is None
+    assert demand_lets_go(2) == "2 queued container(s) only this node can run wait"

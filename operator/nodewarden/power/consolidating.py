@@ -15,10 +15,9 @@ nodes are candidates, when, within which budget, and the PowerIntent of each dec
   work on it, it leaves the budget (its intent Succeeded) and goes the usual idle way.
   Its admission stays closed until it is off (then the fact is cleared), unless the
   lever is switched off, the node or one of its containers is annotated
-  do-not-consolidate, or queued work that fits it waits (the rule that keeps a node
-  with waiting demand from being chosen, `DEMAND_WAITING`, holds for a drain too: at
-  once when its own work has ended -- an idle node kept on by that demand would stay
-  closed to it for ever -- else once it has waited `consolidateAfter`): the fact is
+  do-not-consolidate, or queued work only it could ever run waits
+  (`rules.consolidation.demand_lets_go`: kept closed it would wait until the node's work
+  ends, or for ever once the node is idle and that demand keeps it on): the fact is
   cleared, admission reopens, its intent (if still open) is Aborted.
 * A restart (or a new leader) resumes what was decided (`_resume`): the node's stored
   state names its Drain intent (`NodePowerState.consolidation`, set with the fact,
@@ -67,10 +66,11 @@ from nodewarden.rules.consolidation import (
     assess,
     consolidation_reading,
     demand_lets_go,
+    only_here,
     protected,
     within_budget,
 )
-from nodewarden.rules.demand import node_view
+from nodewarden.rules.demand import node_view, side_capacities
 from nodewarden.rules.nodeview import SIDE_STATE, admits, is_ready
 from nodewarden.scheduling.views import ContainerView, NodeState, NodeView, Phase
 from nodewarden.units import parse_duration
@@ -115,8 +115,6 @@ class PowerConsolidation:
         """node -> an open consolidation Drain intent seen before its node (`resumed`)."""
         self._tids: dict[str, str] = {}
         """node -> the transition id of the Drain intent `drained` is to create."""
-        self._demand_since: dict[str, datetime] = {}
-        """node -> since when queued work that fits it has waited while it is closed."""
         self._shadowed: dict[str, tuple[datetime, frozenset[str]]] = {}
         """node -> its latest Shadow record seen before the first ledger: when, and the
         containers it would have moved (resumed in `shadowing` at the first ledger)."""
@@ -326,7 +324,7 @@ class PowerConsolidation:
             elif self._protected(rt):
                 why = "the node or one of its containers is annotated do-not-consolidate"
             elif not off:
-                why = self._demand_waits(rt, now)
+                why = self._demand_waits(rt)
             if off:
                 self._clear(name, rt)
                 self.ctx.spawn(self._finish(name, now, "Succeeded", "the node is off"))
@@ -334,25 +332,25 @@ class PowerConsolidation:
                 self._clear(name, rt)
                 self.ctx.spawn(self._finish(name, now, "Aborted", why))
 
-    def _demand_waits(self, rt: NodeRuntime, now: datetime) -> str | None:
-        """Why queued work that fits closed node `rt` lets it go (None: it does not): its
-        own work has ended, or the work has waited `consolidateAfter` (a due time then)."""
+    def _demand_waits(self, rt: NodeRuntime) -> str | None:
+        """Why queued work lets closed node `rt` go (None: it does not): some of the
+        queued containers that fit it (its demand reading) only it could ever run
+        (`rules.consolidation.only_here`). O(the node's demand), only while it has some;
+        the other nodes' capacities are read only then."""
         demand = rt.facts.demand
-        name = rt.name
-        queued = demand.queued if demand is not None else 0
-        if queued <= 0:
-            self._demand_since.pop(name, None)
+        if demand is None or demand.queued <= 0 or not demand.containers:
             return None
-        since = self._demand_since.setdefault(name, now)
-        settings = self._settings(rt)
-        ended = self._ledger and not self._work.get(name)
-        why = demand_lets_go(queued, ended, since, now, settings)
-        if why is None:
-            self._push(name, since + parse_duration(settings.consolidate_after))
-        return why
+        ids = set(demand.containers)
+        waiting = [c.resources for c in self.held if c.uuid in ids and c.phase is Phase.QUEUED]
+        if not waiting:
+            return None
+        others = (o.spec for o in self.ctx.nodes.values() if o.name != rt.name)
+        stuck = only_here(
+            waiting, side_capacities(others), self.ctx.catalogue, self.ctx.type_policy
+        )
+        return demand_lets_go(stuck)
 
     def _clear(self, name: str, rt: NodeRuntime | None) -> None:
-        self._demand_since.pop(name, None)
         self._tids.pop(name, None)
         if rt is not None and rt.state.consolidation is not None:
             rt.state = replaced(rt.state, {"consolidation": None})

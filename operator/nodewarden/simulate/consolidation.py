@@ -9,9 +9,8 @@ the policy's budget (`maxConcurrent` draining at once), gets the consolidation f
 (`NodeFacts.consolidation`) and an evaluation: the real machine closes its admission
 (DRAIN, CONSOLIDATION_DRAIN); its running containers finish (never evicted) and the
 usual idle path applies. It leaves the budget once its work has ended; the fact goes
-when the node is off or gone, or when queued work that fits it waits
-(`rules.consolidation.demand_lets_go`: at once once its work has ended, else after
-`consolidateAfter`), and its admission reopens.
+when the node is off or gone, or when queued work only it could ever run waits
+(`rules.consolidation.demand_lets_go`), and its admission reopens.
 
 Only mode On changes what is simulated (Shadow records in the operator and changes
 nothing here); `drains` counts the decisions, for the report.
@@ -62,6 +61,7 @@ class SimConsolidation:
         held: Callable[[], list[ContainerView]],
         rules: PlacementRules,
         queued: Callable[[MachineNode], int],
+        stuck: Callable[[MachineNode], int] | None = None,
     ) -> None:
         self.w = world
         self.settings = settings
@@ -70,12 +70,12 @@ class SimConsolidation:
         self._held = held
         self._rules = rules
         self._queued = queued
+        self._stuck = stuck
+        """Queued containers only the node could ever run (`rules.consolidation.only_here`)."""
         self._after = to_us(settings.consolidate_after)
         self._recheck = to_us(settings.recheck_after)
         self._token: dict[str, int] = {}
         self.draining: set[str] = set()
-        self._demand_since: dict[str, int] = {}
-        """node -> since when (us) queued work that fits it has waited while it is closed."""
         self.drains = 0
         """Consolidation drains decided (the report's figure)."""
 
@@ -102,28 +102,13 @@ class SimConsolidation:
         if node.state.state is PowerState.OFF:
             node.facts = node.facts.model_copy(update={"consolidation": None})
             self.draining.discard(node.name)
-            self._demand_since.pop(node.name, None)
             return
         self._demand(node)
 
     def _demand(self, node: MachineNode) -> None:
-        """Queued work that fits closed `node` lets it go (`demand_lets_go`), or is looked
-        at again once it has waited `consolidateAfter`."""
-        if self.w.nodes.get(node.name) is not node or node.facts.consolidation is None:
+        """Queued work only `node` could ever run lets it go (`demand_lets_go`)."""
+        if self._stuck is None or demand_lets_go(self._stuck(node)) is None:
             return
-        queued = self._queued(node)
-        if queued <= 0:
-            self._demand_since.pop(node.name, None)
-            return
-        fresh = node.name not in self._demand_since
-        since = self._demand_since.setdefault(node.name, self.w.now)
-        ended = not node.work.running
-        why = demand_lets_go(queued, ended, self.w.at(since), self.w.at(self.w.now), self.settings)
-        if why is None:
-            if fresh:
-                self.w._schedule(since + self._after, self._demand, node)
-            return
-        del self._demand_since[node.name]
         self.draining.discard(node.name)
         node.facts = node.facts.model_copy(update={"consolidation": None})
         self.w._schedule(self.w.now, self._reopen, node)
