@@ -17,11 +17,14 @@ from nodewarden.rules.consolidation import (
     PROTECTED,
     Assessment,
     assess,
+    demand_lets_go,
+    only_here,
     protected,
     within_budget,
 )
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceType, InstanceTypePolicy
 from nodewarden.scheduling.views import Capacity, ContainerView, NodeState, NodeView, Phase
+from nodewarden.units import parse_quantity
 
 T0 = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
 GI = 2**30
@@ -88,3 +91,16 @@ def test_the_budget_and_the_annotation() -> None:
     assert not protected({"nodewarden.io/do-not-consolidate": "false"})
     assert not protected(None) and not protected({"other": "true"})
     assert Consolidation().mode == "Shadow"  # existing installs start in Shadow
+
+
+def test_only_work_nothing_else_could_ever_run_lets_a_closed_node_go() -> None:
+    small = InstanceType(name="s", provider_type="s", vcpus=4, ram="16Gi", price=0.2)
+    catalogue = Catalogue(types=(small,))
+    fits_type = ContainerResources(vcpus=2, ram="4Gi")
+    fits_side = ContainerResources(vcpus=12, ram="32Gi")
+    only = ContainerResources(vcpus=24, ram="64Gi")
+    side = (Capacity(vcpus=16, ram=parse_quantity("64Gi"), scratch=0, gpus=0),)
+    waiting = [fits_type, fits_side, only, only]
+    assert only_here(waiting, side, catalogue, InstanceTypePolicy()) == 2
+    assert demand_lets_go(0) is None
+    assert demand_lets_go(2) == "2 queued container(s) only this node can run wait"

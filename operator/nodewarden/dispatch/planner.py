@@ -275,7 +275,9 @@ class Planner:
             # it holds the node from now on, before its Locked write is sent
             held = c.status.resources if start.relock else None
             self.ctx.claims[start.uuid] = Claim(start.node, held or c.spec.resources)
-            self.ctx.spawn_guarded(start.uuid, self.runners.start(c, start.node, start.relock))
+            self.ctx.spawn_guarded(
+                start.uuid, self.runners.start(c, start.node, start.relock, start.gpu_work)
+            )
         for uuid, why in [*result.waits.items(), *self.ctx.held_back.items()]:
             c = by_uuid.get(uuid)
             if c is None or uuid in self.ctx.inflight or uuid in self.ctx.wait_writes:

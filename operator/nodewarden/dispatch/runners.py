@@ -311,8 +311,15 @@ class Runners:
 
     # --- 3. cancellations and deletions ---------------------------------------------------
 
-    async def start(self, c: Container, node: str, relock: bool) -> None:
+    async def start(self, c: Container, node: str, relock: bool, gpu_work: bool) -> None:
         """Lock `c` on `node` (unless it is a relock) and start its runner there.
+
+        Admission is checked again first, for this container's kind (`gpu_work`,
+        `Start.gpu_work`): a node whose admission closed since the plan -- or narrowed to
+        GPU work only (GPUOnly), for CPU-only work that fits elsewhere -- gets no start;
+        the container is planned again. The check and the claim are ordered as before:
+        the claim is held from the plan until this returns, so a close is acknowledged
+        only once no start is in flight for the node.
 
         `c` is the version the plan read: the Locked write is preconditioned on it and
         snapshots the resources the plan placed (`status.resources`), so a spec edited
@@ -326,7 +333,7 @@ class Runners:
         )
         try:
             worker = self.ctx.pool.workers.get(node)
-            if worker is None or c.spec is None or not self.ctx.board.admission_open(node):
+            if worker is None or c.spec is None or not self.ctx.board.admits(node, gpu_work):
                 return
             target = await self.ctx.pool.target(worker)
             if target is None:

@@ -1,8 +1,9 @@
 """The power board: what the dispatcher may know about power, per node, in memory.
 
 The power controller owns every power decision; the dispatcher asks only whether it may
-place work on a node (`admission_open`) and how to count it (`view`: state, readiness,
-whether an off side node can be woken). Closing admission is a handshake: the controller
+place work on a node (`admission_open`; `admits` for a container's kind: a node open to
+GPU work only takes no CPU-only work that fits elsewhere) and how to count it (`view`:
+state, readiness, whether an off side node can be woken). Closing admission is a handshake: the controller
 `close`s, the dispatcher `acknowledge`s at the start of a round once no runner start is
 in flight for the node, and the controller turns the acknowledgement into the state
 machine's AdmissionClosed event. The controller also puts up what the warm-capacity levers
@@ -73,6 +74,13 @@ class PowerBoard:
     def admission_open(self, node: str) -> bool:
         view = self.views.get(node)
         return view is not None and view.admission_open
+
+    def admits(self, node: str, gpu_work: bool) -> bool:
+        """Admission is open to a container of this kind: open, and on a node open to GPU
+        work only (`NodePowerView.gpu_only`) only for work that may use GPUs (`gpu_work`:
+        it asks for GPUs, or nothing without GPUs could ever fit it)."""
+        view = self.views.get(node)
+        return view is not None and view.admission_open and (gpu_work or not view.gpu_only)
 
     def set(self, node: str, view: NodePowerView) -> None:
         if self.views.get(node) != view:

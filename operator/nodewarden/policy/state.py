@@ -141,6 +141,13 @@ class NodePowerState(CoreModel):
     last_decision: Decision | None = None
     last_reasons: tuple[ReasonCode, ...] = ()
     seq: int = Field(default=0, ge=0, description="Number of steps taken.")
+    consolidation: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The consolidation Drain intent keeping admission closed (set and "
+        "cleared by the power controller's `power.consolidating`, never by the machine): "
+        "a restart keeps the node closed from this before it has read the intent.",
+    )
 
     @model_validator(mode="after")
     def _non_terminal_has_deadline(self) -> NodePowerState:

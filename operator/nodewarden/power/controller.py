@@ -225,6 +225,11 @@ class PowerController:
     def observe_intent(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A PowerIntent event (manual or policy-made)."""
         self._observations.observe_intent(body, deleted)
+        name = (body.get("metadata") or {}).get("name")
+        if name and deleted:
+            self.consolidation.intent_deleted(name)  # a person cancelled a drain
+        elif name:
+            self.consolidation.intent_seen(name, self._ctx.clock())  # a drain to resume
 
     def observe_policy(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A PowerPolicy event: every node under it re-evaluates with the new version."""

@@ -73,6 +73,9 @@ class PoolFacts:
         before that says nothing of that container's runner)."""
         self._overcommitted: set[str] = set()
         """Nodes the dispatcher's last plan found running more than they hold."""
+        self._ledger_since: datetime | None = None
+        """The dispatcher's first plan of this process: GPU evidence is dated no earlier
+        (`rules.gpuwork.with_gpu`)."""
         self._reread_wanted: set[str] = set()
         self.quiet = 0
         """Probes and listings that only confirmed a node at rest (no step)."""
@@ -164,7 +167,8 @@ class PoolFacts:
         gpus = node_gpus(rt.spec, self.ctx.catalogue)
         if gpus <= 0:
             return reading
-        return with_gpu(reading, gpus, self._gpu_placed.get(rt.name, 0), rt.facts.work)
+        placed = self._gpu_placed.get(rt.name, 0)
+        return with_gpu(reading, gpus, placed, rt.facts.work, self._ledger_since)
 
     def await_ledger(self) -> None:
         """Until the dispatcher's first plan, no node's work is known (`ledger_known`)."""
@@ -249,6 +253,8 @@ class PoolFacts:
         """The dispatcher's round: its capacity ledger (each node's work) and queued
         demand for every node, by the plan's fit rules."""
         self._plan = (containers, plan, now)
+        if self._ledger_since is None:
+            self._ledger_since = now
         self._update_demand(now)
         previous, self._placed = self._placed, placed_counts(containers)
         gpu_before, self._gpu_placed = self._gpu_placed, gpu_counts(containers)

@@ -38,7 +38,7 @@ from nodewarden.policy.state import NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
 from nodewarden.power.agenda import Timer
-from nodewarden.power.consolidating import PowerConsolidation
+from nodewarden.power.consolidating import PowerConsolidation, consolidation_drain
 from nodewarden.power.context import PowerContext
 from nodewarden.power.control import NodeRef
 from nodewarden.power.energy import Energy
@@ -121,6 +121,8 @@ class Round:
                 ctx.spawn(ctx.intents.expire_manual(now))
         if ctx.synced.is_set():
             for intent in ctx.intents.abandoned(self._transition_intent):
+                if consolidation_drain(intent):
+                    continue  # no transition's: consolidation resumes it (`intent_seen`)
                 ctx.spawn(ctx.intents.abandon(intent, now))
         self.sensing.schedule(now)
         self.warmth.due(now)  # window boundaries, forecast hours, policy changes

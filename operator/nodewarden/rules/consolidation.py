@@ -27,6 +27,12 @@ with the moved work); the dearest of them is the comparison (conservative).
 `within_budget` bounds how many nodes of a policy drain for consolidation at once (the
 consolidation budget, apart from the transition budget).
 
+`demand_lets_go` ends a drain that no longer holds because queued work only this node
+could ever run waits (`only_here`: no instance type fits it, no other side node's
+capacity holds it): kept closed, the node would make it wait until its own work ends --
+or for ever, once the node is idle and that demand keeps it on. Work that could run
+elsewhere (capacity coming up, a cheaper node) does not undo a drain.
+
 Pure: the live power controller (`power.consolidating`) and the simulator
 (`simulate.consolidation`) call these same functions.
 """
@@ -38,15 +44,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nodewarden.api.consolidation import DO_NOT_CONSOLIDATE, Consolidation
+from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.policy.facts import ConsolidationReading
 from nodewarden.scheduling.instancetypes import (
     Catalogue,
     InstanceTypePolicy,
     effective_requirements,
+    misfit,
 )
-from nodewarden.scheduling.placement import PlacementRules
+from nodewarden.scheduling.placement import PlacementRules, holds
 from nodewarden.scheduling.relocation import relocation
-from nodewarden.scheduling.views import USABLE_NOW, ContainerView, NodeView, Phase
+from nodewarden.scheduling.views import USABLE_NOW, Capacity, ContainerView, NodeView, Phase
 
 DRAIN = "drain"
 PROTECTED = "protected"
@@ -229,3 +237,33 @@ def within_budget(draining: Collection[str], settings: Consolidation) -> bool:
     """Whether one more node of a policy may begin a consolidation drain: the nodes
     draining for consolidation (their work not yet ended) are fewer than the budget."""
     return len(draining) < settings.max_concurrent
+
+
+def only_here(
+    waiting: Iterable[ContainerResources],
+    elsewhere: Iterable[Capacity],
+    catalogue: Catalogue,
+    type_policy: InstanceTypePolicy,
+) -> int:
+    """How many of `waiting` (queued containers that fit the node) nothing else could
+    ever run: no instance type of the catalogue fits them and no other side node's
+    whole capacity (`elsewhere`) holds them."""
+    caps = tuple(elsewhere)
+    count = 0
+    for resources in waiting:
+        need = effective_requirements(resources, type_policy)
+        if any(misfit(t, need) is None for t in catalogue.types):
+            continue
+        if not any(holds(cap, need) for cap in caps):
+            count += 1
+    return count
+
+
+def demand_lets_go(stuck: int) -> str | None:
+    """Why queued work lets a node closed for consolidation go (None: the drain holds):
+    `stuck` queued containers only it could ever run (`only_here`) wait -- closed, it
+    would keep them waiting until its own work ends, or for ever once it is idle and
+    that demand keeps it on (module docstring)."""
+    if stuck <= 0:
+        return None
+    return f"{stuck} queued container(s) only this node can run wait"

@@ -11,7 +11,10 @@ is busy. "Idle GPUs" means, all three:
 - no container holds a GPU on it in the dispatcher's capacity ledger (a runner of
   unknown size counts as holding one: what it uses is not known);
 - that has been so for at least the policy's idle threshold (`gpu_idle_since`, the same
-  rule as the node's idle-since: `rules.readings.idle_since`);
+  rule as the node's idle-since: `rules.readings.idle_since`), as observed by this
+  process: the timer lives in memory and a restart starts it again, from the
+  dispatcher's first ledger (`with_gpu`'s `ledger_since`) -- never from before the
+  restart, so a restart only ever lengthens the evidence asked for, never shortens it;
 - the GPU utilisation its last probe read (nvidia-smi), when one answered within the
   policy's telemetry max age, is at most `BUSY_PERCENT` on every GPU (work nodewarden
   does not know of vetoes it). Without such a reading the ledger decides (a node without
@@ -114,11 +117,21 @@ def with_utilisation(
 
 
 def with_gpu(
-    reading: WorkReading, gpus: int, gpu_jobs: int, previous: WorkReading | None
+    reading: WorkReading,
+    gpus: int,
+    gpu_jobs: int,
+    previous: WorkReading | None,
+    ledger_since: datetime | None = None,
 ) -> WorkReading:
     """`reading` with the GPU evidence of a node offering `gpus` (`gpu_jobs` from the
-    ledger; the previous reading keeps the GPU idle-since and the utilisation read)."""
-    gpu = gpu_work(gpus, gpu_jobs, reading.source, reading.observed_at, work_gpu(previous))
+    ledger; the previous reading keeps the GPU idle-since and the utilisation read).
+    `ledger_since`: since when the ledger `gpu_jobs` comes from has been known (the
+    dispatcher's first plan of this process). The GPU evidence is dated no earlier: a
+    runner list read before it (a restart: probes answer while the dispatcher recovers)
+    says nothing of which containers hold GPUs, so the GPU idle time counts from the
+    ledger on -- a restart never makes GPUs look idle longer than they were observed."""
+    at = reading.observed_at if ledger_since is None else max(reading.observed_at, ledger_since)
+    gpu = gpu_work(gpus, gpu_jobs, reading.source, at, work_gpu(previous))
     if gpu == reading.gpu:
         return reading
     return reading.model_copy(update={"gpu": gpu})

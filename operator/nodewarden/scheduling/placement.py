@@ -141,10 +141,11 @@ def cpu_needs_gpu(
     node without GPUs by its whole capacity): only then may CPU-only work use GPUs."""
     if types_fit_without_gpu:
         return False
-    return not any(cap.gpus == 0 and _holds(cap, need) for cap in side)
+    return not any(cap.gpus == 0 and holds(cap, need) for cap in side)
 
 
-def _holds(cap: Capacity, need: Requirements) -> bool:
+def holds(cap: Capacity, need: Requirements) -> bool:
+    """A node of capacity `cap`, empty, could run `need`."""
     return (
         need.vcpus <= cap.vcpus
         and need.ram <= cap.ram

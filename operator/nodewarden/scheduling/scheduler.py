@@ -241,7 +241,7 @@ def plan(
         placed = placing.take(ask, shape)  # a. a ready node
         if placed is not None:
             placed.take(ask.need)
-            result.starts.append(Start(c.uuid, placed.view.name))
+            result.starts.append(Start(c.uuid, placed.view.name, gpu_work=ask.gpu_anywhere))
             if placed.view.instance_type:
                 result.chosen_types[c.uuid] = placed.view.instance_type
             continue
@@ -352,7 +352,7 @@ def _locked(
         return
     own.take(need)
     if usable:
-        result.starts.append(Start(c.uuid, view.name, relock=True))
+        result.starts.append(Start(c.uuid, view.name, relock=True, gpu_work=ask.gpu_anywhere))
     else:
         result.waits[c.uuid] = f"locked; waiting for {view.name} to boot"
 

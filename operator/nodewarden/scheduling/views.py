@@ -128,6 +128,9 @@ class Start:
     uuid: str
     node: str
     relock: bool = False  # already Locked on that node (restart after a crash/lock)
+    gpu_work: bool = False
+    """It may start on a node open to GPU work only (`Ask.gpu_anywhere`: it asks for GPUs,
+    or nothing without GPUs could ever fit it): the start re-checks admission for it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ the policy's budget (`maxConcurrent` draining at once), gets the consolidation f
 (`NodeFacts.consolidation`) and an evaluation: the real machine closes its admission
 (DRAIN, CONSOLIDATION_DRAIN); its running containers finish (never evicted) and the
 usual idle path applies. It leaves the budget once its work has ended; the fact goes
-when the node is off or gone.
+when the node is off or gone, or when queued work only it could ever run waits
+(`rules.consolidation.demand_lets_go`), and its admission reopens.
 
 Only mode On changes what is simulated (Shadow records in the operator and changes
 nothing here); `drains` counts the decisions, for the report.
@@ -26,6 +27,7 @@ from nodewarden.rules.consolidation import (
     RECHECKED,
     assess,
     consolidation_reading,
+    demand_lets_go,
     within_budget,
 )
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
@@ -59,6 +61,7 @@ class SimConsolidation:
         held: Callable[[], list[ContainerView]],
         rules: PlacementRules,
         queued: Callable[[MachineNode], int],
+        stuck: Callable[[MachineNode], int] | None = None,
     ) -> None:
         self.w = world
         self.settings = settings
@@ -67,6 +70,8 @@ class SimConsolidation:
         self._held = held
         self._rules = rules
         self._queued = queued
+        self._stuck = stuck
+        """Queued containers only the node could ever run (`rules.consolidation.only_here`)."""
         self._after = to_us(settings.consolidate_after)
         self._recheck = to_us(settings.recheck_after)
         self._token: dict[str, int] = {}
@@ -90,10 +95,27 @@ class SimConsolidation:
         self.w._schedule(self.w.now + delay, self._due, (node, token))
 
     def touched(self, node: MachineNode) -> None:
-        """A step of `node`: off (or leaving), its consolidation fact goes."""
-        if node.facts.consolidation is not None and node.state.state is PowerState.OFF:
+        """A step of `node`: off (or leaving), its consolidation fact goes; queued work
+        that fits it may let it go (`_demand`)."""
+        if node.facts.consolidation is None:
+            return
+        if node.state.state is PowerState.OFF:
             node.facts = node.facts.model_copy(update={"consolidation": None})
             self.draining.discard(node.name)
+            return
+        self._demand(node)
+
+    def _demand(self, node: MachineNode) -> None:
+        """Queued work only `node` could ever run lets it go (`demand_lets_go`)."""
+        if self._stuck is None or demand_lets_go(self._stuck(node)) is None:
+            return
+        self.draining.discard(node.name)
+        node.facts = node.facts.model_copy(update={"consolidation": None})
+        self.w._schedule(self.w.now, self._reopen, node)
+
+    def _reopen(self, node: MachineNode) -> None:
+        if self.w.nodes.get(node.name) is node:
+            self.w._evaluate(node)
 
     def _due(self, arg: tuple[MachineNode, int]) -> None:
         node, token = arg

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from nodewarden.policy.events import Event
 from nodewarden.policy.facts import DemandReading
 from nodewarden.rules.boots import BootTimes
+from nodewarden.rules.consolidation import only_here
 from nodewarden.rules.demand import PLANNED, demand_event, idle_view, plan_waits, waits_on_plan
 from nodewarden.scheduling import ledger as capacity
 from nodewarden.scheduling.instancetypes import (
@@ -362,6 +363,27 @@ class Dispatching:
         return self.w.fleet.cloud.max_new_nodes_per_round - pending
 
     # -- queued demand --------------------------------------------------------------------
+
+    def only_here(self, node: MachineNode) -> int:
+        """Queued containers the node qualifies for that nothing else could ever run
+        (`rules.consolidation.only_here`: no instance type, no other side node)."""
+        if self.qualified(node) == 0:
+            return 0
+        kind = node.instance_type or node.name
+        others = tuple(
+            {
+                n.capacity: None
+                for n in self.w.nodes.values()
+                if n.instance_type is None and n is not node
+            }
+        )
+        total = 0
+        for shape, (resources, count) in self.shapes.items():
+            if self.qualifies.get((shape, kind)) and only_here(
+                [resources], others, self.w._catalogue, self.w._type_policy
+            ):
+                total += count
+        return total
 
     def qualified(self, node: MachineNode) -> int:
         """Queued containers the node qualifies for (`scheduler.qualified_demand` on the

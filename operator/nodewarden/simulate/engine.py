@@ -180,6 +180,7 @@ class Simulation:
             self.dispatching.held,
             self.dispatching.rules,
             self._qualified,
+            self.dispatching.only_here,
         )
         """Consolidation by drain (`simulate.consolidation`, `rules.consolidation`)."""
 

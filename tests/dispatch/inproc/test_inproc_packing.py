@@ -98,6 +98,49 @@ async def test_a_gpu_only_vm_starts_gpu_work_and_no_cpu_work() -> None:
         assert rig.runners().get("g1") == "vm-gpu"
 
 
+async def test_a_cpu_start_in_flight_when_its_node_turns_gpu_only_does_not_go_ahead() -> None:
+    """A start decided while the node was Open, not yet begun when the power controller
+    shows it GPUOnly: admission is re-checked for the container's kind where a start
+    re-checks it (CPU-only work that fits elsewhere refused, GPU work still admitted);
+    the CPU container is planned again elsewhere."""
+    rig = Rig([SMALL, GPU], placement={"gpuCapacity": "GpuWorkOnly"})
+    vm = rig.vm("vm-gpu", GPU)
+    await rig.start()
+    rig.api.create(container("c1"))
+    body = container("g1")
+    body["spec"]["resources"]["gpus"] = 1
+    rig.api.create(body)
+    # one round whose plan starts both on the GPU VM; the VM turns GPUOnly after the
+    # plan, before the starts it spawned run
+    rig.clock.advance(1.0)
+    await rig.pool.probe_all()
+    rig.power()
+    await rig.dispatcher.step()
+    rig.gpu_only.add("vm-gpu")
+    rig.power()
+    await rig.settle()
+    assert uuid_of("c1") not in vm.started, rig.runners()
+    assert rig.runners().get("g1") == "vm-gpu"
+    await rig.rounds(3)
+    assert rig.runners().get("c1") != "vm-gpu"
+    assert uuid_of("c1") not in vm.started
+    assert rig.cloud.created == ["small"]
+    # CPU-only work that nothing without GPUs could ever fit still starts there (GPU
+    # capacity last, the default: the plan would place it there GPUOnly or not)
+    rig = Rig([GPU])
+    vm = rig.vm("vm-gpu", GPU)
+    await rig.start()
+    rig.api.create(container("c1"))
+    rig.clock.advance(1.0)
+    await rig.pool.probe_all()
+    rig.power()
+    await rig.dispatcher.step()
+    rig.gpu_only.add("vm-gpu")
+    rig.power()
+    await rig.settle()
+    assert rig.runners() == {"c1": "vm-gpu"}
+
+
 # -- the wait budget --------------------------------------------------------------------
 
 

@@ -478,6 +478,12 @@ class PowerHarness:
                 return
             await asyncio.wait(pending, timeout=5.0)
 
+    def forget_seen(self, kind: str) -> None:
+        """The informer hands every object of `kind` over again at the next round (a watch
+        that delivered late)."""
+        for key in [k for k in self._seen if k[0] == kind]:
+            del self._seen[key]
+
     def _echo(self) -> None:
         """The informer: what was written comes back to the controller."""
         for body in self.kube.changed(WORKER_NODE.kind, self._seen):

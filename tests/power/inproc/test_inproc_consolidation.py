@@ -193,3 +193,172 @@ async def test_at_rest_nothing_is_assessed_and_a_change_assesses_only_its_node()
         h.hosts["cheap-3"].runners = 4
         await h.run_for(170, tick=10)
         assert 1 <= h.ctrl.consolidation.assessed - before <= 2
+
+
+async def _restarted(h: PowerHarness, policy: dict[str, Any] | None = None) -> PowerHarness:
+    """A second controller on `h`'s API objects, hosts and clock (the operator restarted:
+    nothing of `h`'s memory), with the dispatcher's containers as they were."""
+    await h.ctrl.stop()
+    await h.settle()
+    h.clock.advance(30)  # away for half a minute
+    again = PowerHarness(policy=policy, kube=h.kube, hosts=h.hosts, clock=h.clock)
+    again.containers.update(h.containers)
+    if policy is not None:
+        again.set_policy("default", **policy)
+    return again
+
+
+async def test_a_restart_keeps_a_consolidation_drain_closed_and_ends_its_intent() -> None:
+    """A restarted operator resumes the drain it decided: the node stays closed to new
+    work (never reopened, not even for a round), its Drain intent stays InProgress, and
+    is Succeeded once its work ends and the usual idle path takes over."""
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        (intent,) = _drains(h, "InProgress")
+        b = await _restarted(h)
+    async with b:
+        seen: set[str] = set()
+
+        def watch() -> bool:
+            seen.add(_admission(b, "dear-0"))
+            seen.add(str(b.status("dear-0").get("admission")))
+            return False
+
+        b.recovering = True  # the dispatcher has not planned yet: no node's work is known
+        await b.start()
+        await b.run_until(lambda: watch() or b.ctrl.nodes["dear-0"].facts.ready is not None)
+        await b.run_for(60, tick=5)
+        assert len(_drains(b, "InProgress")) == 1  # not taken for drained meanwhile
+        b.recovering = False
+        await b.run_for(600, tick=10)
+        watch()
+        assert "Open" not in seen, seen
+        assert b.board.admission_open("dear-0") is False
+        assert b.ctrl.nodes["dear-0"].facts.consolidation is not None
+        assert [i["metadata"]["name"] for i in _drains(b, "InProgress")] == [
+            intent["metadata"]["name"]
+        ], [(i["metadata"]["name"], i.get("status", {}).get("phase")) for i in _drains(b)]
+        shown = b.kube.status(POWER_POLICY, NS, "default").get("inForce") or {}
+        assert shown.get("consolidationBudget", {}).get("inUse") == 1, shown
+        # its work ends: the intent Succeeded, the usual idle path switches it off
+        b.finish("dear-0-c0")
+        b.hosts["dear-0"].runners = 0
+        await b.run_until(lambda: b.state("dear-0") == "Off", within=600, tick=5, what="off")
+        (done,) = _drains(b)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert "work ended" in done["status"]["message"]
+
+
+async def test_a_restart_with_the_lever_switched_off_reopens_and_aborts_the_drain() -> None:
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        b = await _restarted(h, policy=_policy("Off"))
+    async with b:
+        await b.start()
+        await b.run_until(lambda: bool(_drains(b, "Aborted")), within=120, tick=5, what="aborted")
+        (done,) = _drains(b)
+        assert "consolidation.mode is Off" in done["status"]["message"], done["status"]
+        await b.run_until(lambda: _admission(b, "dear-0") == "Open", within=300, tick=5)
+        assert b.ctrl.nodes["dear-0"].facts.consolidation is None
+
+
+async def test_restarts_in_shadow_do_not_record_the_same_would_be_drain_again() -> None:
+    """A Shadow record's node, its work unchanged, is back in the Shadow budget after a
+    restart and not recorded again (copies would push its other records out of the
+    finished intents kept per node); once its work is new, it is recorded afresh."""
+    async with PowerHarness(policy=_policy("Shadow")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: bool(_drains(h)), within=600, tick=5, what="a record")
+        b = await _restarted(h)
+    for _ in range(3):
+        async with b:
+            await b.start()
+            await b.run_for(600, tick=10)
+            assert len(_drains(b)) == 1, [i["metadata"]["name"] for i in _drains(b)]
+            assert b.ctrl.consolidation.in_use() == {"default": 1}
+            c = await _restarted(b)
+        b = c
+    async with b:
+        await b.start()
+        b.finish("dear-0-c0")  # new work on it: a new would-be drain
+        b.queue("dear-0-c1", vcpus=2, ram="2Gi")
+        b.place("dear-0-c1", "dear-0")
+        await b.run_until(lambda: len(_drains(b)) == 2, within=900, tick=10, what="2nd")
+
+
+async def test_queued_work_only_the_drained_node_can_run_lets_it_go() -> None:
+    """The drain no longer holds once queued work that only this node could ever run
+    waits (kept closed, the node would make it wait until its own work ends, or for ever
+    once it is idle and that demand keeps it on); work that fits elsewhere does not undo
+    it."""
+    async with PowerHarness(policy=_policy("On")) as h:
+        big = {"capacity": {"vcpus": 32, "ram": "128Gi"}, "costPerHour": 8.0}
+        h.side_node("dear-0", spec=big, runners=1)
+        h.queue("dear-0-c0", vcpus=2, ram="2Gi")
+        h.place("dear-0-c0", "dear-0")
+        _fleet(h, [], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        # 12 vCPUs: no room now, but a cheap node's shape holds it -- the drain holds
+        h.queue("mid", vcpus=12, ram="32Gi")
+        await h.run_for(300, tick=10)
+        assert _admission(h, "dear-0") == "Closed"
+        assert _drains(h, "InProgress")
+        # 24 vCPUs: only dear-0 could ever run it
+        h.queue("huge", vcpus=24, ram="64Gi")
+        await h.run_until(lambda: bool(_drains(h, "Aborted")), within=60, tick=5, what="let go")
+        message = _drains(h)[0]["status"]["message"]
+        assert "1 queued container(s) only this node can run wait" in message, message
+        await h.run_until(lambda: _admission(h, "dear-0") == "Open", within=120, tick=5)
+        assert "consolidation" not in h.power_state("dear-0")
+
+
+async def test_a_restart_keeps_the_node_closed_before_its_drain_intent_is_read() -> None:
+    """PowerIntents come on their own watch, possibly after the nodes and the first
+    rounds: the node's stored state (`powerState.consolidation`) keeps it closed from the
+    first step; the intent, once read, gives its evidence and is driven to its end."""
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        (intent,) = _drains(h, "InProgress")
+        assert h.power_state("dear-0").get("consolidation") == intent["metadata"]["name"]
+        b = await _restarted(h)
+    async with b:
+        real = b.ctrl.observe_intent
+        b.ctrl.observe_intent = lambda body, deleted=False: None  # type: ignore[method-assign]
+        await b.start()
+        shown: set[str] = set()
+        for _ in range(12):
+            await b.run_for(5, tick=5)
+            shown |= {_admission(b, "dear-0"), str(b.status("dear-0").get("admission"))}
+        assert shown == {"Closed"}, shown
+        b.ctrl.observe_intent = real  # type: ignore[method-assign]
+        b.forget_seen("PowerIntent")
+        await b.run_for(60, tick=5)
+        reading = b.ctrl.nodes["dear-0"].facts.consolidation
+        assert reading is not None and reading.utilisation == 0.125  # the record's evidence
+        assert len(_drains(b, "InProgress")) == 1
+        b.finish("dear-0-c0")
+        b.hosts["dear-0"].runners = 0
+        await b.run_until(lambda: b.state("dear-0") == "Off", within=600, tick=5, what="off")
+        assert _drains(b)[0]["status"]["phase"] == "Succeeded"
+        assert "consolidation" not in b.power_state("dear-0")
+
+
+async def test_deleting_the_drain_intent_lets_the_node_go() -> None:
+    async with PowerHarness(policy=_policy("On")) as h:
+        _fleet(h, ["dear-0"], ["cheap-0", "cheap-1"])
+        await h.start()
+        await h.run_until(lambda: _admission(h, "dear-0") == "Closed", within=600, tick=5)
+        (intent,) = _drains(h, "InProgress")
+        body = h.kube.objects.pop(("PowerIntent", NS, intent["metadata"]["name"]))
+        h.ctrl.observe_intent(body, deleted=True)  # a person deleted it: the watch says so
+        await h.run_until(lambda: _admission(h, "dear-0") == "Open", within=300, tick=5)
+        assert h.ctrl.nodes["dear-0"].facts.consolidation is None
+        assert "consolidation" not in h.power_state("dear-0")

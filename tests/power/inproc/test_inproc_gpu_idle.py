@@ -167,3 +167,44 @@ async def test_the_lever_off_keeps_a_gpu_node_running_cpu_work_open() -> None:
         assert "GPU_IDLE_CPU_DRAIN" not in {c for _, cs in h.history("n1") for c in cs}
         assert gpu_evidence(h, "n1")["gpuOnly"] is False
         assert not h.control.requests
+
+
+async def test_a_restart_never_makes_gpus_look_idle_longer_than_observed() -> None:
+    """The GPU idle timer lives in memory: a restart starts it again, from the
+    dispatcher's first plan (the ledger that says no container holds a GPU), never from
+    before -- not from a runner list read while the dispatcher recovered, nor from the
+    time before the restart."""
+    async with PowerHarness() as h:  # idle threshold 60 s
+        host = h.side_node("n1")
+        await h.start()
+        h.queue("cpu-job")
+        h.place("cpu-job", "n1")
+        host.runners = 1
+        await h.run_until(lambda: h.status("n1").get("admission") == "GPUOnly", within=120)
+        await h.ctrl.stop()
+        await h.settle()
+    h.clock.advance(30)
+    b = PowerHarness(kube=h.kube, hosts=h.hosts, clock=h.clock)
+    b.containers.update(h.containers)
+    async with b:
+        b.recovering = True  # the dispatcher recovers for 2 min; the node answers once
+        b.ctrl.await_ledger()
+        await b.start()
+        b.silent.add("n1")
+        await b.run_for(120, tick=5)
+        b.recovering = False
+        shown: list[str] = []
+
+        def admission() -> str:
+            shown.append(str(b.status("n1").get("admission")))
+            return shown[-1]
+
+        ledger = b.clock()
+        await b.round()  # the first plan, with the runner list of 2 min ago
+        admission()
+        b.silent.clear()
+        await b.run_until(lambda: admission() == "GPUOnly", within=200)
+        assert (b.clock() - ledger).total_seconds() >= 60, shown  # the whole threshold again
+        assert shown[0] != "GPUOnly"
+        since = gpu_evidence(b, "n1")["gpuIdleSince"]
+        assert datetime.fromisoformat(since.replace("Z", "+00:00")) >= ledger, since
