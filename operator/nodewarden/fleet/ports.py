@@ -93,6 +93,11 @@ class PoolPort(Protocol):
         """The cloud driver's name ("cloud" without one): the source of a gone VM's Off."""
 
     @property
+    def lists_cloud(self) -> bool:
+        """Whether a cloud is configured, so a cloud list will come (a cloud VM's power is
+        observed from it); False: the pool serves side nodes only."""
+
+    @property
     def holds(self) -> Mapping[str, Admission]:
         """Declared WorkerNodes waiting for an instance, with the refusal that holds them."""
 

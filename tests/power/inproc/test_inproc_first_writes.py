@@ -1,0 +1,47 @@
+"""A starting node's first status write waits for its start-up facts (`power.firstwrites`),
+but never for a fact that cannot come: with no cloud configured, no cloud list will ever
+observe a cloud VM's power, so its first write -- its `Valid` acknowledgement -- goes out
+at the first round, not after `power.first_write_hold` (20 s).
+
+The cluster symptom: a CloudVM WorkerNode created while the operator started (a freshly
+started API server's 429 "storage is (re)initializing" delayed the first LIST by a second)
+was acknowledged 20 s late."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness import NS, PowerHarness
+
+from nodewarden.api.kinds import WORKER_NODE
+
+
+def _valid(h: PowerHarness, name: str) -> dict[str, Any] | None:
+    obj = h.kube.objects[(WORKER_NODE.kind, NS, name)]
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"].get("generation", 1):
+        return None
+    return next((c for c in status.get("conditions", []) if c["type"] == "Valid"), None)
+
+
+async def test_a_cloud_vm_at_start_up_without_a_cloud_is_acknowledged_at_once() -> None:
+    async with PowerHarness() as h:
+        h.pool.cloud = False  # the pool serves side nodes only: no cloud list will come
+        h.put_node("vm1", {"nodeType": "CloudVM", "instanceType": "small"})
+        await h.start()  # the node is part of the start-up fleet
+        took = await h.run_until(lambda: _valid(h, "vm1") is not None, within=19, what="Valid")
+        assert took <= 2.0, took
+        cond = _valid(h, "vm1")
+        assert cond is not None and cond["status"] == "True", cond
+
+
+async def test_a_cloud_vm_at_start_up_with_a_cloud_waits_for_the_cloud_list() -> None:
+    """The hold itself is kept: with a cloud, the first write carries the listed power."""
+    async with PowerHarness() as h:
+        h.put_node("vm1", {"nodeType": "CloudVM", "instanceType": "small"})
+        await h.start()
+        await h.run_for(5)
+        assert _valid(h, "vm1") is None, h.status("vm1")
+        h.cloud_vm("vm1")  # its instance: listed at the next round
+        await h.run_until(lambda: _valid(h, "vm1") is not None, within=5, what="Valid")
+        assert h.status("vm1").get("observedPower") is not None, h.status("vm1")
