@@ -172,6 +172,11 @@ class PoolFacts:
 
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         ctx = self.ctx
+        first = ctx.first_writes
+        for name in [n for n in first.waiting() if n not in instances]:
+            rt = ctx.nodes.get(name)
+            if rt is not None and rt.node_type == "CloudVM":
+                first.unobservable(name)  # declared, no instance yet: no reading to wait for
         stepped = False
         for name, inst in instances.items():
             rt = ctx.nodes.get(name)

@@ -45,3 +45,17 @@ async def test_a_cloud_vm_at_start_up_with_a_cloud_waits_for_the_cloud_list() ->
         h.cloud_vm("vm1")  # its instance: listed at the next round
         await h.run_until(lambda: _valid(h, "vm1") is not None, within=5, what="Valid")
         assert h.status("vm1").get("observedPower") is not None, h.status("vm1")
+
+
+async def test_a_declared_cloud_vm_the_cloud_list_does_not_hold_is_not_held_for_it() -> None:
+    """A declared VM (no instance yet) is not in the cloud list: once a list was read, its
+    power cannot be observed until it is created, so its first write waits no longer."""
+    async with PowerHarness() as h:
+        h.cloud_vm("running")  # the fake cloud lists this one
+        h.put_node("declared", {"nodeType": "CloudVM", "instanceType": "small"})
+        await h.start()
+        took = await h.run_until(
+            lambda: _valid(h, "declared") is not None, within=19, what="Valid of declared"
+        )
+        assert took <= 2.0, took
+        assert _valid(h, "running") is not None, h.status("running")
