@@ -53,6 +53,9 @@ class WorkerObserver(Protocol):
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         """The cloud list was read at `at`: our instances by WorkerNode name."""
 
+    def list_failed(self, at: datetime) -> None:
+        """The cloud list could not be read at `at` (retried at the pool's fast pace)."""
+
     async def gone(self, worker: WorkerSnapshot, at: datetime) -> None:
         """`worker`'s instance left the cloud list; its WorkerNode is removed next."""
 
@@ -76,6 +79,9 @@ class NoObserver:
         return None
 
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
+        return None
+
+    def list_failed(self, at: datetime) -> None:
         return None
 
     async def gone(self, worker: WorkerSnapshot, at: datetime) -> None:

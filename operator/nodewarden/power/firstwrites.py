@@ -6,12 +6,12 @@ list). Written as each arrived, a node cost up to four status patches before it 
 A node that arrives while the controller is starting (before it holds the whole fleet and
 the dispatcher's first plan) therefore keeps its status write back until its verdict is
 known and its power is observed once or cannot be (an invalid spec, a failing BMC, a
-side node without one, a cloud VM when no cloud is configured or when the cloud list
-was read without it: declared, not created yet) -- or until `hold` seconds after it
-arrived, whichever is first. Then one write carries all of it. The dispatcher's ledger
-is not waited for: until it is known the node's decision is a DEFER (work unknown),
-written then, so the start-up's decisions are visible before the dispatcher has
-recovered.
+side node without one, a cloud VM when no cloud is configured, when the cloud list was
+read without it -- declared, not created yet -- or when the list failed) -- or until
+`hold` seconds after it arrived, whichever is first. Then one write carries all of it.
+The dispatcher's ledger is not waited for: until it is known the node's decision is a
+DEFER (work unknown), written then, so the start-up's decisions are visible before the
+dispatcher has recovered.
 
 Only the *write* waits: the node is stepped as before (a DEFER for missing telemetry is
 its decision in memory, its Safety Record is built), and a power request's

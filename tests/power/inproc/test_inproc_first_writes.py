@@ -59,3 +59,16 @@ async def test_a_declared_cloud_vm_the_cloud_list_does_not_hold_is_not_held_for_
         )
         assert took <= 2.0, took
         assert _valid(h, "running") is not None, h.status("running")
+
+
+async def test_a_cloud_vm_is_not_held_for_a_cloud_list_that_failed() -> None:
+    """The cloud API refuses the start-up's list (down, rate-limited): as with a failing
+    BMC, a starting VM's first write waits no longer for a reading."""
+    async with PowerHarness() as h:
+        h.put_node("vm1", {"nodeType": "CloudVM", "instanceType": "small"})
+        await h.start()
+        await h.round()
+        assert _valid(h, "vm1") is None, h.status("vm1")  # held: the list may come
+        h.ctrl.list_failed(h.clock())
+        took = await h.run_until(lambda: _valid(h, "vm1") is not None, within=19, what="Valid")
+        assert took <= 2.0, took
