@@ -73,6 +73,26 @@ def test_operator_acknowledges_a_workernode(
     assert cluster.get_json(namespace, "wn", "vm1")["status"]["observedGeneration"] == 2
 
 
+def test_a_cloud_vm_there_before_the_start_is_acknowledged_promptly(
+    cluster: ClusterHandle, namespace: str, tmp_path: Path
+) -> None:
+    """A WorkerNode that exists when the operator starts (a restart, or one created while
+    a fresh API server answered 429 "storage is (re)initializing" and the first LIST
+    waited) is part of the start-up fleet, whose first status writes wait for their
+    facts: with no cloud configured a CloudVM's never come, and its Valid was held for
+    the whole `power.first_write_hold` (20 s)."""
+    _apply(cluster, namespace, _policy("default"))
+    _apply(cluster, namespace, _node("vm1", "default"))
+    op = start_operator(cluster, namespace, tmp_path)
+    try:
+        cond = wait_for(
+            lambda: _valid(cluster, namespace, "wn", "vm1"), timeout=10, what="Valid condition"
+        )
+        assert cond["status"] == "True", cond
+    finally:
+        op.stop()
+
+
 def _wait_valid(cluster: ClusterHandle, namespace: str, name: str) -> None:
     def valid() -> bool:
         cond = _valid(cluster, namespace, "wn", name)

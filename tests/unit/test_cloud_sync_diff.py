@@ -85,6 +85,9 @@ class Rig:
                 assert all(i.observed_at == at for i in ours.values())
                 rig.heard.append((set(ours), at))
 
+            def list_failed(self, at: datetime) -> None:
+                pass
+
             async def gone(self, worker: Any, at: datetime) -> None:
                 pass
 

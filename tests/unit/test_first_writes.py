@@ -49,3 +49,15 @@ def test_a_node_that_leaves_is_forgotten() -> None:
     first.arrive("gone", T0)
     first.forget("gone")
     assert first.holding(T0, lambda _name: False) == set()
+
+
+def test_a_node_whose_power_cannot_be_observed_is_released_at_the_next_look() -> None:
+    first = FirstWrites(hold=20.0)
+    first.arrive("declared", T0)
+    first.arrive("listed", T0)
+    first.unobservable("declared")
+    first.unobservable("stranger")  # not waiting: nothing to release
+    never = lambda _name: False  # noqa: E731
+    assert set(first.waiting()) == {"declared", "listed"}
+    assert first.holding(T0, never) == {"listed"}
+    assert set(first.waiting()) == {"listed"}

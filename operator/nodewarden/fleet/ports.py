@@ -56,6 +56,9 @@ class WorkerObserver(Protocol):
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         """The cloud list was read at `at`: our instances by WorkerNode name."""
 
+    def list_failed(self, at: datetime) -> None:
+        """The cloud list could not be read at `at` (retried at the pool's fast pace)."""
+
     async def gone(self, worker: WorkerSnapshot, at: datetime) -> None:
         """`worker`'s instance left the cloud list; its WorkerNode is removed next."""
 
@@ -81,6 +84,9 @@ class NoObserver:
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         return None
 
+    def list_failed(self, at: datetime) -> None:
+        return None
+
     async def gone(self, worker: WorkerSnapshot, at: datetime) -> None:
         return None
 
@@ -94,6 +100,11 @@ class PoolPort(Protocol):
     @property
     def cloud_source(self) -> str:
         """The cloud driver's name ("cloud" without one): the source of a gone VM's Off."""
+
+    @property
+    def lists_cloud(self) -> bool:
+        """Whether a cloud is configured, so a cloud list will come (a cloud VM's power is
+        observed from it); False: the pool serves side nodes only."""
 
     @property
     def holds(self) -> Mapping[str, Admission]:

@@ -100,6 +100,7 @@ class CloudSync:
         except CloudError as exc:
             log.warning("cloud list failed: %s", exc)
             self.outstanding = True  # retried at the fast pace
+            self.ctx.observer.list_failed(self.ctx.clock())
             return
         listed_at = self.ctx.clock()
         self.ctx.last_sync = now

@@ -206,6 +206,11 @@ class WorkerPool:
         return cloud.config.driver if cloud is not None else "cloud"
 
     @property
+    def lists_cloud(self) -> bool:
+        """Whether a cloud is configured (a cloud list will come)."""
+        return self.ctx.cloud is not None
+
+    @property
     def holds(self) -> Mapping[str, Admission]:
         """Declared WorkerNodes waiting for an instance -> the refusal that holds them."""
         return self.admissions.holds

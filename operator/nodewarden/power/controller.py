@@ -313,6 +313,9 @@ class PowerController:
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         self._poolfacts.listed(instances, at)
 
+    def list_failed(self, at: datetime) -> None:
+        self._poolfacts.list_failed(at)
+
     async def gone(self, worker: WorkerSnapshot, at: datetime) -> None:
         """The instance left the cloud list: its Off is observed now, before the WorkerNode
         goes, so the transition's record is closed with the confirmation."""

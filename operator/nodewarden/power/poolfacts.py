@@ -10,7 +10,7 @@ the round asks it for the re-reads its steps wanted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -176,6 +176,7 @@ class PoolFacts:
 
     def listed(self, instances: Mapping[str, CloudInstance], at: datetime) -> None:
         ctx = self.ctx
+        self._unobserved_vms(instances)  # declared, no instance yet: no reading to wait for
         stepped = False
         for name, inst in instances.items():
             rt = ctx.nodes.get(name)
@@ -205,6 +206,25 @@ class PoolFacts:
             stepped = True
         if stepped:
             ctx.wake.set()
+
+    def list_failed(self, at: datetime) -> None:
+        """The cloud list failed: a starting cloud VM's power is not observed now (like a
+        failing BMC's), so its first write -- its Valid -- waits no longer for it."""
+        if self._unobserved_vms(()):
+            self.ctx.wake.set()
+
+    def _unobserved_vms(self, listed: Container[str]) -> bool:
+        """Release the starting cloud VMs not in `listed` from the first-write hold
+        (`power.firstwrites`); whether there were any."""
+        ctx = self.ctx
+        first = ctx.first_writes
+        released = False
+        for name in [n for n in first.waiting() if n not in listed]:
+            rt = ctx.nodes.get(name)
+            if rt is not None and rt.node_type == "CloudVM":
+                first.unobservable(name)
+                released = True
+        return released
 
     def gone(self, worker: WorkerSnapshot, at: datetime) -> NodeRuntime | None:
         """The instance left the cloud list: its Off is observed (the node to step now)."""

@@ -184,7 +184,9 @@ class Round:
         """Whether a starting node's first facts are in (`power.firstwrites`): its verdict,
         and its power observed once -- a cloud VM's in the cloud list, a side node's from
         its BMC (read, or failing) -- or not observable (an invalid spec, a blocked node, a
-        side node without a BMC, whose power comes with an SSH login)."""
+        side node without a BMC, whose power comes with an SSH login, a cloud VM when no
+        cloud is configured: no cloud list will ever come, and waiting for one held its
+        first write -- its `Valid` acknowledgement too -- for the whole hold)."""
         rt = self.ctx.nodes.get(name)
         if rt is None:
             return True
@@ -196,7 +198,8 @@ class Round:
         if rt.facts.power is not None:
             return True
         if rt.node_type == "CloudVM":
-            return self.ctx.pool is None  # no cloud list will come
+            pool = self.ctx.pool
+            return pool is None or not pool.lists_cloud  # no cloud list will come
         if rt.spec is None or rt.spec.bmc is None:
             return True
         return name in self.ctx.control.last_error  # read and failing

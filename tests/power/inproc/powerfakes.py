@@ -298,10 +298,16 @@ class FakePool:
         self.probe_requests: list[str] = []
         self.sync_requests = 0
         self.destroyed: list[tuple[str, str]] = []
+        self.cloud = True
+        """False: no cloud is configured (the pool serves side nodes only)."""
 
     @property
     def cloud_source(self) -> str:
         return "fake"
+
+    @property
+    def lists_cloud(self) -> bool:
+        return self.cloud
 
     @property
     def holds(self) -> Mapping[str, Admission]:
