@@ -69,3 +69,26 @@ async def test_a_standby_keeps_trying_while_the_api_server_is_unreachable() -> N
         assert standby == [True]
     finally:
         await elector.api.close()
+
+
+async def test_a_release_the_api_server_never_answers_gives_up_within_the_renew_interval() -> None:
+    """A stopping process must not wait on a hung API server (seen in CI: a stop that
+    outlived its exit deadline): the release is abandoned after `renew_interval` and the
+    Lease expires by itself, as after a crash."""
+    elector = _elector()
+    elector.renew_interval = 0.2
+    answered = asyncio.Event()
+
+    async def hangs(*_: object) -> None:
+        await answered.wait()  # never set: the API server does not answer
+
+    elector.leases.read_namespaced_lease = hangs  # type: ignore[method-assign]
+    try:
+        elector.is_leader = True
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await asyncio.wait_for(elector.release(), timeout=10)
+        assert loop.time() - began < 5
+        assert elector.is_leader is False and not answered.is_set()
+    finally:
+        await elector.api.close()

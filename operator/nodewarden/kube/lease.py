@@ -304,21 +304,30 @@ class LeaderElector:
             await asyncio.sleep(interval)
 
     async def release(self) -> None:
-        """Give the lease up on clean shutdown so a standby takes over at once."""
+        """Give the lease up on clean shutdown so a standby takes over at once. Bounded
+        by `renew_interval`: an API server that does not answer (hung, overloaded) must
+        not hold a stopping process -- the Lease then simply expires, as after a crash."""
         if not self.is_leader:
             return
         self.is_leader = False
         self.leadership.step_down("released", clean=True)
         try:
-            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
-            if lease.spec and lease.spec.holder_identity == self.identity:
-                lease.spec = client.V1LeaseSpec(
-                    lease_duration_seconds=1, lease_transitions=lease.spec.lease_transitions
-                )
-                if lease.metadata is not None:
-                    lease.metadata.annotations = _foreign(lease.metadata.annotations)
-                await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
+            async with asyncio.timeout(self.renew_interval):
+                lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+                if lease.spec and lease.spec.holder_identity == self.identity:
+                    lease.spec = client.V1LeaseSpec(
+                        lease_duration_seconds=1, lease_transitions=lease.spec.lease_transitions
+                    )
+                    if lease.metadata is not None:
+                        lease.metadata.annotations = _foreign(lease.metadata.annotations)
+                    await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
         except ApiException as exc:
             log.warning("lease release failed: HTTP %s", exc.status)
         except UNREACHABLE as exc:
             log.warning("lease release failed: %s", type(exc).__name__)
+        except TimeoutError:
+            log.warning(
+                "lease release gave up after %.1fs (the API server did not answer); the "
+                "Lease expires by itself",
+                self.renew_interval,
+            )
