@@ -32,36 +32,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 from pydantic import SecretStr
 
 from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.credentials import LABEL, CredentialResolver
+from nodewarden.credentials import CredentialResolver
 from nodewarden.credentials.settings import CredentialsConfig
-from nodewarden.kube.client import SecretRecord
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.ssh import ProbeThrottle, SshClientKey, SshProber, SshTarget
 from nodewarden.ssh.credentials import InstanceSecretTrust
-from nodewarden_doubles.hollow import HOLLOW_BMC_ENDPOINT, HollowDialer, HollowFleet
+from nodewarden_doubles.hollow import (
+    HollowBmcSecrets,
+    HollowDialer,
+    HollowFleet,
+    side_node_spec,
+)
 from nodewarden_doubles.hollow.bmc import bmc_transports
 
 
-class Secrets:
-    async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None:
-        values = {"username": "hollow", "password": "not-a-real-password"}
-        return SecretRecord(name, {LABEL: "bmc"}, {k: SecretStr(v) for k, v in values.items()})
-
-
 def spec(name: str) -> WorkerNodeSpec:
-    return WorkerNodeSpec.model_validate(
-        {
-            "nodeType": "SideNode",
-            "controlMethod": "Redfish",
-            "capacity": {"vcpus": 4, "ram": "8Gi"},
-            "bmc": {
-                "endpoint": HOLLOW_BMC_ENDPOINT,
-                "systemId": name,
-                "usernameSecretRef": {"name": "bmc", "key": "username"},
-                "passwordSecretRef": {"name": "bmc", "key": "password"},
-            },
-        }
-    )
+    return side_node_spec(name)
 
 
 async def timed(
@@ -86,7 +72,9 @@ async def run(nodes: int, rest: float, heartbeat: float) -> None:
     targets = [SshTarget(n, "127.0.0.1", key, trust) for n in names]
     prober = SshProber(throttle=ProbeThrottle(0), dialer=HollowDialer(fleet, actor="bench"))
     resolver = CredentialResolver(
-        Secrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="300s")
+        HollowBmcSecrets(),
+        "ns",
+        CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="300s"),
     )
     power = PowerControl(
         resolver,

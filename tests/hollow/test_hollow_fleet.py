@@ -13,11 +13,9 @@ import asyncssh
 import pytest
 from pydantic import SecretStr
 
-from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.credentials import LABEL, CredentialResolver
+from nodewarden.credentials import CredentialResolver
 from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.fence import Leadership
-from nodewarden.kube.client import SecretRecord
 from nodewarden.policy.events import RequestAccepted, RequestErrored
 from nodewarden.policy.facts import PowerReading
 from nodewarden.power.control import NodeRef, PowerControl
@@ -26,7 +24,12 @@ from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.prober import SshProber
 from nodewarden.ssh.runners import RunnerOwner
 from nodewarden.ssh.stream import StreamStopped, WatchUnsupported
-from nodewarden_doubles.hollow import HOLLOW_BMC_ENDPOINT, HollowDialer, HollowFleet
+from nodewarden_doubles.hollow import (
+    HollowBmcSecrets,
+    HollowDialer,
+    HollowFleet,
+    side_node_spec,
+)
 from nodewarden_doubles.hollow.bmc import bmc_transports
 
 UUID = "zzzzz-dz642-000000000000001"
@@ -40,12 +43,6 @@ class Clock:
         return self.now
 
 
-class Secrets:
-    async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None:
-        values = {"username": "hollow", "password": "not-a-real-password"}
-        return SecretRecord(name, {LABEL: "bmc"}, {k: SecretStr(v) for k, v in values.items()})
-
-
 @pytest.fixture(scope="module")
 def client_key() -> SshClientKey:
     pem = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
@@ -57,25 +54,12 @@ def target(node: str, key: SshClientKey) -> SshTarget:
 
 
 def side_node(name: str) -> NodeRef:
-    spec = WorkerNodeSpec.model_validate(
-        {
-            "nodeType": "SideNode",
-            "controlMethod": "Redfish",
-            "capacity": {"vcpus": 4, "ram": "8Gi"},
-            "bmc": {
-                "endpoint": HOLLOW_BMC_ENDPOINT,
-                "systemId": name,
-                "usernameSecretRef": {"name": "bmc", "key": "username"},
-                "passwordSecretRef": {"name": "bmc", "key": "password"},
-            },
-        }
-    )
-    return NodeRef(name, spec)
+    return NodeRef(name, side_node_spec(name))
 
 
 def control(fleet: HollowFleet, replica: str, fence: Leadership | None = None) -> PowerControl:
     resolver = CredentialResolver(
-        Secrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
+        HollowBmcSecrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
     )
     return PowerControl(
         resolver,

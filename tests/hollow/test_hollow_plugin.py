@@ -18,15 +18,18 @@ from nodewarden.cloud.config import CloudConfig
 from nodewarden.cloud.facade import build_cloud
 from nodewarden.cloud.model import InstanceState
 from nodewarden.cloud.plugins import WirePlugin, wire_plugin
-from nodewarden.credentials import LABEL, CredentialResolver
+from nodewarden.credentials import CredentialResolver
 from nodewarden.credentials.settings import CredentialsConfig
-from nodewarden.kube.client import SecretRecord
 from nodewarden.policy.events import RequestAccepted
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.scheduling.instancetypes import InstanceType
 from nodewarden.ssh.credentials import InstanceSecretTrust, SshClientKey, SshTarget
 from nodewarden.ssh.prober import SshProber
-from nodewarden_doubles.hollow import HOLLOW_BMC_ENDPOINT, HollowFleet
+from nodewarden_doubles.hollow import (
+    HOLLOW_BMC_ENDPOINT,
+    HollowBmcSecrets,
+    HollowFleet,
+)
 from nodewarden_doubles.hollow.cloud import hollow_workers
 from nodewarden_doubles.stubcloud import StubCloud, StubFaults
 
@@ -43,12 +46,6 @@ def config(plugin: str, cloud: str) -> CloudConfig:
         max_concurrent_creates=0,
         instance_types=[SMALL],
     )
-
-
-class Secrets:
-    async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None:
-        values = {"username": "hollow", "password": "not-a-real-password"}
-        return SecretRecord(name, {LABEL: "bmc"}, {k: SecretStr(v) for k, v in values.items()})
 
 
 def test_only_a_plugin_with_wires_replaces_them() -> None:
@@ -77,7 +74,7 @@ async def test_the_operator_parts_run_over_the_plugins_wires() -> None:
         resolver=adapter.resolver, dialer=wires.dialer(cloud_config.driver_params, "replica-a")
     )
     resolver = CredentialResolver(
-        Secrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
+        HollowBmcSecrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
     )
     power = PowerControl(
         resolver,

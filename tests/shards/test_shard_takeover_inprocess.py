@@ -12,17 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pydantic import SecretStr
-
-from nodewarden.api.workernode import WorkerNodeSpec
-from nodewarden.credentials import LABEL, CredentialResolver
+from nodewarden.credentials import CredentialResolver
 from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.fence import Fence, Leadership, Unfenced
-from nodewarden.kube.client import SecretRecord
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.shards.balance import LeaseSeen, View, decide
 from nodewarden.shards.keys import node_key, shard_of
-from nodewarden_doubles.hollow import HOLLOW_BMC_ENDPOINT, HollowFleet
+from nodewarden_doubles.hollow import (
+    HollowBmcSecrets,
+    HollowFleet,
+    side_node_spec,
+)
 from nodewarden_doubles.hollow.bmc import bmc_transports
 
 SHARDS = 4
@@ -61,27 +61,8 @@ class Store:
         return record
 
 
-class Secrets:
-    async def read_secret_record(self, namespace: str, name: str) -> SecretRecord | None:
-        values = {"username": "hollow", "password": "not-a-real-password"}
-        return SecretRecord(name, {LABEL: "bmc"}, {k: SecretStr(v) for k, v in values.items()})
-
-
 def ref(name: str) -> NodeRef:
-    spec = WorkerNodeSpec.model_validate(
-        {
-            "nodeType": "SideNode",
-            "controlMethod": "Redfish",
-            "capacity": {"vcpus": 4, "ram": "8Gi"},
-            "bmc": {
-                "endpoint": HOLLOW_BMC_ENDPOINT,
-                "systemId": name,
-                "usernameSecretRef": {"name": "bmc", "key": "username"},
-                "passwordSecretRef": {"name": "bmc", "key": "password"},
-            },
-        }
-    )
-    return NodeRef(name, spec)
+    return NodeRef(name, side_node_spec(name))
 
 
 @dataclass
@@ -167,7 +148,7 @@ class Replica:
 
 def control(fleet: HollowFleet, replica: str, fence: Fence) -> PowerControl:
     resolver = CredentialResolver(
-        Secrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
+        HollowBmcSecrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
     )
     return PowerControl(
         resolver,

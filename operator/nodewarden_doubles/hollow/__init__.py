@@ -38,15 +38,18 @@ from __future__ import annotations
 
 from nodewarden_doubles.hollow.bmc import HOLLOW_BMC_ENDPOINT, HollowBmcTransport, bmc_transports
 from nodewarden_doubles.hollow.model import ActionRecord, HollowFleet, HollowNode
+from nodewarden_doubles.hollow.nodes import HollowBmcSecrets, side_node_spec
 from nodewarden_doubles.hollow.ssh import HollowConnection, HollowDialer
 
 __all__ = [
     "HOLLOW_BMC_ENDPOINT",
     "ActionRecord",
+    "HollowBmcSecrets",
     "HollowBmcTransport",
     "HollowConnection",
     "HollowDialer",
     "HollowFleet",
     "HollowNode",
     "bmc_transports",
+    "side_node_spec",
 ]
