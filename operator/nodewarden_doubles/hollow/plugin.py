@@ -15,34 +15,21 @@ operator's `compose` builds its prober and power control on them; nothing above 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from nodewarden.redfish.transport import BmcTransportFactory
 from nodewarden.ssh.connection import DialerPort
 from nodewarden_doubles.hollow.bmc import bmc_transports
 from nodewarden_doubles.hollow.model import HollowFleet
 from nodewarden_doubles.hollow.ssh import HollowDialer
-from nodewarden_doubles.stubcloud import STUB_PROVIDER, register_stub_provider, stub_resolver
-
-if TYPE_CHECKING:
-    from nodewarden.cloud.config import CloudCredentials
-    from nodewarden.ssh.addressing import AddressResolver
+from nodewarden_doubles.stubcloud import StubPlugin
 
 
 def _fleet(driver_params: Mapping[str, object]) -> HollowFleet:
     return HollowFleet.named(str(driver_params.get("cloud", "default")))
 
 
-class _HollowPlugin:
-    provider = STUB_PROVIDER
-
-    def register(self) -> None:
-        register_stub_provider()
-
-    def resolver(
-        self, driver_params: Mapping[str, object], credentials: CloudCredentials | None
-    ) -> AddressResolver:
-        return stub_resolver(driver_params.get("cloud", "default"), credentials)
+class _HollowPlugin(StubPlugin):
+    """The stub cloud's plugin (provider, registration, addresses) plus the nodes' wires."""
 
     def dialer(self, driver_params: Mapping[str, object], replica: str | None) -> DialerPort:
         return HollowDialer(_fleet(driver_params), actor=replica)

@@ -56,7 +56,7 @@ def register_stub_provider() -> None:
         register(STUB_PROVIDER, "nodewarden_doubles.stubcloud.driver", "StubNodeDriver")
 
 
-class _StubPlugin:
+class StubPlugin:
     """The cloud adapter's driver plugin for the stub cloud (`nodewarden.cloud.plugins`)."""
 
     provider = STUB_PROVIDER
@@ -71,7 +71,7 @@ class _StubPlugin:
         return stub_resolver(driver_params.get("cloud", "default"), credentials)
 
 
-plugin = _StubPlugin()
+plugin = StubPlugin()
 """Name it in the operator config: ``driver_plugin: nodewarden_doubles.stubcloud:plugin``."""
 
 
@@ -100,6 +100,7 @@ __all__ = [
     "StubCloud",
     "StubFaults",
     "StubNodeDriver",
+    "StubPlugin",
     "StubServerConfig",
     "StubServerCredentials",
     "StubVMView",
