@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 
 from aiohttp import web
@@ -16,12 +17,15 @@ from nodewarden.listener import ListenerLimits, start_guarded
 LIMITS = ListenerLimits(header_timeout=0.3, request_timeout=3.0, max_connections=8)
 
 
-async def _app(slow: asyncio.Event | None = None) -> web.Application:
+async def _app(
+    slow: asyncio.Event | None = None, inside: list[int] | None = None
+) -> web.Application:
     async def ok(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def hold(_: web.Request) -> web.Response:
-        assert slow is not None
+        assert slow is not None and inside is not None
+        inside.append(1)
         await slow.wait()
         return web.Response(text="late")
 
@@ -66,10 +70,20 @@ async def test_stalled_connections_are_dropped_and_evicted_for_prompt_ones() -> 
 
 async def test_a_request_being_served_is_not_evicted_and_the_rest_are_refused() -> None:
     slow = asyncio.Event()
-    runner, port = await start_guarded(await _app(slow), "t", "127.0.0.1", 0, LIMITS)
+    inside: list[int] = []
+    # a request deadline far beyond the test's own steps: on a loaded machine the held
+    # requests must not reach it (the deadline has its own test below)
+    limits = dataclasses.replace(LIMITS, request_timeout=60.0)
+    runner, port = await start_guarded(await _app(slow, inside), "t", "127.0.0.1", 0, limits)
     try:
         held = [asyncio.create_task(_request(port, "/hold")) for _ in range(LIMITS.max_connections)]
-        await asyncio.sleep(0.2)
+        # wait until every held request is inside its handler (a condition, not a sleep: on a
+        # loaded machine a request whose headers were not yet read is "waiting", and may be
+        # evicted for the new connection, as it should be)
+        deadline = time.monotonic() + 10
+        while len(inside) < LIMITS.max_connections:
+            assert time.monotonic() < deadline, f"only {len(inside)} requests reached the handler"
+            await asyncio.sleep(0.01)
         # the cap is full of requests being served: a new connection is closed at once
         reader, writer = await _stalled(port)
         assert await asyncio.wait_for(reader.read(), timeout=2) == b""
@@ -78,6 +92,23 @@ async def test_a_request_being_served_is_not_evicted_and_the_rest_are_refused() 
         answers = await asyncio.gather(*held)
         assert all(a.startswith(b"HTTP/1.1 200") for a in answers)
     finally:
+        await runner.cleanup()
+
+
+async def test_a_request_past_its_deadline_is_closed() -> None:
+    slow = asyncio.Event()
+    inside: list[int] = []
+    limits = dataclasses.replace(LIMITS, request_timeout=0.5)
+    runner, port = await start_guarded(await _app(slow, inside), "t", "127.0.0.1", 0, limits)
+    try:
+        started = time.monotonic()
+        with contextlib.suppress(ConnectionError):
+            answer = await _request(port, "/hold")
+            assert answer == b""
+        assert inside, "the request reached its handler before the deadline closed it"
+        assert time.monotonic() - started < 5
+    finally:
+        slow.set()
         await runner.cleanup()
 
 
