@@ -208,6 +208,12 @@ class LeaseWatch:
             return False
         return self.clock() - self._changed_at >= duration
 
+    @property
+    def changed_at(self) -> float | None:
+        """When the record was last seen change (this replica's monotonic clock); None:
+        never seen."""
+        return self._changed_at
+
     def forget(self) -> None:
         self._version = None
         self._changed_at = None

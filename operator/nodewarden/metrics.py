@@ -29,6 +29,22 @@ LEADER = Gauge(
     registry=REGISTRY,
 )
 
+SHARDS_HELD = Gauge(
+    "nodewarden_shards_held",
+    "Shard Leases this replica holds (sharding on; docs/sharding.md).",
+    ["dispatcher_id"],
+    registry=REGISTRY,
+)
+
+SHARD_HANDOVERS = Counter(
+    "nodewarden_shard_handovers_total",
+    "Shard Leases taken or given up by this replica, by reason: acquired, rebalanced "
+    "(released for the balance), stopping (released on a clean stop), lost (not renewed "
+    "in time, another holder, a stall).",
+    ["dispatcher_id", "reason"],
+    registry=REGISTRY,
+)
+
 RECONCILE_TOTAL = Counter(
     "nodewarden_reconcile_total",
     "Reconciles of nodewarden objects by kind and result (ok, invalid, error).",

@@ -99,7 +99,8 @@ def test_lease_names() -> None:
 
 
 def test_the_package_imports_only_the_standard_library() -> None:
-    modules = sorted(SHARDS.glob("*.py"))
+    shell = {"elector.py", "scope.py", "labeller.py"}  # the shell around the core: kube, fence
+    modules = sorted(p for p in SHARDS.glob("*.py") if p.name not in shell)
     assert len(modules) >= 4
     foreign = {}
     for path in modules:

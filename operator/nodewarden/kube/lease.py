@@ -19,6 +19,10 @@ The margin defaults to a third of the duration (client-go's 15 s / 10 s renew de
 seconds since 2025-01-01 (wall clock) rather than 0, so a Lease deleted by hand and
 created again still issues tokens above every one the old Lease issued.
 
+Labels given to the elector (`labels`) are written on the Lease with every write, so
+`kubectl get lease -l nodewarden.io/dispatcher=<id>` lists a dispatcher's Leases (its own,
+its shards', its replicas' membership Leases) and their holders.
+
 The holder may publish annotations on its Lease (`annotations`, evaluated at every
 write: the status endpoint of `nodewarden.endpoints`); keys under `nodewarden.io/status-`
 belong to the current holder and are replaced or removed by each write, others are kept.
@@ -79,6 +83,8 @@ class LeaderElector:
         margin: float | None = None,
         monotonic: Monotonic = time.monotonic,
         wall_clock: Callable[[], datetime] = utc_now,
+        labels: Mapping[str, str] | None = None,
+        watch: LeaseWatch | None = None,
     ) -> None:
         self.api = api
         self.leases = client.CoordinationV1Api(api)
@@ -98,8 +104,13 @@ class LeaderElector:
         )
         """Whether we hold the Lease now (by our monotonic clock); every fenced action
         asks it (`nodewarden.fence`)."""
-        self.watch = LeaseWatch(clock=monotonic)
-        """When we last saw the Lease record change (a standby's expiry count)."""
+        self.watch = watch if watch is not None else LeaseWatch(clock=monotonic)
+        """When we last saw the Lease record change (a standby's expiry count); passed
+        in when something else watches the record too (the shard elector's view), so an
+        elector made to take a Lease counts from when the record was first seen change."""
+        self.labels = dict(labels or {})
+        """Set on the Lease at every write (`nodewarden.io/dispatcher=<id>`: `kubectl get
+        lease -l` lists a dispatcher's Leases); other labels are kept."""
         self.is_leader = False
         self._annotations = annotations
 
@@ -113,6 +124,8 @@ class LeaderElector:
         kept = _foreign(meta.annotations)
         published = dict(self._annotations()) if self._annotations is not None else {}
         meta.annotations = {**kept, **published}
+        if self.labels:
+            meta.labels = {**(meta.labels or {}), **self.labels}
         return meta
 
     def _free(self, lease: client.V1Lease) -> bool:

@@ -255,14 +255,17 @@ class HollowFleet:
                 seen.setdefault(action.node, set()).add(action.actor)
         return {node: actors for node, actors in seen.items() if len(actors) > 1}
 
-    def interleaved(self, kinds: frozenset[str] = POWER_ACTIONS) -> dict[str, list[str | None]]:
+    def interleaved(
+        self, kinds: frozenset[str] = POWER_ACTIONS, since: int = 0
+    ) -> dict[str, list[str | None]]:
         """Nodes on which two actors' actions interleave (A, B, A in arrival order): two
         owners acting at once. A handover -- every action of A, then only B's -- is not
         listed (`acted_on_by_several` lists it). Per listed node: its actors in order.
         Meant for a window in which a node changes owner at most once (a shard that moves
-        back to A later would show as A, B, A too)."""
+        back to A later would show as A, B, A too): `since`, an index into `actions`,
+        starts the window later."""
         order: dict[str, list[str | None]] = {}
-        for action in self.actions:
+        for action in self.actions[since:]:
             if action.kind in kinds:
                 runs = order.setdefault(action.node, [])
                 if not runs or runs[-1] != action.actor:

@@ -1,0 +1,72 @@
+"""The labeller: gives every unlabelled WorkerNode its shard label (`keys.shard_of`).
+
+    await label_unassigned(kube, namespace, shards)  -> int   nodes labelled this pass
+    await run_labeller(kube, namespace, shards, stop, interval)
+
+One pass lists the WorkerNodes without `nodewarden.io/shard` (a label selector,
+`!nodewarden.io/shard`: the API server sends only those) and writes each one's label with
+a merge patch that carries the resourceVersion it read: a node changed meanwhile (someone
+else labelled it, a resharder's DRAIN) answers 409 and is left to the next pass. So two
+labellers are harmless (both write the same value; the second gets 409), which is why it
+needs no Lease of its own; the caller runs it where the dispatcher Lease is held.
+
+What it does not do (docs/sharding.md §1, not built): run a resharding plan when the count
+changes. A node whose label names a shard outside 0..shards-1 is left as it is (and acted
+on by nobody: `nodewarden check` should report it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from nodewarden.api.kinds import WORKER_NODE
+from nodewarden.kube.client import Conflict, Kube, KubeError
+from nodewarden.shards.keys import SHARD_LABEL, label_value, node_key, shard_of
+
+log = logging.getLogger(__name__)
+
+UNLABELLED = f"!{SHARD_LABEL}"
+
+
+async def label_unassigned(kube: Kube, namespace: str, shards: int) -> int:
+    """Label every unlabelled WorkerNode in `namespace` with its shard; the count written."""
+    written = 0
+    for body in await kube.list(WORKER_NODE, namespace, label_selector=UNLABELLED):
+        meta = body.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            continue
+        shard = shard_of(node_key(namespace, name), shards)
+        patch = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "labels": {SHARD_LABEL: label_value(shard)},
+            }
+        }
+        try:
+            await kube.patch(WORKER_NODE, namespace, name, patch)
+        except Conflict:
+            continue  # changed since the list: the next pass sees it as it is now
+        except KubeError as exc:
+            log.warning("shard label of %s not written: %s", name, exc)
+            continue
+        written += 1
+    if written:
+        log.info("shard labels written", extra={"nodes": written, "shards": shards})
+    return written
+
+
+async def run_labeller(
+    kube: Kube, namespace: str, shards: int, stop: asyncio.Event, interval: float = 5.0
+) -> None:
+    """A pass every `interval` until `stop` (a failed pass is retried at the next)."""
+    while not stop.is_set():
+        try:
+            await label_unassigned(kube, namespace, shards)
+        except KubeError as exc:
+            log.warning("shard labeller pass failed: %s", exc)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(interval):
+                await stop.wait()

@@ -1,0 +1,304 @@
+"""Issue 24's takeover acceptance on the real control plane: two replicas, four shard
+Leases, 20 WorkerNodes labelled by the labeller, actions counted at the hollow BMCs.
+
+Each replica is an in-process composition with its own API client (its own connection
+pool), its own `ShardElector` (real Leases, real `LeaderElector`s and `Leadership`s) and
+its own `ShardedPowerControl` (the real Redfish client over the hollow fleet's BMC
+transport), so both act on one shared hollow fleet (docs/sharding.md §4: the model is
+not yet shared across processes). Replica A reaches the API server through a loopback TCP
+proxy; the test black-holes it (a partition: A keeps running and keeps trying to act on
+the nodes it believes are its own, only its fence stops it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from calibration import scaled
+from clusterkit import ClusterHandle
+from nodewarden.api.kinds import WORKER_NODE
+from nodewarden.credentials import CredentialResolver
+from nodewarden.credentials.settings import CredentialsConfig
+from nodewarden.fence import Leadership, Unfenced
+from nodewarden.kube.client import Kube
+from nodewarden.ownership import DISPATCHER_LABEL
+from nodewarden.power.control import NodeRef, PowerControl, RequestErrored
+from nodewarden.shards.elector import ShardElector
+from nodewarden.shards.keys import SHARD_LABEL, node_key, shard_of
+from nodewarden.shards.labeller import label_unassigned
+from nodewarden.shards.scope import ShardedPowerControl, ShardScope
+from nodewarden_doubles.hollow import HollowBmcSecrets, HollowFleet, side_node_spec
+from nodewarden_doubles.hollow.bmc import bmc_transports
+from nodewarden_doubles.tcpproxy import TcpProxy
+
+pytestmark = pytest.mark.cluster
+
+SHARDS = 4
+DURATION = 6.0
+MARGIN = 2.0
+NODES = [f"node-{i:02d}" for i in range(20)]
+DISPATCHER = "nw"
+
+
+async def api_client(kubeconfig: Path, via: TcpProxy | None = None) -> client.ApiClient:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    if via is not None:
+        server = urlsplit(cfg.host)
+        cfg.host = f"{server.scheme}://{via.listen_host}:{via.port}"
+    return client.ApiClient(configuration=cfg)
+
+
+def electors(api: client.ApiClient, namespace: str, replica: str) -> ShardElector:
+    return ShardElector(
+        api,
+        namespace,
+        DISPATCHER,
+        replica,
+        SHARDS,
+        lease_duration=DURATION,
+        renew_interval=1.0,
+        retry_interval=0.5,
+        margin=MARGIN,
+    )
+
+
+def power_control(fleet: HollowFleet, replica: str, scope: ShardScope | None) -> PowerControl:
+    resolver = CredentialResolver(
+        HollowBmcSecrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
+    )
+    args = (resolver, None, None, lambda: datetime.now(tz=UTC))
+    kwargs = {
+        "user_agent": f"nodewarden/0.1.0 (power; dispatcher={DISPATCHER}; replica={replica})",
+        "bmc_transport": bmc_transports(fleet),
+    }
+    if scope is None:
+        return PowerControl(*args, fence=Unfenced(), **kwargs)  # type: ignore[arg-type]
+    return ShardedPowerControl(scope, *args, **kwargs)
+
+
+@dataclass
+class Replica:
+    name: str
+    api: client.ApiClient
+    namespace: str
+    fleet: HollowFleet
+    believed: set[int] = field(default_factory=set)
+    """The shards this replica believes it holds (told by the elector); a partitioned
+    replica keeps believing until its own Leadership tells it otherwise."""
+    fenced_out: int = 0
+    deaf: bool = False
+    """Set at the cut: the act path no longer hears the elector's releases (it has not
+    yet seen them), so only the fence stops it -- the case the fence is for."""
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.kube = Kube(self.api, field_manager=f"shard-test-{self.name}")
+        self.elector = electors(self.api, self.namespace, self.name)
+        self.elector.on_acquired = self._acquired
+        self.elector.on_released = self._released
+        self.scope = ShardScope(self.elector.leadership)
+        self.control = power_control(self.fleet, self.name, self.scope)
+
+    def _acquired(self, shard: int, _: Leadership) -> None:
+        self.believed.add(shard)
+
+    def _released(self, shard: int, _: str) -> None:
+        if not self.deaf:
+            self.believed.discard(shard)
+
+    def start(self, stop: asyncio.Event) -> None:
+        self.tasks = [
+            asyncio.create_task(self.elector.run(stop)),
+            asyncio.create_task(self._observe(stop)),
+            asyncio.create_task(self._act(stop)),
+        ]
+
+    async def _observe(self, stop: asyncio.Event) -> None:
+        """The replica's node view: its shards' nodes, by a label-selected list each."""
+        while not stop.is_set():
+            for shard in sorted(self.believed):
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        selector = f"{SHARD_LABEL}={shard}"
+                        for body in await self.kube.list(
+                            WORKER_NODE, self.namespace, label_selector=selector
+                        ):
+                            self.scope.observe(body)
+            await asyncio.sleep(0.3)
+
+    async def _act(self, stop: asyncio.Event) -> None:
+        """Decide every node of every believed shard: one power request each turn."""
+        turn = 0
+        while not stop.is_set():
+            turn += 1
+            action = "GracefulShutdown" if turn % 2 else "On"
+            for name in sorted(NODES):
+                if self.scope.shard_of(name) not in self.believed:
+                    continue
+                ref = NodeRef(name, side_node_spec(name))
+                outcome = await self.control.request(ref, f"{self.name}-{turn}", 1, action)
+                if isinstance(outcome, RequestErrored) and outcome.source == "fence":
+                    self.fenced_out += 1
+            await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.control.close()
+
+
+def workernodes(cluster: ClusterHandle, namespace: str) -> None:
+    items = [
+        {
+            "apiVersion": "nodewarden.io/v1alpha1",
+            "kind": "WorkerNode",
+            "metadata": {"name": name, "labels": {DISPATCHER_LABEL: DISPATCHER}},
+            "spec": side_node_spec(name).model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        for name in NODES
+    ]
+    body = {"apiVersion": "v1", "kind": "List", "items": items}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(body))
+
+
+@contextlib.asynccontextmanager
+async def proxied(kubeconfig: Path) -> AsyncIterator[TcpProxy]:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    server = urlsplit(cfg.host)
+    assert server.hostname and server.port
+    async with TcpProxy(server.hostname, server.port) as proxy:
+        yield proxy
+
+
+async def until(predicate: Callable[[], object], within: float, what: str) -> float:
+    """Wait (on the loop: the predicates read the replicas' state) until `predicate`
+    holds; the monotonic time it was first seen to. `within` is scaled."""
+    deadline = time.monotonic() + scaled(within)
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {scaled(within):.1f}s waiting for {what}")
+        await asyncio.sleep(0.05)
+    return time.monotonic()
+
+
+def lease_holders(cluster: ClusterHandle, namespace: str) -> dict[str, str]:
+    leases = cluster.get_json(namespace, "lease", "-l", f"{DISPATCHER_LABEL}={DISPATCHER}")
+    return {
+        lease["metadata"]["name"]: lease["spec"].get("holderIdentity") or ""
+        for lease in leases["items"]
+    }
+
+
+async def test_two_replicas_split_four_shards_and_a_clean_stop_hands_over_at_once(
+    cluster: ClusterHandle, namespace: str
+) -> None:
+    api_a, api_b = await api_client(cluster.kubeconfig), await api_client(cluster.kubeconfig)
+    a, b = electors(api_a, namespace, "a"), electors(api_b, namespace, "b")
+    stop_a, stop_b = asyncio.Event(), asyncio.Event()
+    running = [asyncio.create_task(a.run(stop_a)), asyncio.create_task(b.run(stop_b))]
+    try:
+        await until(lambda: len(a.held) == 2 and len(b.held) == 2, 10, "2 + 2 shards")
+        assert set(a.held).isdisjoint(b.held)
+        # every nodewarden Lease is labelled: kubectl shows who holds which shard
+        holders = lease_holders(cluster, namespace)
+        shard_leases = {f"{DISPATCHER}-shard-{s}" for s in range(SHARDS)}
+        assert shard_leases <= set(holders)
+        assert {holders[f"{DISPATCHER}-shard-{s}"] for s in a.held} == {"a"}
+        assert {holders[f"{DISPATCHER}-member-{r}"] for r in "ab"} == {"a", "b"}
+        # a clean stop releases: b takes every shard well before a Lease duration
+        stopped = time.monotonic()
+        stop_a.set()
+        await running[0]
+        assert not a.held
+        await until(lambda: len(b.held) == SHARDS, DURATION / 2, "b holds 4")
+        assert time.monotonic() - stopped < DURATION
+    finally:
+        stop_a.set()
+        stop_b.set()
+        await asyncio.gather(*running, return_exceptions=True)
+        await api_a.close()
+        await api_b.close()
+
+
+async def test_a_partitioned_replica_loses_its_shards_and_no_node_has_two_owners(
+    cluster: ClusterHandle, namespace: str
+) -> None:
+    workernodes(cluster, namespace)
+    fleet = HollowFleet()
+    fleet.add(NODES)
+    async with proxied(cluster.kubeconfig) as proxy:
+        a = Replica("a", await api_client(cluster.kubeconfig, via=proxy), namespace, fleet)
+        b = Replica("b", await api_client(cluster.kubeconfig), namespace, fleet)
+        # the labeller gives every node its shard (conditional writes; a second pass: none)
+        assert await label_unassigned(b.kube, namespace, SHARDS) == len(NODES)
+        assert await label_unassigned(b.kube, namespace, SHARDS) == 0
+        stop = asyncio.Event()
+        a.start(stop)
+        b.start(stop)
+        try:
+            shard_of_node = {n: shard_of(node_key(namespace, n), SHARDS) for n in NODES}
+            await until(lambda: [len(r.elector.held) for r in (a, b)] == [2, 2], 15, "2 + 2")
+            since = len(fleet.actions)  # (a lone first replica may take all, then hand 2 over)
+            await until(
+                lambda: {x.node for x in fleet.actions[since:]} >= set(NODES), 10, "every node"
+            )
+            # before the cut: every node decided by exactly one replica, its shard's holder
+            actors: dict[str, set[str | None]] = {}
+            for x in fleet.actions[since:]:
+                actors.setdefault(x.node, set()).add(x.actor)
+            held = [set(r.elector.held) for r in (a, b)]
+            for node in NODES:
+                (actor,) = actors[node]
+                assert shard_of_node[node] in held[0 if actor == "a" else 1], (node, actor, held)
+            a_nodes = {n for n in NODES if shard_of_node[n] in a.elector.held}
+
+            cut = time.monotonic()
+            cut_at = len(fleet.actions)
+            a.deaf = True
+            proxy.stall()  # A is partitioned: its requests hang, it keeps running
+            taken = await until(lambda: len(b.elector.held) == SHARDS, DURATION + 10, "b: 4") - cut
+            resumed = await until(
+                lambda: {x.node for x in fleet.actions[cut_at:] if x.actor == "b"} >= a_nodes,
+                DURATION + 10,
+                "b decides a's former nodes",
+            )
+            print(f"takeover {taken:.1f}s, decisions resumed {resumed - cut:.1f}s after the cut")
+            assert resumed - cut <= scaled(DURATION + 10)
+            # A kept trying; its fence refused it once its own Leadership ran out
+            await until(lambda: a.fenced_out > 0, 5, "a refused by its fence")
+            last_a = max(x.at for x in fleet.actions if x.actor == "a")
+            first_b = min(
+                x.at for x in fleet.actions[cut_at:] if x.node in a_nodes and x.actor == "b"
+            )
+            assert last_a < first_b
+            assert last_a < cut + DURATION - MARGIN + scaled(1.0)
+            assert fleet.interleaved(since=since) == {}
+        finally:
+            stop.set()
+            proxy.unstall()
+            await a.stop()
+            await b.stop()
+            await a.api.close()
+            await b.api.close()
+        # the canary: the same evidence catches a second owner that is not fenced
+        ghost, owner = power_control(fleet, "a", None), power_control(fleet, "b", None)
+        node = sorted(a_nodes)[0]
+        await ghost.request(NodeRef(node, side_node_spec(node)), "ghost", 1, "On")
+        await owner.request(NodeRef(node, side_node_spec(node)), "again", 1, "On")
+        await ghost.close()
+        await owner.close()
+        assert node in fleet.interleaved(since=since)
