@@ -15,6 +15,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -40,6 +41,7 @@ from nodewarden.power.control import PowerControl
 from nodewarden.power.controller import PowerController
 from nodewarden.power.runtime import ControllerSettings, EnergyBook
 from nodewarden.scheduling.instancetypes import Catalogue
+from nodewarden.shards.scope import ShardedPowerControl, ShardScope
 from nodewarden.ssh.addressing import DirectResolver
 from nodewarden.ssh.fenced import FencedRunners
 from nodewarden.ssh.prober import SshProber
@@ -226,27 +228,31 @@ def build_controller(
     *,
     fence: Fence | None = None,
     replica: str | None = None,
+    scope: ShardScope | None = None,
 ) -> PowerController:
     """The power controller for `namespace`, wired to the dispatcher's pool (if any);
-    its power requests are fenced by `fence` and name `replica` in their User-Agent."""
+    its power requests are fenced by `fence` and name `replica` in their User-Agent.
+    Sharding on (`scope`): each request is fenced by the Leadership of its node's shard
+    (`shards.scope.ShardedPowerControl`; the scope's fence asks `fence` too)."""
     parts = adapters_of(dispatcher) if dispatcher is not None else None
     pool = parts.pool if parts is not None else None
     cloud = parts.cloud if parts is not None else None
     wires = wire_plugin(config.cloud)
-    control = PowerControl(
-        credentials,
-        parts.prober if parts is not None else None,
-        pool,
-        utc_now,
-        request_timeout=config.power.request_timeout,
-        observation_concurrency=config.power.bmc_observation_concurrency,
-        fence=fence,
-        user_agent=power_user_agent(config.dispatcher_id, replica),
-        bmc_transport=(
+    control_args = (credentials, parts.prober if parts is not None else None, pool, utc_now)
+    control_kwargs: dict[str, Any] = {
+        "request_timeout": config.power.request_timeout,
+        "observation_concurrency": config.power.bmc_observation_concurrency,
+        "user_agent": power_user_agent(config.dispatcher_id, replica),
+        "bmc_transport": (
             wires.bmc_transport(config.cloud.driver_params)
             if wires is not None and config.cloud is not None
             else None
         ),
+    }
+    control = (
+        PowerControl(*control_args, fence=fence, **control_kwargs)
+        if scope is None
+        else ShardedPowerControl(scope, *control_args, **control_kwargs)
     )
     settings = ControllerSettings(
         power_poll_interval=config.power.power_poll_interval,

@@ -47,6 +47,26 @@ class LeaderElection(_Config):
     )
 
 
+class ShardingConfig(_Config):
+    """WorkerNodes sharded across replicas by Leases (docs/sharding.md). `shards: 1`, the
+    default, is today's operator exactly: no shard Leases, no labels, no shard fences."""
+
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Shard count; above 1, power actions on a node are fenced by the Lease "
+        "of the shard its nodewarden.io/shard label names.",
+    )
+    labeller_interval: float = Field(
+        default=5.0, gt=0, description="Seconds between passes labelling unlabelled WorkerNodes."
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.shards > 1
+
+
 class HttpConfig(_Config):
     host: str = Field(default="0.0.0.0", description="Listen address of the HTTP endpoint.")  # noqa: S104
     port: int = Field(default=8080, ge=0, le=65535, description="0 = pick a free port.")
@@ -399,6 +419,7 @@ class OperatorConfig(_Config):
         default=None, description="Kubeconfig file; unset = in-cluster or $KUBECONFIG."
     )
     leader_election: LeaderElection = Field(default_factory=LeaderElection)
+    sharding: ShardingConfig = Field(default_factory=ShardingConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     management: ManagementConfig = Field(default_factory=ManagementConfig)
     cloud: CloudConfig | None = Field(

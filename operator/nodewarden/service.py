@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import uuid
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from nodewarden.dispatch import Dispatcher
 from nodewarden.drain import drain
 from nodewarden.endpoints import Health, serve
 from nodewarden.exitdeadline import ExitDeadline
+from nodewarden.fence import Fence
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.fleet.status import NodeStatusWriter
@@ -53,6 +55,10 @@ from nodewarden.kube.requesters import keep_checking
 from nodewarden.limits import raise_open_files
 from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
+from nodewarden.ownership import DISPATCHER_LABEL
+from nodewarden.shards.elector import ShardElector
+from nodewarden.shards.labeller import run_labeller
+from nodewarden.shards.scope import ShardScope
 from nodewarden.stallwatch import StallWatch, describe
 from nodewarden.units import parse_duration
 
@@ -191,6 +197,7 @@ async def run(config: OperatorConfig) -> int:
                 renew_interval=config.leader_election.renew_interval,
                 retry_interval=config.leader_election.retry_interval,
                 annotations=health.lease_annotations,
+                labels={DISPATCHER_LABEL: config.dispatcher_id},
             )
             health.leader_lookup = elector.holder
             LEADER.labels(config.dispatcher_id).set(0)
@@ -268,6 +275,7 @@ async def _act(
             log.error("cannot start the dispatcher: %s", exc)
             return 2
         health.status_provider = dispatcher.snapshot
+    sharding = await _sharding(config, namespace, identity, fence)
     controller = build_controller(
         config,
         kube,
@@ -279,6 +287,7 @@ async def _act(
         dispatcher,
         fence=fence,
         replica=identity,
+        scope=sharding.scope if sharding is not None else None,
     )
     health.explain_provider = controller.explain
     # who the API server knows us by: the requestedBy of policy-made intents, the only
@@ -313,6 +322,7 @@ async def _act(
         status=status,
         dispatcher=dispatcher,
         validator=ContainerValidator(ctx) if dispatcher is None else None,
+        scope=sharding.scope if sharding is not None else None,
     )
     ready = asyncio.Event()
     failed = asyncio.Event()
@@ -378,6 +388,8 @@ async def _act(
             return
         try:
             await feed.start()
+            if sharding is not None:  # after the feed: a shard taken re-routes its nodes
+                tasks.extend(sharding.start(kube, stop))
             controller.requester_admission(await check_requesters(kube, namespace, username))
             if dispatcher is not None:
                 controller.await_ledger()  # work is unknown until the first plan
@@ -467,7 +479,57 @@ async def _act(
             await dispatcher.stop()
         await feed.stop()
         await feed_api.close()
+        if sharding is not None:
+            await sharding.elector.close()
+            await sharding.elector.api.close()
     return 1 if lost.is_set() or failed.is_set() else 0
+
+
+@dataclass
+class _Sharding:
+    """Sharding on: this replica's shard elector and the scope of its power path."""
+
+    elector: ShardElector
+    scope: ShardScope
+    labeller_interval: float
+
+    def start(self, kube: Kube, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """The balance rounds and the labeller (conditional writes, harmless twice)."""
+        return [
+            asyncio.create_task(self.elector.run(stop), name="shard-elector"),
+            asyncio.create_task(
+                run_labeller(
+                    kube, self.elector.namespace, self.elector.shards, stop, self.labeller_interval
+                ),
+                name="shard-labeller",
+            ),
+        ]
+
+
+async def _sharding(
+    config: OperatorConfig, namespace: str, identity: str, fence: Fence
+) -> _Sharding | None:
+    """The shard elector on its own client (None: sharding off, today's operator). The
+    replica holding the dispatcher Lease runs it, so every power request asks both that
+    Lease (`fence`) and its node's shard Lease (docs/sharding.md: not yet active-active)."""
+    if not config.sharding.enabled:
+        return None
+    api = await api_client_from(config.kubeconfig)
+    election = config.leader_election
+    elector = ShardElector(
+        api,
+        namespace,
+        config.dispatcher_id,
+        identity,
+        config.sharding.shards,
+        lease_duration=election.lease_duration,
+        renew_interval=election.renew_interval,
+        retry_interval=election.retry_interval,
+    )
+    scope = ShardScope(elector.leadership, also=fence)
+    elector.on_acquired = lambda shard, _leadership: scope.acquired(shard)
+    elector.on_released = lambda shard, _reason: scope.released(shard)
+    return _Sharding(elector, scope, config.sharding.labeller_interval)
 
 
 def _handle_stop_signals(stop: asyncio.Event) -> None:

@@ -26,7 +26,7 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from calibration import scaled
-from clusterkit import ClusterHandle
+from clusterkit import ClusterHandle, start_operator, wait_for
 from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.credentials import CredentialResolver
 from nodewarden.credentials.settings import CredentialsConfig
@@ -302,3 +302,67 @@ async def test_a_partitioned_replica_loses_its_shards_and_no_node_has_two_owners
         await ghost.close()
         await owner.close()
         assert node in fleet.interleaved(since=since)
+
+
+def test_the_operator_with_sharding_on_labels_its_nodes_and_holds_every_shard(
+    cluster: ClusterHandle, namespace: str, tmp_path: Path
+) -> None:
+    """The service wiring (`sharding.shards: 2`): one replica takes both shard Leases
+    and a membership Lease (all labelled), labels every WorkerNode, reports the shards
+    held in its metrics, and releases the Leases on a clean stop. The admin kubeconfig:
+    the chart's Role does not grant the shard Leases yet (docs/sharding.md §5)."""
+    names = NODES[:6]
+    conf = tmp_path / "config.yaml"
+    conf.write_text(json.dumps({"sharding": {"shards": 2, "labeller_interval": 0.5}}))
+    items = [
+        {
+            "apiVersion": "nodewarden.io/v1alpha1",
+            "kind": "WorkerNode",
+            "metadata": {"name": name},
+            "spec": side_node_spec(name).model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        for name in names
+    ]
+    cluster.kubectl(
+        "-n", namespace, "apply", "-f", "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+    )  # fmt: skip
+    op = start_operator(
+        cluster, namespace, tmp_path, f"--config={conf}", f"--kubeconfig={cluster.kubeconfig}"
+    )
+    dispatcher = "nodewarden"
+    try:
+
+        def labelled() -> bool:
+            nodes = cluster.get_json(namespace, "workernodes")["items"]
+            got = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in nodes}
+            return all(
+                got[n].get(SHARD_LABEL) == str(shard_of(node_key(namespace, n), 2)) for n in names
+            )
+
+        wait_for(labelled, 15, what="every WorkerNode labelled with its shard")
+
+        def holders() -> dict[str, str]:
+            leases = cluster.get_json(namespace, "lease", "-l", f"{DISPATCHER_LABEL}={dispatcher}")
+            return {
+                x["metadata"]["name"]: x["spec"].get("holderIdentity") or ""
+                for x in leases["items"]
+            }
+
+        def all_held() -> dict[str, str] | None:
+            seen = holders()
+            shards = [seen.get(f"{dispatcher}-shard-{s}") for s in range(2)]
+            return seen if shards[0] and shards[0] == shards[1] else None
+
+        seen = wait_for(all_held, 15, what="both shard Leases held")
+        identity = seen[f"{dispatcher}-shard-0"]
+        assert seen[f"{dispatcher}-member-{identity}"] == identity
+        assert seen[f"nodewarden-{dispatcher}"] == identity  # the dispatcher Lease, labelled
+        status, text = op.get("/metrics")
+        assert status == 200
+        assert f'nodewarden_shards_held{{dispatcher_id="{dispatcher}"}} 2.0' in text
+        assert op.stop() == 0
+        after = holders()
+        assert not after[f"{dispatcher}-shard-0"] and not after[f"{dispatcher}-shard-1"]
+    finally:
+        op.stop()

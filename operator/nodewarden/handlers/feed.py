@@ -14,6 +14,13 @@ from its own loop. `Feed.start()` returns once both informers have their first L
 the PowerPolicies are listed, having handed every object over, so the consumers start
 with the whole fleet, queue and policy book and need no LIST of their own.
 
+**Sharding on** (`scope`, docs/sharding.md): the dispatcher still hears every WorkerNode;
+the power controller hears only the nodes whose shard label names a shard this replica
+holds (client-side filtering of the one WorkerNode watch). When a shard is acquired or
+released (`ShardScope.on_change`) every node is routed again: a node that leaves the
+scope reaches the controller as deleted (it forgets the node: in-memory state only), one
+that enters it as added.
+
 kopf keeps the low-volume kinds a person edits: `register` adds `on.event` handlers for
 PowerPolicy (the policy book, the dispatcher, every node under the policy) and
 PowerIntent (the power controller). They are `async` on purpose: kopf runs plain
@@ -44,6 +51,7 @@ from nodewarden.kube.compact import compact_containerdispatch, compact_workernod
 from nodewarden.kube.informer import Informer, InformerSettings
 from nodewarden.kube.store import EventType
 from nodewarden.power.controller import PowerController
+from nodewarden.shards.scope import ShardScope
 
 Body = dict[str, Any]
 Handler = Callable[[EventType, Body | None, Body | None], None]
@@ -66,6 +74,7 @@ class Feed:
         dispatcher: Dispatcher | None,
         validator: ContainerValidator | None,
         settings: InformerSettings | None = None,
+        scope: ShardScope | None = None,
     ) -> None:
         self.nodes: Informer[Body] = Informer(
             api, WORKER_NODE, compact_workernode, namespace=namespace, settings=settings
@@ -89,6 +98,11 @@ class Feed:
             if parts.pool is not None:
                 parts.pool.fold = self.nodes.fold
             parts.queue.fold = self.containers.fold
+        self._scope = scope
+        self._scoped: set[str] = set()
+        """The nodes handed to the power controller (sharding on)."""
+        if scope is not None:
+            scope.on_change = self._reroute
         self._validation: asyncio.Task[None] | None = None
         self._specs: dict[str, tuple[Mapping[str, Any], WorkerNodeSpec | None]] = {}
 
@@ -101,7 +115,30 @@ class Feed:
         spec = None if deleted else self._spec(body)
         if self._dispatcher is not None:
             self._dispatcher.observe_node(body, deleted=deleted, spec=spec)
-        self._controller.observe_node(body, deleted=deleted, spec=spec)
+        if self._scope is None:
+            self._controller.observe_node(body, deleted=deleted, spec=spec)
+            return
+        self._scope.observe(body, deleted=deleted)
+        self._route(body, deleted, spec)
+
+    def _route(self, body: Body, deleted: bool, spec: WorkerNodeSpec | None) -> None:
+        """Sharding on: the node to the power controller while it is in scope; as deleted
+        once it leaves it (label changed, shard released, node deleted)."""
+        assert self._scope is not None
+        name = body["metadata"]["name"]
+        if not deleted and self._scope.acts_on(name):
+            self._scoped.add(name)
+            self._controller.observe_node(body, deleted=False, spec=spec)
+        elif name in self._scoped:
+            self._scoped.discard(name)
+            self._controller.observe_node(body, deleted=True, spec=None)
+
+    def _reroute(self) -> None:
+        """A shard was acquired or released: route every node again."""
+        for _, body in self.nodes.store.items():
+            name = body["metadata"]["name"]
+            if self._scope is not None and (name in self._scoped) != self._scope.acts_on(name):
+                self._route(body, False, self._spec(body))
 
     def _spec(self, body: Body) -> WorkerNodeSpec | None:
         """The node's parsed spec, one parse per spec change shared by both consumers (a

@@ -4,7 +4,9 @@
                                      elector's `leadership`), None when not held
     scope.observe(body, deleted)     a WorkerNode as the feed sees it (its shard label)
     scope.shard_of(name)             the shard its label names (None: unassigned)
-    scope.acts_on(name)              its shard's Leadership is valid here now
+    scope.acquired(s) / released(s)  told by the elector; `on_change` then (the feed
+                                     re-routes its nodes to the power controller)
+    scope.acts_on(name)              its label names a shard held here
     scope.fence                      a `fence.Fence` that asks the shard of the node the
                                      current action is for (`acting_on`)
     ShardedPowerControl(scope, ...)  the power control whose every request is fenced by
@@ -18,7 +20,7 @@ shard's drain label (leaving its shard) is acted on by nobody.
 
 **How the fence knows the node.** `fence.Fence.check(action)` names no node, and the
 power control's request path asks its one fence several times per request (before the
-credentials, before the bytes). `acting_on(shard)` is a context variable set for the
+credentials, before the bytes). `acting_on(shard)` sets a context variable for the
 length of one request (`ShardedPowerControl.request`); `ShardFence.check` asks that
 shard's Leadership, and refuses (NotLeader) when none is set: an action outside a
 node's scope is never sent under some other shard's token. Context variables follow
@@ -29,10 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from nodewarden.fence import FenceToken, Leadership, NotLeader
+from nodewarden.fence import Fence, FenceToken, Leadership, NotLeader
 from nodewarden.power.control import NodeRef, Outcome, PowerControl
 from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, parse_shard
 
@@ -52,10 +54,12 @@ def node_shard(body: Mapping[str, Any]) -> int | None:
 
 
 class ShardFence:
-    """The `fence.Fence` of sharded actions: the Leadership of the shard in `acting_on`."""
+    """The `fence.Fence` of sharded actions: the Leadership of the shard in `acting_on`
+    (and first `also`, when given: the dispatcher Lease of a replica that must hold both)."""
 
-    def __init__(self, leaderships: Leaderships) -> None:
+    def __init__(self, leaderships: Leaderships, also: Fence | None = None) -> None:
         self.leaderships = leaderships
+        self.also = also
 
     def _leadership(self, action: str) -> Leadership:
         shard = _ACTING_ON.get()
@@ -67,6 +71,8 @@ class ShardFence:
         return leadership
 
     def check(self, action: str) -> FenceToken | None:
+        if self.also is not None:
+            self.also.check(action)
         return self._leadership(action).check(action)
 
     def rejected(self, by: str) -> None:
@@ -75,12 +81,28 @@ class ShardFence:
 
 
 class ShardScope:
-    """The nodes of the shards this replica holds (see module)."""
+    """The nodes of the shards this replica holds (see module). Which shards are held is
+    told by the elector (`acquired`, `released`: a release is told *before* the shard's
+    Leadership steps down, so the nodes leave the scope before the Lease is written
+    free); whether an action may go is asked of the shard's Leadership (`fence`)."""
 
-    def __init__(self, leaderships: Leaderships) -> None:
+    def __init__(self, leaderships: Leaderships, also: Fence | None = None) -> None:
         self.leaderships = leaderships
-        self.fence = ShardFence(leaderships)
+        self.fence = ShardFence(leaderships, also)
+        self.held: set[int] = set()
+        self.on_change: Callable[[], None] | None = None
+        """Told after `acquired` or `released` (the feed re-routes its nodes)."""
         self._shards: dict[str, int | None] = {}
+
+    def acquired(self, shard: int) -> None:
+        self.held.add(shard)
+        if self.on_change is not None:
+            self.on_change()
+
+    def released(self, shard: int) -> None:
+        self.held.discard(shard)
+        if self.on_change is not None:
+            self.on_change()
 
     def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         name = (body.get("metadata") or {}).get("name")
@@ -94,22 +116,19 @@ class ShardScope:
     def shard_of(self, name: str) -> int | None:
         return self._shards.get(name)
 
-    def holds(self, shard: int | None) -> bool:
-        if shard is None:
-            return False
-        leadership = self.leaderships(shard)
-        return leadership is not None and leadership.valid
-
     def acts_on(self, name: str) -> bool:
-        return self.holds(self.shard_of(name))
-
-    def nodes_of(self, shard: int) -> list[str]:
-        return sorted(n for n, s in self._shards.items() if s == shard)
+        """The node's label names a shard this replica holds (as told by the elector)."""
+        return self.shard_of(name) in self.held
 
 
-def acting_on(shard: int | None) -> contextvars.Token[int | None]:
-    """Name the shard the coming actions are for (reset with `_ACTING_ON.reset(token)`)."""
-    return _ACTING_ON.set(shard)
+@contextlib.contextmanager
+def acting_on(shard: int | None) -> Iterator[None]:
+    """The actions inside are for a node of `shard` (None: of no shard)."""
+    token = _ACTING_ON.set(shard)
+    try:
+        yield
+    finally:
+        _ACTING_ON.reset(token)
 
 
 class ShardedPowerControl(PowerControl):
@@ -124,8 +143,5 @@ class ShardedPowerControl(PowerControl):
     async def request(
         self, node: NodeRef, transition_id: str, attempt: int, action: str
     ) -> Outcome:
-        token = acting_on(self.scope.shard_of(node.name))
-        try:
+        with acting_on(self.scope.shard_of(node.name)):
             return await super().request(node, transition_id, attempt, action)
-        finally:
-            _ACTING_ON.reset(token)
