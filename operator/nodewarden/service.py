@@ -58,7 +58,7 @@ from nodewarden.metrics import LEADER, LOOP_LAG
 from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.shards.elector import ShardElector
 from nodewarden.shards.labeller import run_labeller
-from nodewarden.shards.scope import ShardScope
+from nodewarden.shards.scope import ShardedPowerControl, ShardScope
 from nodewarden.stallwatch import StallWatch, describe
 from nodewarden.units import parse_duration
 
@@ -289,6 +289,8 @@ async def _act(
         replica=identity,
         scope=sharding.scope if sharding is not None else None,
     )
+    if sharding is not None and isinstance(controller.control, ShardedPowerControl):
+        sharding.elector.drain = controller.control.drain  # a release waits for requests
     health.explain_provider = controller.explain
     # who the API server knows us by: the requestedBy of policy-made intents, the only
     # requester the admission policy admits for source Policy (docs/security.md)

@@ -209,6 +209,13 @@ async def test_two_replicas_split_four_shards_and_a_clean_stop_hands_over_at_onc
     api_a, api_b = await api_client(cluster.kubeconfig), await api_client(cluster.kubeconfig)
     a, b = electors(api_a, namespace, "a"), electors(api_b, namespace, "b")
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
+    drained: list[tuple[int, bool]] = []
+    leads: dict[int, Leadership] = {}
+
+    async def drain(shard: int) -> None:  # told while the Leadership is still valid
+        drained.append((shard, leads[shard].valid))
+
+    a.drain = drain
     running = [asyncio.create_task(a.run(stop_a)), asyncio.create_task(b.run(stop_b))]
     try:
         await until(lambda: len(a.held) == 2 and len(b.held) == 2, 10, "2 + 2 shards")
@@ -220,10 +227,13 @@ async def test_two_replicas_split_four_shards_and_a_clean_stop_hands_over_at_onc
         assert {holders[f"{DISPATCHER}-shard-{s}"] for s in a.held} == {"a"}
         assert {holders[f"{DISPATCHER}-member-{r}"] for r in "ab"} == {"a", "b"}
         # a clean stop releases: b takes every shard well before a Lease duration
+        held_by_a = set(a.held)
+        leads.update(a.held)
         stopped = time.monotonic()
         stop_a.set()
         await running[0]
         assert not a.held
+        assert sorted(drained) == [(s, True) for s in sorted(held_by_a)]
         await until(lambda: len(b.held) == SHARDS, DURATION / 2, "b holds 4")
         assert time.monotonic() - stopped < DURATION
     finally:

@@ -4,6 +4,7 @@ power request is fenced by its node's shard Leadership (`shards.scope`)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, cast
@@ -16,7 +17,7 @@ from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.fence import Leadership, NotLeader
 from nodewarden.handlers.feed import Feed
 from nodewarden.kube.store import ObjectKey
-from nodewarden.power.control import NodeRef, RequestAccepted, RequestErrored
+from nodewarden.power.control import NodeRef, PowerControl, RequestAccepted, RequestErrored
 from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL
 from nodewarden.shards.scope import ShardedPowerControl, ShardScope, acting_on, node_shard
 from nodewarden_doubles.hollow import HollowBmcSecrets, HollowFleet, side_node_spec
@@ -156,3 +157,36 @@ async def test_every_power_request_asks_the_leadership_of_its_nodes_shard() -> N
         assert [(a.node, a.actor) for a in fleet.actions] == [("n0", "a"), ("n0", "a")]
     finally:
         await control.close()
+
+
+async def test_drain_waits_for_the_requests_under_way_for_its_shard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    leads = {0: held(clock, 0), 1: held(clock, 1)}
+    scope = ShardScope(leads.get)
+    scope.observe(body("n0", 0))
+    scope.observe(body("n1", 1))
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def slow(self: PowerControl, node: NodeRef, *_: object) -> str:
+        started.append(node.name)
+        await release.wait()
+        return "sent"
+
+    monkeypatch.setattr(PowerControl, "request", slow)
+    control = ShardedPowerControl(scope, cast(Any, None), None, None, lambda: datetime.now(tz=UTC))
+    under_way = asyncio.create_task(
+        control.request(NodeRef("n0", side_node_spec("n0")), "t", 1, "On")
+    )
+    await asyncio.sleep(0)
+    assert started == ["n0"]
+    await asyncio.wait_for(control.drain(1), 1)  # nothing under way for shard 1
+    draining = asyncio.create_task(control.drain(0))
+    await asyncio.sleep(0.05)
+    assert not draining.done()
+    release.set()
+    await asyncio.wait_for(draining, 1)
+    assert await under_way == "sent"
+    await asyncio.wait_for(control.drain(0), 1)  # quiet again

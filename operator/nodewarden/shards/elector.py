@@ -31,7 +31,8 @@ expired by the view is free to it at once (it does not start counting again).
 A watch would answer a release faster than a round; not needed at these counts.
 
 **Release is the fenced handover** (`balance`): `on_released(shard, "rebalanced")` first
-(the caller stops acting on the shard's nodes), then the renewal task stops and
+(the caller stops acting on the shard's nodes), `drain(shard)` (the actions already past
+their fence check finish, within the Leadership's validity), then the renewal task stops and
 `LeaderElector.release()` steps the Leadership down (`clean=True`) and writes the Lease
 with no holder, so the taker need not wait for the duration. A taker's write carries the
 resourceVersion it read: two replicas that both try a free shard get one 409.
@@ -43,7 +44,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kubernetes_asyncio import client
@@ -61,6 +62,9 @@ log = logging.getLogger(__name__)
 Released = Callable[[int, str], None]
 """`on_released(shard, reason)`: stop acting on the shard's nodes now (synchronous: the
 Lease is written free only after it returns)."""
+Drain = Callable[[int], Awaitable[None]]
+"""`drain(shard)`: wait until the actions on the shard's nodes already past their fence
+check have finished (the Leadership stays valid and renewed meanwhile)."""
 Acquired = Callable[[int, Leadership], None]
 """`on_acquired(shard, leadership)`: the shard is ours; act on its nodes under `leadership`."""
 
@@ -89,6 +93,7 @@ class ShardElector:
         monotonic: Monotonic = time.monotonic,
         on_acquired: Acquired | None = None,
         on_released: Released | None = None,
+        drain: Drain | None = None,
     ) -> None:
         self.api = api
         self.leases = client.CoordinationV1Api(api)
@@ -103,6 +108,8 @@ class ShardElector:
         self.monotonic = monotonic
         self.on_acquired = on_acquired
         self.on_released = on_released
+        self.drain = drain
+        self._member_renewed_at: float | None = None
         self.labels = {DISPATCHER_LABEL: dispatcher_id}
         self._watches: dict[str, LeaseWatch] = {}
         self._held: dict[int, _Held] = {}
@@ -142,7 +149,7 @@ class ShardElector:
     async def round(self) -> Decision | None:
         """One balance round; None when the Leases could not be read (nothing changes)."""
         self._forget_lost()
-        await self._member.try_acquire_or_renew()
+        await self._renew_membership()
         view = await self._view()
         if view is None:
             return None
@@ -181,6 +188,15 @@ class ShardElector:
             labels=self.labels,
             watch=watch,
         )
+
+    async def _renew_membership(self) -> None:
+        """Write the membership Lease every `renew_interval` (rounds come more often)."""
+        now = self.monotonic()
+        last = self._member_renewed_at
+        if last is not None and now - last < self.renew_interval:
+            return
+        if await self._member.try_acquire_or_renew():
+            self._member_renewed_at = now
 
     async def _view(self) -> View | None:
         try:
@@ -268,9 +284,17 @@ class ShardElector:
         held = self._held.pop(shard, None)
         if held is None:
             return
-        # 1. stop acting; 2. stop renewing; 3. step down and write the Lease free
+        # 1. stop acting (no new action; those past their fence check finish, while the
+        # Leadership is still valid); 2. stop renewing; 3. step down and write it free
         if self.on_released is not None:
             self.on_released(shard, reason)
+        if self.drain is not None:
+            budget = held.elector.leadership.remaining()
+            try:
+                async with asyncio.timeout(budget):
+                    await self.drain(shard)
+            except TimeoutError:
+                log.warning("shard %s: actions still in flight at the end of its Lease", shard)
         held.keeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await held.keeping

@@ -10,7 +10,8 @@
     scope.fence                      a `fence.Fence` that asks the shard of the node the
                                      current action is for (`acting_on`)
     ShardedPowerControl(scope, ...)  the power control whose every request is fenced by
-                                     the shard of the node it is for
+                                     the shard of the node it is for; `drain(shard)`
+                                     waits for the requests under way for a shard
 
 **The label is the ownership record** (docs/sharding.md §1): a replica acts on a node only
 while the node's `nodewarden.io/shard` label names a shard whose Lease it holds, and each
@@ -29,8 +30,10 @@ node's scope is never sent under some other shard's token. Context variables fol
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -139,9 +142,29 @@ class ShardedPowerControl(PowerControl):
         kwargs["fence"] = scope.fence
         super().__init__(*args, **kwargs)
         self.scope = scope
+        self._in_flight: Counter[int] = Counter()
+        self._quiet: dict[int, asyncio.Event] = {}
 
     async def request(
         self, node: NodeRef, transition_id: str, attempt: int, action: str
     ) -> Outcome:
-        with acting_on(self.scope.shard_of(node.name)):
-            return await super().request(node, transition_id, attempt, action)
+        shard = self.scope.shard_of(node.name)
+        if shard is None:
+            with acting_on(None):  # refused by the fence, as an outcome
+                return await super().request(node, transition_id, attempt, action)
+        self._in_flight[shard] += 1
+        self._quiet.setdefault(shard, asyncio.Event()).clear()
+        try:
+            with acting_on(shard):
+                return await super().request(node, transition_id, attempt, action)
+        finally:
+            self._in_flight[shard] -= 1
+            if self._in_flight[shard] <= 0:
+                del self._in_flight[shard]
+                self._quiet[shard].set()
+
+    async def drain(self, shard: int) -> None:
+        """Until no request for a node of `shard` is under way (the elector's `drain`,
+        called after the shard left the scope: no new request starts for it)."""
+        if self._in_flight[shard] > 0:
+            await self._quiet[shard].wait()
