@@ -28,6 +28,7 @@ from kubernetes_asyncio import client, config
 from calibration import scaled
 from clusterkit import ClusterHandle, start_operator, wait_for
 from nodewarden.api.kinds import WORKER_NODE
+from nodewarden.check.runner import CheckOptions, run_checks
 from nodewarden.credentials import CredentialResolver
 from nodewarden.credentials.settings import CredentialsConfig
 from nodewarden.fence import Leadership, Unfenced
@@ -368,6 +369,17 @@ def test_the_operator_with_sharding_on_labels_its_nodes_and_holds_every_shard(
         identity = seen[f"{dispatcher}-shard-0"]
         assert seen[f"{dispatcher}-member-{identity}"] == identity
         assert seen[f"nodewarden-{dispatcher}"] == identity  # the dispatcher Lease, labelled
+        # `nodewarden check` lists each shard's holder
+        report = asyncio.run(
+            run_checks(
+                CheckOptions(
+                    kubeconfig=cluster.kubeconfig, namespace=namespace, config=conf, timeout=2
+                )
+            )
+        )
+        lines = [r for r in report.results if r.check == "shards"]
+        assert [r.status.value for r in lines] == ["pass"] * 3, lines
+        assert f"held by {identity}" in lines[0].message
         status, text = op.get("/metrics")
         assert status == 200
         assert f'nodewarden_shards_held{{dispatcher_id="{dispatcher}"}} 2.0' in text

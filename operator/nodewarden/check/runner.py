@@ -1,7 +1,8 @@
 """The thin runner of `nodewarden check`: gather the facts, run every group, in order.
 
     config -> kubeconfig / api-server -> version -> clock -> crds -> rbac -> requesters
-    -> cloud -> policies -> caps -> secrets -> bmc -> ssh -> lease -> live (with --live)
+    -> cloud -> policies -> caps -> secrets -> bmc -> ssh -> lease -> shards (sharding on)
+    -> live (with --live)
 
 A check that needs what an earlier one found missing is reported once as "not checked"
 with the reason. When the API server cannot be reached the report says the checks could
@@ -32,6 +33,7 @@ from nodewarden.check import (
     policies,
     rbac,
     requesters,
+    shards,
 )
 from nodewarden.check.operatorconfig import FETCH_CONFIG, check_config
 from nodewarden.check.result import CheckResult, Report, failed, passed, skipped, warned
@@ -41,6 +43,7 @@ from nodewarden.credentials import CredentialResolver, secret_refs
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.kube.client import Kube, KubeError
 from nodewarden.kube.kubeconfig import context_namespace, default_kubeconfig
+from nodewarden.ownership import DISPATCHER_LABEL
 
 CLUSTER_CHECKS = (
     "crds",
@@ -134,6 +137,34 @@ async def _lease(kube: Kube, namespace: str, config: OperatorConfig, now: dateti
         }
     return lease.lease_result(
         spec, config.lease_name, namespace, now, config.leader_election.enabled
+    )
+
+
+async def _shards(
+    kube: Kube,
+    namespace: str,
+    config: OperatorConfig,
+    bodies: list[dict[str, object]],
+    now: datetime,
+) -> list[CheckResult]:
+    """Sharding on: each shard Lease's holder (the Leases labelled with the dispatcher)."""
+    try:
+        found = await kube.coordination.list_namespaced_lease(
+            namespace, label_selector=f"{DISPATCHER_LABEL}={config.dispatcher_id}"
+        )
+    except ApiException as exc:
+        return [warned("shards", f"cannot list the shard Leases: HTTP {exc.status}")]
+    leases = {
+        item.metadata.name: {
+            "holderIdentity": item.spec.holder_identity,
+            "renewTime": item.spec.renew_time,
+            "acquireTime": item.spec.acquire_time,
+            "leaseDurationSeconds": item.spec.lease_duration_seconds,
+        }
+        for item in found.items
+    }
+    return shards.shard_results(
+        config.sharding.shards, config.dispatcher_id, namespace, leases, bodies, now
     )
 
 
@@ -246,6 +277,8 @@ async def _cluster_checks(
         results.extend(await nodes.check_bmcs(parsed, resolver, refused, options.timeout))
         results.extend(await nodes.check_ssh(parsed, resolver, refused, options.timeout))
     results.append(await _lease(kube, namespace, config, server_now()))
+    if config.sharding.enabled:
+        results.extend(await _shards(kube, namespace, config, bodies, server_now()))
     if options.live:
         if not options.operator_url:
             results.append(
