@@ -19,7 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from nodewarden.check.result import CheckResult, failed, names, passed, warned
 from nodewarden.config import OperatorConfig
-from nodewarden.kube.permissions import REQUIRED_PERMISSIONS, Permission
+from nodewarden.kube.permissions import REQUIRED_PERMISSIONS, SHARDING_PERMISSIONS, Permission
 
 CONCURRENCY = 8
 
@@ -146,7 +146,8 @@ async def check_rbac(
     service_account: str | None,
     secret_names: Iterable[str] = (),
 ) -> list[CheckResult]:
-    asked = reviews(config, namespace, secret_names=secret_names)
+    table = REQUIRED_PERMISSIONS + (SHARDING_PERMISSIONS if config.sharding.enabled else ())
+    asked = reviews(config, namespace, table, secret_names=secret_names)
     asker = _Asker(api, service_account, namespace)
     subject = (
         f"ServiceAccount {namespace}/{service_account}" if service_account else "the current user"

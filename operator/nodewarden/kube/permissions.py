@@ -78,3 +78,14 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
         why="leader election: only the operator's own Lease",
     ),
 )
+
+SHARDING_PERMISSIONS: tuple[Permission, ...] = (
+    Permission(
+        "coordination.k8s.io",
+        "leases",
+        ("list", "get", "update"),
+        why="sharding (sharding.shards > 1): the balance view lists the dispatcher's Leases; "
+        "the shard and membership Leases (named after replica identities) are renewed",
+    ),
+)
+"""Added to the table when `sharding.shards` is above 1 (the chart grants them then)."""
