@@ -71,8 +71,9 @@ async def test_the_feed_hands_the_controller_only_the_nodes_of_held_shards() -> 
     leads: dict[int, Leadership] = {}
     scope = ShardScope(leads.get)
     controller = Controller()
+    api = client.ApiClient(client.Configuration())
     feed = Feed(
-        client.ApiClient(client.Configuration()),
+        api,
         "ns",
         kube=cast(Any, None),
         policies=cast(Any, None),
@@ -110,6 +111,7 @@ async def test_the_feed_hands_the_controller_only_the_nodes_of_held_shards() -> 
     assert controller.take() == [("n2", True)]
     feed._node_changed("DELETED", body("n1", 1), None)
     assert controller.take() == [("n1", True)]
+    await api.close()
 
 
 async def test_every_power_request_asks_the_leadership_of_its_nodes_shard() -> None:

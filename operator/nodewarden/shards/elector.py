@@ -139,7 +139,13 @@ class ShardElector:
         """Balance every `retry_interval` until `stop`, then release everything."""
         try:
             while not stop.is_set():
-                await self.round()
+                try:
+                    # a round is a few small requests; a hung API server must not stop
+                    # the balancing (the shards' own renewals have their own deadlines)
+                    async with asyncio.timeout(self.lease_duration):
+                        await self.round()
+                except TimeoutError:
+                    log.warning("shard balance round took over %.0fs", self.lease_duration)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.retry_interval):
                         await stop.wait()
@@ -252,6 +258,8 @@ class ShardElector:
         stale = self._held.pop(shard, None)  # validity ran out, not yet noticed by its task
         if stale is not None:
             stale.keeping.cancel()
+            stale.elector.leadership.step_down(f"shard {shard} not renewed in time")
+            self._lost(shard, stale.elector.leadership)
         elector = self._elector(lease_name(self.dispatcher_id, shard))
         if not await elector.try_acquire_or_renew():
             return  # lost a race (409) or the record is not free by our clock yet
@@ -285,20 +293,25 @@ class ShardElector:
         if held is None:
             return
         # 1. stop acting (no new action; those past their fence check finish, while the
-        # Leadership is still valid); 2. stop renewing; 3. step down and write it free
-        if self.on_released is not None:
-            self.on_released(shard, reason)
-        if self.drain is not None:
-            budget = held.elector.leadership.remaining()
-            try:
-                async with asyncio.timeout(budget):
-                    await self.drain(shard)
-            except TimeoutError:
-                log.warning("shard %s: actions still in flight at the end of its Lease", shard)
-        held.keeping.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await held.keeping
-        if held.elector.leadership.lost_reason is None:
-            await held.elector.release()
+        # Leadership is still valid); 2. stop renewing; 3. step down and write it free.
+        # Cut short (the round timed out, the task was cancelled): never left renewing a
+        # shard nobody acts on -- the renewals stop and the Lease expires by itself.
+        try:
+            if self.on_released is not None:
+                self.on_released(shard, reason)
+            if self.drain is not None:
+                budget = held.elector.leadership.remaining()
+                try:
+                    async with asyncio.timeout(budget):
+                        await self.drain(shard)
+                except TimeoutError:
+                    log.warning("shard %s: actions still in flight at the end of its Lease", shard)
+            held.keeping.cancel()
+            await asyncio.wait([held.keeping])  # (an outer cancellation still propagates)
+            if held.elector.leadership.lost_reason is None:
+                await held.elector.release()
+        finally:
+            held.keeping.cancel()
+            held.elector.leadership.step_down(f"shard {shard} released: {reason}", clean=True)
         SHARD_HANDOVERS.labels(self.dispatcher_id, reason).inc()
         log.info("released shard", extra={"shard": shard, "reason": reason})
