@@ -501,7 +501,12 @@ class _Sharding:
             asyncio.create_task(self.elector.run(stop), name="shard-elector"),
             asyncio.create_task(
                 run_labeller(
-                    kube, self.elector.namespace, self.elector.shards, stop, self.labeller_interval
+                    kube,
+                    self.elector.namespace,
+                    self.elector.shards,
+                    self.elector.dispatcher_id,
+                    stop,
+                    self.labeller_interval,
                 ),
                 name="shard-labeller",
             ),

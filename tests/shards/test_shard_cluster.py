@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -161,16 +162,17 @@ class Replica:
         await self.control.close()
 
 
+def side_node_body(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "nodewarden.io/v1alpha1",
+        "kind": "WorkerNode",
+        "metadata": {"name": name, "labels": labels},
+        "spec": side_node_spec(name).model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
 def workernodes(cluster: ClusterHandle, namespace: str) -> None:
-    items = [
-        {
-            "apiVersion": "nodewarden.io/v1alpha1",
-            "kind": "WorkerNode",
-            "metadata": {"name": name, "labels": {DISPATCHER_LABEL: DISPATCHER}},
-            "spec": side_node_spec(name).model_dump(mode="json", by_alias=True, exclude_none=True),
-        }
-        for name in NODES
-    ]
+    items = [side_node_body(name, **{DISPATCHER_LABEL: DISPATCHER}) for name in NODES]
     body = {"apiVersion": "v1", "kind": "List", "items": items}
     cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(body))
 
@@ -254,9 +256,17 @@ async def test_a_partitioned_replica_loses_its_shards_and_no_node_has_two_owners
     async with proxied(cluster.kubeconfig) as proxy:
         a = Replica("a", await api_client(cluster.kubeconfig, via=proxy), namespace, fleet)
         b = Replica("b", await api_client(cluster.kubeconfig), namespace, fleet)
-        # the labeller gives every node its shard (conditional writes; a second pass: none)
-        assert await label_unassigned(b.kube, namespace, SHARDS) == len(NODES)
-        assert await label_unassigned(b.kube, namespace, SHARDS) == 0
+        # the labeller gives every node its shard (conditional writes; a second pass: none;
+        # another dispatcher's node: never)
+        foreign = {
+            **side_node_body("other-install"),
+            "metadata": {"name": "foreign", "labels": {DISPATCHER_LABEL: "other"}},
+        }
+        cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(foreign))
+        assert await label_unassigned(b.kube, namespace, SHARDS, DISPATCHER) == len(NODES)
+        assert await label_unassigned(b.kube, namespace, SHARDS, DISPATCHER) == 0
+        labels = cluster.get_json(namespace, "workernode", "foreign")["metadata"]["labels"]
+        assert SHARD_LABEL not in labels
         stop = asyncio.Event()
         a.start(stop)
         b.start(stop)
@@ -325,15 +335,7 @@ def test_the_operator_with_sharding_on_labels_its_nodes_and_holds_every_shard(
     names = NODES[:6]
     conf = tmp_path / "config.yaml"
     conf.write_text(json.dumps({"sharding": {"shards": 2, "labeller_interval": 0.5}}))
-    items = [
-        {
-            "apiVersion": "nodewarden.io/v1alpha1",
-            "kind": "WorkerNode",
-            "metadata": {"name": name},
-            "spec": side_node_spec(name).model_dump(mode="json", by_alias=True, exclude_none=True),
-        }
-        for name in names
-    ]
+    items = [side_node_body(name) for name in names]
     cluster.kubectl(
         "-n", namespace, "apply", "-f", "-",
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),

@@ -1,7 +1,7 @@
 """The labeller: gives every unlabelled WorkerNode its shard label (`keys.shard_of`).
 
-    await label_unassigned(kube, namespace, shards)  -> int   nodes labelled this pass
-    await run_labeller(kube, namespace, shards, stop, interval)
+    await label_unassigned(kube, namespace, shards, dispatcher_id)  -> int   labelled now
+    await run_labeller(kube, namespace, shards, dispatcher_id, stop, interval)
 
 One pass lists the WorkerNodes without `nodewarden.io/shard` (a label selector,
 `!nodewarden.io/shard`: the API server sends only those) and writes each one's label with
@@ -23,6 +23,7 @@ import logging
 
 from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.kube.client import Conflict, Kube, KubeError
+from nodewarden.ownership import Ownership, ownership
 from nodewarden.shards.keys import SHARD_LABEL, label_value, node_key, shard_of
 
 log = logging.getLogger(__name__)
@@ -30,13 +31,15 @@ log = logging.getLogger(__name__)
 UNLABELLED = f"!{SHARD_LABEL}"
 
 
-async def label_unassigned(kube: Kube, namespace: str, shards: int) -> int:
-    """Label every unlabelled WorkerNode in `namespace` with its shard; the count written."""
+async def label_unassigned(kube: Kube, namespace: str, shards: int, dispatcher_id: str) -> int:
+    """Label every unlabelled WorkerNode in `namespace` with its shard (never another
+    dispatcher's: an unclaimed one is labelled, so that its shard's owner claims it);
+    the count written."""
     written = 0
     for body in await kube.list(WORKER_NODE, namespace, label_selector=UNLABELLED):
         meta = body.get("metadata") or {}
         name = meta.get("name")
-        if not name:
+        if not name or ownership(body, dispatcher_id) is Ownership.FOREIGN:
             continue
         shard = shard_of(node_key(namespace, name), shards)
         patch = {
@@ -59,12 +62,17 @@ async def label_unassigned(kube: Kube, namespace: str, shards: int) -> int:
 
 
 async def run_labeller(
-    kube: Kube, namespace: str, shards: int, stop: asyncio.Event, interval: float = 5.0
+    kube: Kube,
+    namespace: str,
+    shards: int,
+    dispatcher_id: str,
+    stop: asyncio.Event,
+    interval: float = 5.0,
 ) -> None:
     """A pass every `interval` until `stop` (a failed pass is retried at the next)."""
     while not stop.is_set():
         try:
-            await label_unassigned(kube, namespace, shards)
+            await label_unassigned(kube, namespace, shards, dispatcher_id)
         except KubeError as exc:
             log.warning("shard labeller pass failed: %s", exc)
         with contextlib.suppress(TimeoutError):
