@@ -181,10 +181,20 @@ async def run(config: OperatorConfig) -> int:
         lost.set()
         stop.set()
 
+    shard_elector: ShardElector | None = None
+    watching_shards: asyncio.Task[None] | None = None
+    shards_watched = asyncio.Event()
+
     try:
         # not ready (/readyz 503, role "starting") until the CRDs are served
         if not await wait_for_crds(api, stop, health.extra):
             return 0
+        if config.sharding.enabled:
+            shard_elector = await _shard_elector(config, namespace, identity)
+            # a standby watches the shard Leases (reads only: no membership, no shard), so
+            # once it leads it judges a dead leader's shards expired from when it first
+            # saw them, not from its first round: one Lease duration, not two
+            watching_shards = asyncio.create_task(shard_elector.watch(shards_watched))
         if config.leader_election.enabled:
             # its own client (connection pool), so a burst of status writes never delays it
             lease_api = await api_client_from(config.kubeconfig)
@@ -206,7 +216,9 @@ async def run(config: OperatorConfig) -> int:
                 health.role = "standby"
 
             # role stays "starting" (not ready) until the first lease attempt has answered
-            if not await elector.acquire(stop, on_standby=standing_by):
+            acquired = await elector.acquire(stop, on_standby=standing_by)
+            shards_watched.set()
+            if not acquired:
                 return 0
             # renewals and the heartbeat start at once: leadership is counted from the
             # acquiring write, and every fenced action asks it from now on
@@ -217,7 +229,12 @@ async def run(config: OperatorConfig) -> int:
             kube.fence = elector.leadership
         health.role = "leader"
         LEADER.labels(config.dispatcher_id).set(1)
-        exit_code = await _act(config, kube, api, namespace, health, stop, lost, identity)
+        shards_watched.set()
+        if watching_shards is not None:
+            await watching_shards
+        exit_code = await _act(
+            config, kube, api, namespace, health, stop, lost, identity, shard_elector
+        )
     finally:
         health.role = "stopping"
         LEADER.labels(config.dispatcher_id).set(0)
@@ -228,6 +245,11 @@ async def run(config: OperatorConfig) -> int:
         if elector is not None:
             await elector.release()
             await elector.api.close()
+        shards_watched.set()
+        if watching_shards is not None:
+            await asyncio.gather(watching_shards, return_exceptions=True)
+        if shard_elector is not None:
+            await shard_elector.api.close()
         await served.cleanup()
         await kube.close()
         arming.cancel()
@@ -245,9 +267,11 @@ async def _act(
     stop: asyncio.Event,
     lost: asyncio.Event,
     identity: str,
+    shard_elector: ShardElector | None = None,
 ) -> int:
     """Act as the leader until `stop` (`lost`: set when leadership ended). Every action
-    port is fenced by `kube.fence` (this replica's leadership, `nodewarden.fence`)."""
+    port is fenced by `kube.fence` (this replica's leadership, `nodewarden.fence`); with
+    sharding on, power requests also by their node's shard Lease (`shard_elector`)."""
     fence = kube.fence
     try:
         credentials = await build_resolver(config, kube, namespace)
@@ -275,7 +299,7 @@ async def _act(
             log.error("cannot start the dispatcher: %s", exc)
             return 2
         health.status_provider = dispatcher.snapshot
-    sharding = await _sharding(config, namespace, identity, fence)
+    sharding = _sharding(config, shard_elector, fence) if shard_elector is not None else None
     controller = build_controller(
         config,
         kube,
@@ -483,7 +507,6 @@ async def _act(
         await feed_api.close()
         if sharding is not None:
             await sharding.elector.close()
-            await sharding.elector.api.close()
     return 1 if lost.is_set() or failed.is_set() else 0
 
 
@@ -513,18 +536,11 @@ class _Sharding:
         ]
 
 
-async def _sharding(
-    config: OperatorConfig, namespace: str, identity: str, fence: Fence
-) -> _Sharding | None:
-    """The shard elector on its own client (None: sharding off, today's operator). The
-    replica holding the dispatcher Lease runs it, so every power request asks both that
-    Lease (`fence`) and its node's shard Lease (docs/sharding.md: not yet active-active)."""
-    if not config.sharding.enabled:
-        return None
-    api = await api_client_from(config.kubeconfig)
+async def _shard_elector(config: OperatorConfig, namespace: str, identity: str) -> ShardElector:
+    """The shard elector, on its own client (a burst of writes never delays it)."""
     election = config.leader_election
-    elector = ShardElector(
-        api,
+    return ShardElector(
+        await api_client_from(config.kubeconfig),
         namespace,
         config.dispatcher_id,
         identity,
@@ -533,6 +549,12 @@ async def _sharding(
         renew_interval=election.renew_interval,
         retry_interval=election.retry_interval,
     )
+
+
+def _sharding(config: OperatorConfig, elector: ShardElector, fence: Fence) -> _Sharding:
+    """Sharding on: the scope of the power path. The replica holding the dispatcher Lease
+    holds the shards, so every power request asks both that Lease (`fence`) and its
+    node's shard Lease (docs/sharding.md: not yet active-active)."""
     scope = ShardScope(elector.leadership, also=fence)
     elector.on_acquired = lambda shard, _leadership: scope.acquired(shard)
     elector.on_released = lambda shard, _reason: scope.released(shard)

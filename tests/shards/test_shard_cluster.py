@@ -36,6 +36,7 @@ from nodewarden.fence import Leadership, Unfenced
 from nodewarden.kube.client import Kube
 from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.power.control import NodeRef, PowerControl, RequestErrored
+from nodewarden.shards.balance import decide
 from nodewarden.shards.elector import ShardElector
 from nodewarden.shards.keys import SHARD_LABEL, node_key, shard_of
 from nodewarden.shards.labeller import label_unassigned
@@ -245,6 +246,44 @@ async def test_two_replicas_split_four_shards_and_a_clean_stop_hands_over_at_onc
         await asyncio.gather(*running, return_exceptions=True)
         await api_a.close()
         await api_b.close()
+
+
+async def test_a_standby_that_watched_takes_a_dead_holders_shards_in_its_first_round(
+    cluster: ClusterHandle, namespace: str
+) -> None:
+    """`ShardElector.watch` (a standby reads, writes nothing): when it may act, a dead
+    holder's Leases are already expired by its own clock; a replica that did not watch
+    (the canary) sees them live for a whole duration more."""
+    async with proxied(cluster.kubeconfig) as proxy:
+        apis = [await api_client(cluster.kubeconfig, via=proxy)]
+        apis += [await api_client(cluster.kubeconfig) for _ in range(2)]
+        a, b, c = (electors(api, namespace, r) for api, r in zip(apis, "abc", strict=True))
+        stop_a, stop_b = asyncio.Event(), asyncio.Event()
+        tasks = [asyncio.create_task(a.run(stop_a)), asyncio.create_task(b.watch(stop_b))]
+        try:
+            await until(lambda: len(a.held) == SHARDS, 10, "a holds all 4")
+            proxy.stall()  # a is gone for everyone
+            names = [f"{DISPATCHER}-shard-{s}" for s in range(SHARDS)]
+            await until(
+                lambda: all(n in b._watches and b._watches[n].expired(DURATION) for n in names),
+                DURATION + 5,
+                "b sees a's Leases unchanged for a duration",
+            )
+            view = await c._view()  # the canary: first sight, so a is live to c
+            assert view is not None and decide(view).acquire == ()
+            stop_b.set()
+            await b.round()
+            assert set(b.held) == set(range(SHARDS))
+        finally:
+            stop_a.set()
+            stop_b.set()
+            proxy.unstall()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await b.close()
+            for api in apis:
+                await api.close()
 
 
 async def test_a_partitioned_replica_loses_its_shards_and_no_node_has_two_owners(

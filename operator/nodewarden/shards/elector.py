@@ -4,6 +4,7 @@
     await elector.round()      one balance round: renew membership, read the Leases,
                                decide, release (fenced handover), acquire
     await elector.run(stop)    rounds every `retry_interval` until `stop`
+    await elector.watch(stop)  reads only (a standby): keeps when each record changed
     elector.held               {shard: Leadership} valid now on this replica
     elector.leadership(shard)  the shard's Leadership, None when not held
     await elector.close()      release every shard and the membership Lease
@@ -151,6 +152,20 @@ class ShardElector:
                         await stop.wait()
         finally:
             await self.close()
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Read the Leases every `retry_interval` until `stop`, writing nothing: a standby
+        (not yet allowed to hold shards) keeps when it saw each record change, so once it
+        may act it judges a dead holder's Leases expired from then."""
+        while not stop.is_set():
+            try:
+                async with asyncio.timeout(self.lease_duration):
+                    await self._view()
+            except TimeoutError:
+                log.warning("shard Lease read took over %.0fs", self.lease_duration)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.retry_interval):
+                    await stop.wait()
 
     async def round(self) -> Decision | None:
         """One balance round; None when the Leases could not be read (nothing changes)."""
