@@ -139,17 +139,7 @@ class ShardElector:
     async def run(self, stop: asyncio.Event) -> None:
         """Balance every `retry_interval` until `stop`, then release everything."""
         try:
-            while not stop.is_set():
-                try:
-                    # a round is a few small requests; a hung API server must not stop
-                    # the balancing (the shards' own renewals have their own deadlines)
-                    async with asyncio.timeout(self.lease_duration):
-                        await self.round()
-                except TimeoutError:
-                    log.warning("shard balance round took over %.0fs", self.lease_duration)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.retry_interval):
-                        await stop.wait()
+            await self._every_round(stop, self.round, "shard balance round")
         finally:
             await self.close()
 
@@ -157,12 +147,19 @@ class ShardElector:
         """Read the Leases every `retry_interval` until `stop`, writing nothing: a standby
         (not yet allowed to hold shards) keeps when it saw each record change, so once it
         may act it judges a dead holder's Leases expired from then."""
+        await self._every_round(stop, self._view, "shard Lease read")
+
+    async def _every_round(
+        self, stop: asyncio.Event, step: Callable[[], Awaitable[object]], what: str
+    ) -> None:
         while not stop.is_set():
             try:
+                # a few small requests; a hung API server must not stop the rounds (the
+                # shards' own renewals have their own deadlines)
                 async with asyncio.timeout(self.lease_duration):
-                    await self._view()
+                    await step()
             except TimeoutError:
-                log.warning("shard Lease read took over %.0fs", self.lease_duration)
+                log.warning("%s took over %.0fs", what, self.lease_duration)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.retry_interval):
                     await stop.wait()
