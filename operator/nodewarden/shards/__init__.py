@@ -1,7 +1,7 @@
-"""Sharding WorkerNodes across replicas (issue 24), the pure core: no I/O, no asyncio, no kube.
+"""Sharding WorkerNodes across replicas (issue 24): the pure core, and its shell.
 
-Nothing in the running operator calls this package yet (docs/sharding.md: what is built,
-what is designed only). Modules, one concept each:
+docs/sharding.md says what is built and what is designed only. The pure core (no I/O, no
+asyncio, no kube; modules one concept each):
 
 - `keys`       where a node goes: the stable key of a WorkerNode, its shard by rendezvous
                (highest-random-weight) hashing, the label nodewarden writes on it and the
@@ -14,5 +14,12 @@ what is designed only). Modules, one concept each:
                is assigned), as steps whose preconditions a writer checks against the
                node's labels.
 
-Imports only the standard library (a test walks the imports).
+The core imports only the standard library (a test walks its imports). The shell, wired
+by `service.py` when `sharding.shards` is above 1:
+
+- `elector`    the shard Leases this replica holds: one `LeaderElector` + `Leadership`
+               per shard, a membership Lease, `balance.decide` every round.
+- `scope`      which nodes the power path acts on, and the fence of each request: its
+               node's shard Leadership (`ShardedPowerControl`).
+- `labeller`   the shard label of every unlabelled WorkerNode (conditional writes).
 """
