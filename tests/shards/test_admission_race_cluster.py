@@ -33,7 +33,9 @@ from calibration import scaled
 from clusterkit import ClusterHandle
 from dispatchkit import container
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE
+from nodewarden.dispatch.admitting import ApiAdmission
 from nodewarden.kube.client import Conflict, Kube, api_client_from
+from nodewarden.power.admitting import ApiShutdown
 from nodewarden.shards import admission
 from nodewarden.shards.admission import Start
 
@@ -62,19 +64,23 @@ class Pair:
 
     node: str
     container: str
-    node_version: str
     container_version: str
 
 
-@dataclass
 class Leader:
-    """The start's port: the lock write with the version the plan read; a quorum GET."""
+    """The start's port: the lock write with the version the plan read (the live
+    dispatcher's is `Outcomes.write(precondition=True)`), and the live quorum GET
+    (`dispatch.admitting.ApiAdmission`)."""
 
-    kube: Kube
-    namespace: str
-    pair: Pair
-    cache: Mapping[str, Mapping[str, Any]] | None = None
-    """Canary: WorkerNode bodies from a cache that has not seen the race's writes."""
+    def __init__(
+        self, kube: Kube, namespace: str, pair: Pair, cache: Mapping[str, Any] | None = None
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.pair = pair
+        self.reader = ApiAdmission(kube, namespace)
+        self.cache = cache
+        """Canary: WorkerNode bodies from a cache that has not seen the race's writes."""
 
     async def lock(self, container: str, node: str) -> bool:
         status = {"phase": "Locked", "node": node, "lockedBy": "leader", "reason": "Locked"}
@@ -91,40 +97,27 @@ class Leader:
         return True
 
     async def read_admission(self, node: str) -> str | None:
-        if self.cache is not None:
-            body = self.cache.get(node)
-        else:
-            body = await self.kube.get(WORKER_NODE, self.namespace, node)
+        if self.cache is None:
+            return await self.reader.read_admission(node)
+        body = self.cache.get(node)
         return None if body is None else (body.get("status") or {}).get("admission")
 
 
-@dataclass
-class Owner:
-    """The shutdown's port: the admission write with the version last seen; a quorum LIST."""
+class Owner(ApiShutdown):
+    """The shutdown's port: the live one (`power.admitting.ApiShutdown`: a quorum GET of
+    the WorkerNode and the admission write with its resourceVersion; a quorum LIST)."""
 
-    kube: Kube
-    namespace: str
-    pair: Pair
-    cache: list[Mapping[str, Any]] | None = None
-    """Canary: ContainerDispatch bodies from a cache that has not seen the race's writes."""
-
-    async def close_admission(self, node: str) -> bool:
-        try:
-            await self.kube.patch_status(
-                WORKER_NODE,
-                self.namespace,
-                node,
-                {"admission": admission.CLOSED},
-                resource_version=self.pair.node_version,
-            )
-        except Conflict:
-            return False
-        return True
+    def __init__(
+        self, kube: Kube, namespace: str, cache: list[Mapping[str, Any]] | None = None
+    ) -> None:
+        super().__init__(kube, namespace, lambda name, body: None)
+        self.cache = cache
+        """Canary: ContainerDispatch bodies from a cache that has not seen the race's writes."""
 
     async def read_containers(self, node: str) -> Iterable[Mapping[str, Any]]:
         if self.cache is not None:
             return self.cache
-        return await self.kube.list(CONTAINER_DISPATCH, self.namespace)
+        return await super().read_containers(node)
 
 
 # -- the barrier -----------------------------------------------------------------------------
@@ -172,9 +165,11 @@ JITTER = random.Random(SEED)
 
 
 async def jitter(operation: str) -> None:
-    """A random run's hook: a random pause of up to 60 ms before each operation (about
-    what a request takes here: the runs overlap in every way, or not at all)."""
-    await asyncio.sleep(JITTER.uniform(0, 0.06))
+    """A random run's hook: a random pause before each operation, longer before each
+    side's first (up to 200 ms: a request takes some tens of ms here), so the runs
+    overlap in every way, or not at all."""
+    first = operation in (admission.LOCK, admission.CLOSE)
+    await asyncio.sleep(JITTER.uniform(0, 0.2 if first else 0.03))
 
 
 # -- one race ------------------------------------------------------------------------------
@@ -217,25 +212,18 @@ class Race:
                 "spec": {"nodeType": "CloudVM", "instanceType": "m5.large"},
             },
         )
-        opened = await self.a.patch_status(
-            WORKER_NODE, self.namespace, node, {"admission": admission.OPEN}
-        )
+        await self.a.patch_status(WORKER_NODE, self.namespace, node, {"admission": admission.OPEN})
         body = container(name, 1000 + i)
         created = await self.a.create(
             CONTAINER_DISPATCH, self.namespace, {k: body[k] for k in ("metadata", "spec")}
         )
-        return Pair(
-            node,
-            name,
-            opened["metadata"]["resourceVersion"],
-            created["metadata"]["resourceVersion"],
-        )
+        return Pair(node, name, created["metadata"]["resourceVersion"])
 
     async def run(self, barrier: Barrier | None = None, *, cached: bool = False) -> Outcome:
         """One race on a fresh pair: in `barrier`'s order, or freely (random jitter)."""
         pair = await self.pair()
         leader = Leader(self.a, self.namespace, pair)
-        owner = Owner(self.b, self.namespace, pair)
+        owner = Owner(self.b, self.namespace)
         if cached:  # what an informer held when the race began
             leader.cache = {
                 b["metadata"]["name"]: b for b in await self.a.list(WORKER_NODE, self.namespace)
