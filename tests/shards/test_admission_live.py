@@ -35,6 +35,7 @@ from clusterkit import ClusterHandle  # noqa: E402
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE  # noqa: E402
 from nodewarden.dispatch.admitting import ApiAdmission  # noqa: E402
 from nodewarden.kube.client import Kube, api_client_from  # noqa: E402
+from nodewarden.power.admitting import ApiShutdown  # noqa: E402
 from nodewarden.power.runtime import ControllerSettings  # noqa: E402
 
 
@@ -67,11 +68,16 @@ async def test_a_start_reads_the_nodes_admission_from_the_api_server_after_its_l
         assert reader.reads >= 1
         status = on.api.status("c1")
         assert (status["phase"], status["reason"]) == ("Queued", "AdmissionClosed"), status
-        assert status.get("attempts", 0) == 0 and not status.get("lockFlaps")
+        assert status.get("attempts", 0) == 0 and status["lockFlaps"] == 3  # one a round
         assert "closed after the lock" in status["schedulingStatus"]
+        await on.rounds(20)  # held back after policy maxLockFlaps (3): no lock meanwhile
+        assert on.api.status("c1")["lockFlaps"] == 3
 
         await kube.patch_status(WORKER_NODE, namespace, "vm-a", {"admission": "Open"})
-        await on.rounds(2)
+        for _ in range(30):  # until the hold-back (30 s after the last lock) ends
+            await on.round()
+            if on.runners():
+                break
         assert on.runners() == {"c1": "vm-a"}
         assert on.api.status("c1")["attempts"] == 1
     finally:
@@ -105,9 +111,15 @@ async def test_a_shutdown_is_held_while_the_api_server_shows_a_container_locked_
         assert h.state("n1") != "Off"
         # the runner is seen gone (the leader requeued it): the node goes
         h.kube.objects.pop((CONTAINER_DISPATCH.kind, NS, "c-remote"))
+        port = gate.port
+        assert isinstance(port, ApiShutdown)
+        before = port.requests
         await h.run_until(lambda: h.state("n1") == "Off", within=400, what="n1 Off")
         (sent,) = h.control.sent("n1")
         assert sent.action == "GracefulShutdown" and sent.persisted == "SHUTTING_DOWN"
+        # what the switch costs a shutdown: a GET (admission already Closed by the state
+        # machine's status write) and a LIST
+        assert port.requests - before == 2
 
 
 async def test_switched_off_the_shutdown_goes_over_a_container_it_cannot_see() -> None:

@@ -393,7 +393,9 @@ class Runners:
         now either admits `c` (start) or not -- the node's owner closed it, and its demand
         re-read, ordered after this lock or before it by the API server, either saw `c`
         or is seen here. Not admitted (or not readable): `c` is unlocked, counting no
-        attempt, and planned again."""
+        attempt but a lock flap (a lock released unused: after policy maxLockFlaps the
+        container waits before it is locked again, so a board and an API server that
+        disagree for a while cost no lock, read and unlock per tick), and planned again."""
         assert self.ctx.admission is not None
         try:
             if await admitted_after_lock(self.ctx.admission, node, gpu_work):
@@ -402,7 +404,7 @@ class Runners:
         except KubeError as exc:
             why = f"admission of {node} unknown after the lock ({exc})"
         log.info("start of %s on %s withdrawn: %s", c.uuid, node, why)
-        await self.outcomes.requeue_or_fail(c, why, c.status.attempts, "AdmissionClosed")
+        await self.outcomes.requeue_or_fail(c, why, c.status.attempts, "AdmissionClosed", flap=True)
         return False
 
     async def _started(
