@@ -139,6 +139,8 @@ class Barrier:
         async def step(operation: str) -> None:
             async with self.cond:
                 self._finished(side)
+                if operation not in self.order[self.done :]:
+                    return  # not raced (a live side's later round): runs freely
                 await self.cond.wait_for(lambda: self.order[self.done] == operation)
                 self.running[side] = operation
                 self.seen.append(operation)
