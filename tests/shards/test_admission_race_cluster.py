@@ -20,7 +20,6 @@ yet -- what a lagging informer serves). It must let both through in some interle
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import time
 from collections.abc import Iterable, Mapping
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from test_admission_race_model import LEADER, OWNER, interleavings
 
 from calibration import scaled
 from clusterkit import ClusterHandle
@@ -41,18 +41,13 @@ from nodewarden.shards.admission import Start
 
 pytestmark = pytest.mark.cluster
 
-LEADER = (admission.LOCK, admission.READ_ADMISSION)
-OWNER = (admission.CLOSE, admission.READ_DEMAND)
 RANDOM_RUNS = 24
 
 
-def interleavings() -> list[tuple[str, ...]]:
-    """Every order of the four operations that keeps each side's own order."""
-    orders = []
-    for slots in itertools.combinations(range(4), 2):
-        leader, owner = iter(LEADER), iter(OWNER)
-        orders.append(tuple(next(leader) if i in slots else next(owner) for i in range(4)))
-    return orders
+def test_the_model_names_the_operations_as_the_protocol_does() -> None:
+    """The orders come from the model (`interleavings`): the same four operations."""
+    assert LEADER == (admission.LOCK, admission.READ_ADMISSION)
+    assert OWNER == (admission.CLOSE, admission.READ_DEMAND)
 
 
 # -- the ports over the real API server ----------------------------------------------------
@@ -269,6 +264,7 @@ class Race:
 
 @pytest.fixture
 async def race(cluster: ClusterHandle, namespace: str) -> Any:
+    """Two API clients (each side's own, as two processes would have)."""
     api_a = await api_client_from(cluster.kubeconfig)
     api_b = await api_client_from(cluster.kubeconfig)
     try:

@@ -27,17 +27,17 @@ if str(TESTS / "dispatch/inproc") not in sys.path:
 
 import pytest  # noqa: E402
 from fakes import ME, Rig  # noqa: E402
-from test_admission_race_cluster import LEADER, OWNER, Barrier, interleavings  # noqa: E402
+from test_admission_race_cluster import Barrier, Race, race  # noqa: E402, F401
+from test_admission_race_model import LEADER, OWNER, interleavings  # noqa: E402
 
 from calibration import scaled  # noqa: E402
-from clusterkit import ClusterHandle  # noqa: E402
 from dispatchkit import container  # noqa: E402
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE  # noqa: E402
 from nodewarden.config import DispatchSettings  # noqa: E402
 from nodewarden.dispatch.admitting import ApiAdmission  # noqa: E402
 from nodewarden.dispatch.dispatcher import Dispatcher  # noqa: E402
 from nodewarden.dispatch.queue import Container, ContainerQueue  # noqa: E402
-from nodewarden.kube.client import Kube, api_client_from  # noqa: E402
+from nodewarden.kube.client import Kube  # noqa: E402
 from nodewarden.policy.facts import NodeFacts  # noqa: E402
 from nodewarden.policy.state import NodePowerState  # noqa: E402
 from nodewarden.power.admitting import ApiShutdown, ShutdownGate  # noqa: E402
@@ -146,14 +146,10 @@ class Live:
 
 
 @pytest.fixture
-async def live(cluster: ClusterHandle, namespace: str) -> Any:
-    api_a = await api_client_from(cluster.kubeconfig)
-    api_b = await api_client_from(cluster.kubeconfig)
-    try:
-        yield Live(Kube(api_a), Kube(api_b), namespace)
-    finally:
-        await api_a.close()
-        await api_b.close()
+def live(request: pytest.FixtureRequest) -> Live:
+    """The race fixture's two API clients (imported above)."""
+    clients: Race = request.getfixturevalue("race")
+    return Live(clients.a, clients.b, clients.namespace)
 
 
 async def test_the_live_start_and_the_live_shutdown_gate_never_both_go(live: Live) -> None:
