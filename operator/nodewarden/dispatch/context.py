@@ -23,6 +23,7 @@ from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.scheduling.ledger import Claim
 from nodewarden.scheduling.views import ContainerView, Plan
+from nodewarden.shards.admission import AdmissionReader
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class DispatchContext:
     (`ledger.with_starts`) and the plan (the power controller takes each node's work and
     the demand for side nodes from them)."""
     clock: Callable[[], datetime] = utc_now
+    admission: AdmissionReader | None = None
+    """Cross-process admission (`dispatch.admitting`): after each lock write, the node's
+    admission is read from the API server before the runner starts. None (the default):
+    the in-memory board alone, as in one process."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     plan_inputs: list[ContainerView] = field(default_factory=list)
     recovered: bool = False

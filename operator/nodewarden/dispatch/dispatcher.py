@@ -37,6 +37,7 @@ from nodewarden.dispatch.warming import DispatchWarmth
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.scheduling.views import ContainerView, Plan
+from nodewarden.shards.admission import AdmissionReader
 
 
 class Dispatcher:
@@ -56,6 +57,7 @@ class Dispatcher:
         board: PowerBoard | None = None,
         planned: Callable[[list[ContainerView], Plan, datetime], None] = ignore_plan,
         clock: Callable[[], datetime] = utc_now,
+        admission: AdmissionReader | None = None,
     ) -> None:
         self.ctx = DispatchContext(
             namespace=namespace,
@@ -69,6 +71,7 @@ class Dispatcher:
             board=board if board is not None else PowerBoard(),
             planned=planned,
             clock=clock,
+            admission=admission,
         )
         self.outcomes = Outcomes(self.ctx)
         self.runners = Runners(self.ctx, self.outcomes)

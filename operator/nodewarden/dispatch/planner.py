@@ -232,6 +232,10 @@ class Planner:
         if self.ctx.stop.is_set():
             return  # stopping: what is under way finishes, nothing new begins
         by_uuid = self.ctx.queue.by_uuid()
+        # With no cloud, what fits nowhere waits (a side node may be added): its status
+        # says so through the waits below -- not a task holding the container in flight,
+        # which `outcomes.wait` would take for a start under way and skip, every round.
+        unfit: dict[str, str] = {}
         for uuid, why in result.unsatisfiable.items():
             c = by_uuid.get(uuid)
             if c is None or uuid in self.ctx.inflight:
@@ -240,8 +244,11 @@ class Planner:
                 self.ctx.spawn_guarded(
                     uuid, self.outcomes.finish(c, "Failed", "NoInstanceTypeFits", why)
                 )
-            else:
-                self.ctx.spawn_guarded(uuid, self.outcomes.wait(c, f"waiting: {why}"))
+            else:  # (no catalogue to name: say what would fix it)
+                unfit[uuid] = (
+                    "waiting: no side node fits it and no cloud is configured "
+                    "(add a side node WorkerNode that fits, or configure cloud)"
+                )
         if not self.ctx.recovered:
             return
         if result.creates or result.waits:
@@ -278,7 +285,7 @@ class Planner:
             self.ctx.spawn_guarded(
                 start.uuid, self.runners.start(c, start.node, start.relock, start.gpu_work)
             )
-        for uuid, why in [*result.waits.items(), *self.ctx.held_back.items()]:
+        for uuid, why in [*result.waits.items(), *unfit.items(), *self.ctx.held_back.items()]:
             c = by_uuid.get(uuid)
             if c is None or uuid in self.ctx.inflight or uuid in self.ctx.wait_writes:
                 continue

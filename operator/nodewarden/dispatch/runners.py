@@ -21,9 +21,11 @@ from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.dispatch.context import DispatchContext
 from nodewarden.dispatch.outcomes import Outcomes
 from nodewarden.dispatch.queue import Container
+from nodewarden.kube.client import KubeError
 from nodewarden.metrics import CONTAINERS_STARTED
 from nodewarden.pool.times import iso
 from nodewarden.pool.worker import Worker
+from nodewarden.shards.admission import admitted_after_lock
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import RunnerOutcome, RunnerStarted
@@ -319,7 +321,9 @@ class Runners:
         GPU work only (GPUOnly), for CPU-only work that fits elsewhere -- gets no start;
         the container is planned again. The check and the claim are ordered as before:
         the claim is held from the plan until this returns, so a close is acknowledged
-        only once no start is in flight for the node.
+        only once no start is in flight for the node. With cross-process admission on
+        (`ctx.admission`), the node's admission is also read from the API server once the
+        lock is acknowledged (`_admitted_after_lock`).
 
         `c` is the version the plan read: the Locked write is preconditioned on it and
         snapshots the resources the plan placed (`status.resources`), so a spec edited
@@ -339,12 +343,12 @@ class Runners:
             if target is None:
                 return
             async with self.ctx.starts:
-                await self._lock_and_start(c, worker, target, relock)
+                await self._lock_and_start(c, worker, target, relock, gpu_work)
         finally:
             self.ctx.claims.pop(c.uuid, None)
 
     async def _lock_and_start(
-        self, c: Container, worker: Worker, target: SshTarget, relock: bool
+        self, c: Container, worker: Worker, target: SshTarget, relock: bool, gpu_work: bool
     ) -> None:
         assert self.ctx.prober is not None and c.spec is not None
         node = worker.name
@@ -370,6 +374,10 @@ class Runners:
         latest = self.ctx.queue.get(c.name)
         if latest is None or latest.cancel_requested:
             return
+        if self.ctx.admission is not None and not await self._admitted_after_lock(
+            latest, node, gpu_work
+        ):
+            return
         attempts = latest.status.attempts + 1
         config = {"uuid": spec.uuid, **spec.to_wire(), "resources": held.to_wire()}
         try:
@@ -378,6 +386,26 @@ class Runners:
             await self._start_failed(latest, worker, exc, attempts)
             return
         await self._started(latest, worker, started, attempts, held)
+
+    async def _admitted_after_lock(self, c: Container, node: str, gpu_work: bool) -> bool:
+        """Cross-process admission (docs/sharding.md section 2, `shards.admission`): the
+        lock on `c` naming `node` is acknowledged; a quorum read of the node's admission
+        now either admits `c` (start) or not -- the node's owner closed it, and its demand
+        re-read, ordered after this lock or before it by the API server, either saw `c`
+        or is seen here. Not admitted (or not readable): `c` is unlocked, counting no
+        attempt but a lock flap (a lock released unused: after policy maxLockFlaps the
+        container waits before it is locked again, so a board and an API server that
+        disagree for a while cost no lock, read and unlock per tick), and planned again."""
+        assert self.ctx.admission is not None
+        try:
+            if await admitted_after_lock(self.ctx.admission, node, gpu_work):
+                return True
+            why = f"admission of {node} closed after the lock (read from the API server)"
+        except KubeError as exc:
+            why = f"admission of {node} unknown after the lock ({exc})"
+        log.info("start of %s on %s withdrawn: %s", c.uuid, node, why)
+        await self.outcomes.requeue_or_fail(c, why, c.status.attempts, "AdmissionClosed", flap=True)
+        return False
 
     async def _started(
         self,

@@ -20,6 +20,7 @@ from nodewarden.fleet.policies import Policy, PolicyBook
 from nodewarden.fleet.ports import PoolPort
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
+from nodewarden.power.admitting import ShutdownGate
 from nodewarden.power.agenda import Agenda
 from nodewarden.power.control import PowerControl
 from nodewarden.power.firstwrites import FirstWrites
@@ -52,6 +53,8 @@ class PowerContext:
     intents: IntentBook
     acknowledge_admission: bool = False
     """No dispatcher places work: closing admission is acknowledged at once."""
+    admission: ShutdownGate | None = None
+    """Cross-process admission (`power.admitting`; None: off, the in-memory board alone)."""
     nodes: dict[str, NodeRuntime] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by every observation that gives a node something to step (see `run`)."""

@@ -71,6 +71,7 @@ from nodewarden.fleet.ports import PoolPort, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
 from nodewarden.kube.requesters import RequesterAdmission
+from nodewarden.power.admitting import ApiShutdown, ShutdownGate
 from nodewarden.power.agenda import Timer
 from nodewarden.power.consolidating import PowerConsolidation
 from nodewarden.power.context import PowerContext
@@ -166,6 +167,11 @@ class PowerController:
             acknowledge_admission=acknowledge_admission,
         )
         ctx.first_writes.hold = settings.first_write_hold
+        if settings.cross_process_admission:
+            ctx.admission = ShutdownGate(
+                ApiShutdown(kube, namespace, self._took),
+                timedelta(seconds=settings.evaluate_interval),
+            )
         self._ctx = ctx
         self.nodes: dict[str, NodeRuntime] = ctx.nodes
         self.wake = ctx.wake
@@ -204,6 +210,15 @@ class PowerController:
     @fold.setter
     def fold(self, fold: Callable[[Mapping[str, Any]], bool] | None) -> None:
         self._observations.fold = fold
+
+    def _took(self, name: str, body: Mapping[str, Any]) -> None:
+        """A WorkerNode the shutdown gate (`power.admitting`) read or wrote: to the status
+        writer's view of it, through the informer when there is one (as its own writes)."""
+        fold = self.status.fold
+        if fold is not None:
+            fold(body)
+        else:
+            self.status.observe(name, body)
 
     @property
     def steps(self) -> int:

@@ -37,6 +37,7 @@ from nodewarden.policy.record import SafetyRecord
 from nodewarden.policy.state import NodePowerState, PowerState, TransitionKind
 from nodewarden.policy.view import PolicyView
 from nodewarden.power import gauges
+from nodewarden.power.admitting import held_request
 from nodewarden.power.agenda import Timer
 from nodewarden.power.consolidating import PowerConsolidation, consolidation_drain
 from nodewarden.power.context import PowerContext
@@ -323,6 +324,12 @@ class Round:
         """Carry out one step (`fx`, its effects). Returns False when the node must reload
         its state."""
         ctx = self.ctx
+        # cross-process admission: admission closed and the demand re-read through the
+        # API server before persist-before-send (`power.admitting`; off: None)
+        gate = ctx.admission
+        if gate is not None and held_request(fx, rt) and not await gate.may_send(rt, now):
+            rt.state = before
+            return False
         recorder = self.recorder
         state = rt.state
         if record is not None:

@@ -84,6 +84,10 @@ class ControllerSettings:
     finished_manual_intent_retention: float = 90 * 86400.0
     """Seconds a finished manual intent is kept when deleting them is switched on."""
     energy: EnergyBook = field(default_factory=EnergyBook)
+    cross_process_admission: bool = False
+    """Before persist-before-send of a shutdown request, confirm admission closed and
+    re-read the containers holding the node through the API server (`power.admitting`,
+    docs/sharding.md section 2). Off: the in-memory acknowledgement alone."""
 
 
 @dataclass

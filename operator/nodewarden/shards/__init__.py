@@ -1,7 +1,8 @@
 """Sharding WorkerNodes across replicas (issue 24): the pure core, and its shell.
 
 docs/sharding.md says what is built and what is designed only. The pure core (no I/O, no
-asyncio, no kube; modules one concept each):
+asyncio, no kube; modules one concept each; `admission` is wired behind a switch that is
+off by default):
 
 - `keys`       where a node goes: the stable key of a WorkerNode, its shard by rendezvous
                (highest-random-weight) hashing, the label nodewarden writes on it and the
@@ -13,6 +14,10 @@ asyncio, no kube; modules one concept each):
                fenced handover (the old owner stops and releases before the new owner
                is assigned), as steps whose preconditions a writer checks against the
                node's labels.
+- `admission`  admission that crosses processes: a start (lock, then a quorum read of the
+               node's admission) and a shutdown (admission Closed, then a quorum read of
+               the containers holding the node) as coroutines over narrow ports (no
+               asyncio import: the callers' adapters do the I/O), and what each read means.
 
 The core imports only the standard library (a test walks its imports). The shell, wired
 by `service.py` when `sharding.shards` is above 1:
