@@ -26,6 +26,7 @@ from nodewarden.cloud.plugins import wire_plugin
 from nodewarden.cloud.protocol import CloudMetricsHook
 from nodewarden.config import ConfigError, OperatorConfig
 from nodewarden.credentials import CredentialResolver
+from nodewarden.dispatch.admitting import ApiAdmission
 from nodewarden.dispatch.dispatcher import Dispatcher
 from nodewarden.dispatch.queue import ContainerQueue
 from nodewarden.fence import Fence, Unfenced
@@ -174,6 +175,9 @@ async def build_dispatcher(
         cloud=cloud,
         prober=FencedRunners(prober, fence, config.dispatcher_id),
         board=board,
+        admission=(
+            ApiAdmission(kube, namespace) if config.sharding.cross_process_admission else None
+        ),
     )
     pool.on_change = dispatcher.poke
     return dispatcher
@@ -255,6 +259,7 @@ def build_controller(
         else ShardedPowerControl(scope, *control_args, **control_kwargs)
     )
     settings = ControllerSettings(
+        cross_process_admission=config.sharding.cross_process_admission,
         power_poll_interval=config.power.power_poll_interval,
         power_poll_interval_at_rest=config.power.power_poll_interval_at_rest,
         capability_interval=config.power.capability_interval,

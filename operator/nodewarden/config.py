@@ -61,6 +61,14 @@ class ShardingConfig(_Config):
     labeller_interval: float = Field(
         default=5.0, gt=0, description="Seconds between passes labelling unlabelled WorkerNodes."
     )
+    cross_process_admission: bool = Field(
+        default=False,
+        description="A runner start reads its node's admission from the API server after its "
+        "lock, and a shutdown request waits for admission Closed there and a quorum re-read "
+        "finding no container on the node (docs/sharding.md section 2): needed once a replica "
+        "other than the dispatcher's leader owns shards; costs one GET per start and a GET, a "
+        "LIST and at most one patch per shutdown request.",
+    )
 
     @property
     def enabled(self) -> bool:
