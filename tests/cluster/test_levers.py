@@ -383,15 +383,19 @@ def test_packing_consolidation_gpu_first_warm_window_and_forecast_live(
     assert intent["spec"]["source"] == "Policy"
     assert status["decision"] == "DRAIN" and status["reasons"] == ["CONSOLIDATION_DRAIN"]
     assert status["phase"] in ("InProgress", "Succeeded")
-    assert evidence["utilisation"] == 0.125 and evidence["hourlyPrice"] == 0.12
+    # kept alone (1 of 8 vCPUs), or with one of the three whose end the ledger had not yet
+    # seen (a probe later, on a loaded machine): both fit beside "wide" once "fits" ended
+    assert evidence["utilisation"] in (0.125, 0.25) and evidence["hourlyPrice"] == 0.12
     assert evidence["pricePerUsed"] >= 1.5 * evidence["targetPricePerUsed"], evidence
     assert list(evidence["targets"].values()) == [vm_b], evidence
     assert "1 of maxConcurrent 1" in evidence["budget"]
     assert record["drain"]["admission"] in ("Closing", "Closed")
     drained_at = _when(status["startedAt"])
     ended = _cds(env)
-    # after the other three ended; while vm_a was still open when "fits" went to vm_b
-    assert all(_when(ended[n]["finishedAt"]) <= drained_at for n in PACKED[:3]), ended
+    # after the other three ended (but one, if the ledger still counted it); while vm_a
+    # was still open when "fits" went to vm_b
+    later = [n for n in PACKED[:3] if _when(ended[n]["finishedAt"]) > drained_at]
+    assert len(later) <= round(evidence["utilisation"] * 8) - 1, (ended, evidence)
     assert _when(ended["fits"]["startedAt"]) < drained_at, (ended["fits"], status)
     # nothing evicted: it completes where it ran, in one attempt
     kept = wait_for(

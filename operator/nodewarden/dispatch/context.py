@@ -62,8 +62,9 @@ class DispatchContext:
     wait_writes: set[str] = field(default_factory=set)
     held_back: dict[str, str] = field(default_factory=dict)
     locks_checked: set[str] = field(default_factory=set)
-    """Locked containers whose node was asked how their runner is (`_check_lock`): only
-    these may be started again under the same lock."""
+    """Locked containers whose node said their runner never ran (`_check_lock`): only
+    these may be started again under the same lock, and only once -- a start spends the
+    answer (`_lock_and_start`), so a later absence is asked about again."""
     running_seen: dict[tuple[str, str, int], datetime] = field(default_factory=dict)
     """(uuid, node, attempts) of each Running container -> when this replica first saw it
     Running (its own clock): a runner list sent later was sent after the runner started

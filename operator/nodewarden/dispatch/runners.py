@@ -240,9 +240,13 @@ class Runners:
         outcome = await self._runner_outcome(c, worker)
         if outcome is None:
             return
-        self.ctx.locks_checked.add(c.uuid)
-        if outcome.state in ("running", "unknown"):
-            return  # running: the next listing adopts it; unknown: never ran, start it
+        if outcome.state == "running":
+            return  # the next listing adopts it (ended before that: asked again)
+        if outcome.state == "unknown":
+            # never ran: the plan may start it under its lock (`locks_checked` holds this
+            # answer only until that start: `_lock_and_start`)
+            self.ctx.locks_checked.add(c.uuid)
+            return
         # it ran, and was never written as Running
         await self._ran_and_ended(c, worker, outcome, c.status.attempts + 1)
 
@@ -380,6 +384,10 @@ class Runners:
             return
         attempts = latest.status.attempts + 1
         config = {"uuid": spec.uuid, **spec.to_wire(), "resources": held.to_wire()}
+        # The node's "never ran" (`_check_lock`) is spent from here: once a runner may
+        # exist, a later absence from the listing is asked about again, never taken for a
+        # lock still unused (a lost Running write must not start the container twice)
+        self.ctx.locks_checked.discard(c.uuid)
         try:
             started = await self.ctx.prober.start_runner(target, config, uid=latest.uid)
         except SshError as exc:

@@ -4,7 +4,9 @@ after policy maxLockFlaps the container is held back before it is locked again."
 
 from __future__ import annotations
 
-from fakes import ME, OTHER, Rig, container
+from typing import Any
+
+from fakes import ME, OTHER, Rig, container, uuid_of
 
 
 async def test_a_lock_that_loses_its_precondition_starts_nothing() -> None:
@@ -57,3 +59,32 @@ async def test_an_unused_lock_is_released_and_flapping_is_held_back() -> None:
     assert rig.starts() == []
     await rig.rounds(25)
     assert rig.runners() == {"c1": "vm-b"}
+
+
+async def test_a_checked_lock_is_checked_again_after_a_start_so_nothing_runs_twice() -> None:
+    """Found by chaos seed 933420 (one container ran three times on one VM, each start
+    0.3 s after the last exit): a Locked container whose runner the node said never ran
+    is started again under its lock; its Running write fails (the API server is away)
+    and the runner exits. The node's answer ("never ran") was consumed by that start:
+    the next absence asks the node again, which reports the exit -- Complete, one run."""
+    rig = Rig()
+    vm = rig.vm("vm-a")
+    locked = {"phase": "Locked", "lockedBy": ME, "node": "vm-a", "lockedAt": "2026-01-01T00:00:00Z"}
+    rig.api.create(container("c1", status=locked))
+    real_patch = rig.api.patch_status
+
+    def no_running(name: str, status: Any, resource_version: str | None) -> Any:
+        if status.get("phase") == "Running":
+            return None  # the write is lost (an API outage)
+        return real_patch(name, status, resource_version)
+
+    rig.api.patch_status = no_running  # type: ignore[method-assign]
+    await rig.start()
+    await rig.rounds(3)  # asks the node (never ran), starts it under its lock
+    assert rig.starts() == ["c1"]
+    assert rig.api.phase("c1") == "Locked"  # its Running write was lost
+    vm.exit(uuid_of("c1"), 0)
+    await rig.rounds(5)
+    assert rig.starts() == ["c1"], "started again after it exited"
+    status = rig.api.status("c1")
+    assert (status["phase"], status["attempts"]) == ("Complete", 1), status
