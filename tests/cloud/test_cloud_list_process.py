@@ -1,11 +1,12 @@
 """The cloud list through a worker process (cloud/listproc.py) against a stub cloud
 server: the operator gets the whole list with fresh list times, only changes cross from
-the process, a missed reply makes the next one full, an in-memory cloud and a process
-that cannot start list in the thread."""
+the process, a missed reply makes the next one full, an in-memory cloud, a process
+that cannot start and one still starting list in the thread."""
 
 from __future__ import annotations
 
 import functools
+from concurrent.futures import Future
 from datetime import timedelta
 
 from cloud.cloud_peers import (
@@ -39,6 +40,7 @@ async def test_only_changes_cross_from_the_process_and_every_instance_comes_back
     layer = _process_layer(facade)
     assert layer is not None and layer.in_process
     try:
+        assert await layer.started()
         made = [(await create(facade, "small", operator_key, name=f"wn-p{i}"))[0] for i in range(3)]
         first = await facade.list_managed_instances()
         assert layer.last_reply == (True, len(first), 0)  # the first reply: the whole list
@@ -89,9 +91,35 @@ async def test_a_process_that_cannot_start_falls_back_to_the_thread(
         {"image": "x", "catalogue": [], "tag_keys": TagKeys()},
     )
     try:
+        assert not await broken.started()
         listed = {i.id for i in await broken.list_instances()}
         assert listed == {i.id for i in await layer.inner.list_instances()}
         assert not broken.in_process
     finally:
         await broken.close()
+        await facade.close()
+
+
+async def test_lists_go_through_the_thread_until_the_process_has_started(
+    stub_server: StubCloudProcess, operator_key: OperatorKey
+) -> None:
+    """The dispatcher's start-up recovery waits for the first list: it must not wait for
+    the worker process's spawn (seconds on a loaded machine)."""
+    facade = remote_facade(stub_server, dispatcher="disp-early")
+    layer = _process_layer(facade)
+    assert layer is not None
+    try:
+        made, _ = await create(facade, "small", operator_key, name="wn-early")
+        starting: Future[bool] = Future()  # the process has not answered yet
+        layer._ready = starting
+        early = await facade.list_managed_instances()
+        assert made.id in {i.id for i in early}
+        assert layer.last_reply is None  # nothing came from the process
+        starting.set_result(True)
+        assert await layer.started()
+        await facade.list_managed_instances()
+        assert layer.last_reply is not None and layer.last_reply[0]  # its first: full
+        assert layer.in_process
+        await facade.destroy(made)
+    finally:
         await facade.close()

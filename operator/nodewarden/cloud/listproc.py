@@ -22,7 +22,10 @@ thread-pool layer as before.
 The worker process builds its own driver from `driver_maker` (picklable: the cloud
 config and credentials, which cross to the process through its pipe and are never
 logged). When the process cannot be used (it fails to start or breaks), a warning is
-logged once and the list runs in the thread from then on.
+logged once and the list runs in the thread from then on. Until the process has started
+(a spawn imports the driver: 1-3 s on a loaded machine), lists go through the thread too:
+the dispatcher's start-up recovery waits for the first list, so the first container's
+start does not wait for the spawn (`bench_dispatch.py`: about 2 s of its first Running).
 """
 
 from __future__ import annotations
@@ -130,15 +133,28 @@ class ProcessListLayer:
             initializer=_start,
             initargs=(driver_maker, dict(options)),
         )
-        self._process.submit(_ready)  # start it now, not at the first list
+        self._ready = self._process.submit(_ready)  # start it now, not at the first list
 
     @property
     def in_process(self) -> bool:
         """Lists still go through the worker process (False after a fallback)."""
         return self._process is not None
 
-    async def list_instances(self) -> list[CloudInstance]:
+    async def started(self) -> bool:
+        """Wait until the worker process has started (True) or could not (False)."""
         if self._process is None:
+            return False
+        try:
+            await asyncio.wrap_future(self._ready)
+        except Exception:  # the next list falls back to the thread and logs why
+            return False
+        return True
+
+    async def list_instances(self) -> list[CloudInstance]:
+        if self._process is None or not self._ready.done():
+            # no process, or it is still starting (a spawn imports the driver: 1-3 s on a
+            # loaded machine, and the dispatcher's start-up recovery waits for this list):
+            # the thread lists; the process's first reply is then a full list
             return await self.inner.list_instances()
         loop = asyncio.get_running_loop()
         try:
