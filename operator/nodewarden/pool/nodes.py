@@ -44,6 +44,9 @@ class NodeStore:
         """CloudVM WorkerNodes a person declared that still wait for an instance."""
         self.gone: dict[str, datetime] = {}
         """WorkerNodes this pool removed (name -> when), so late events cannot revive them."""
+        self._handed: dict[str, tuple[dict[str, Any], Mapping[str, Any]]] = {}
+        """Per node, the fields last handed to the status writer and the server status
+        they were compared with (`contribute_statuses`)."""
 
     def ours(self, body: Mapping[str, Any]) -> bool:
         meta = body.get("metadata", {})
@@ -196,14 +199,25 @@ class NodeStore:
     def contribute_statuses(self, containers_by_node: Mapping[str, list[str]]) -> None:
         """Hand the pool's status fields of every node to the one status writer. The
         probe time alone moving is not a change worth a write: `lastProbe` is sent when
-        the probe's result or message changed (or with any other change)."""
+        the probe's result or message changed (or with any other change). A node whose
+        fields and server status (the same object: the writer replaces it at every watch
+        event and write) are those of the last hand-over is skipped."""
         if self.ctx.status is None:
             return
+        handed, self._handed = self._handed, {}
         for w in self.ctx.workers.values():
             if w.body is None:
                 continue
             fields = self.pool_status(w, containers_by_node.get(w.name, []))
-            current = self.ctx.status.server_status(w.name).get("lastProbe") or {}
+            server = self.ctx.status.server_status(w.name)
+            last = handed.get(w.name)
+            self._handed[w.name] = (dict(fields), server)
+            if last is not None and last[1] is server and last[0] == fields:
+                # the same fields against the very status they were compared with: the
+                # writer would find nothing new (bench_dispatch, 100 nodes: 29 % of the
+                # dispatcher's round went to handing unchanged fields over again)
+                continue
+            current = server.get("lastProbe") or {}
             probe = fields.get("lastProbe") or {}
             if (
                 probe
