@@ -35,6 +35,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,16 +137,50 @@ def py_spy() -> str:
     return shutil.which("py-spy") or str(beside)
 
 
+CPU_SPLIT: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("SSH (handshakes, proof, commands)", ("asyncssh/", "nodewarden/ssh/")),
+    ("API calls", ("kubernetes_asyncio/", "aiohttp/", "nodewarden/kube/")),
+    ("cloud calls", ("libcloud/", "nodewarden/cloud/")),
+    ("planning", ("nodewarden/scheduling/", "dispatch/planner.py", "dispatch/replan.py")),
+    ("power controller", ("nodewarden/power/", "nodewarden/rules/")),
+    ("dispatcher and pool rounds", ("nodewarden/dispatch/", "nodewarden/pool/")),
+    ("metrics endpoint", ("prometheus_client/", "nodewarden/endpoints.py")),
+    ("logging", ("logging/", "nodewarden/logs.py")),
+)
+"""Where a sample's CPU goes: the first group any frame of its stack falls in, in this
+order (a status write of the power round counts as an API call), else "other"."""
+IDLE = ("EpollSelector.select", "Condition.wait", "_worker (concurrent/futures/thread.py")
+"""A stack whose innermost frame is one of these is a thread waiting, not CPU."""
+
+
+def samples(raw: Path) -> Iterator[tuple[str, int]]:
+    """py-spy raw (collapsed) stacks: (stack, sample count) per line."""
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            yield stack, int(count)
+
+
+def cpu_split(raw: Path) -> dict[str, float]:
+    """py-spy raw stacks -> the share of busy samples (`IDLE` left out) per `CPU_SPLIT`
+    group."""
+    shares: Counter[str] = Counter()
+    total = 0
+    for stack, n in samples(raw):
+        if stack.rsplit(";", 1)[-1].startswith(IDLE):
+            continue  # a thread waiting: no CPU
+        total += n
+        group = next((name for name, marks in CPU_SPLIT if any(m in stack for m in marks)), "other")
+        shares[group] += n
+    return {name: round(n / max(1, total), 3) for name, n in shares.most_common()}
+
+
 def summarize_profile(raw: Path, top: int = 15) -> list[str]:
     """py-spy raw (collapsed) stacks -> the functions with most samples (inclusive, self)."""
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
     total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
+    for stack, n in samples(raw):
         total += n
         frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") for f in stack.split(";")]
         for f in set(frames):
@@ -330,9 +365,14 @@ def main() -> int:
     print("load:", os.getloadavg())
     if args.profile is not None and args.profile.exists():
         print("\n".join(summarize_profile(args.profile)))
+        cpu = medians["operator_cpu_seconds"] * 1000 / runs[-1]["containers"]
+        print(f"operator CPU per container {cpu:.1f} ms, split by py-spy samples (last run):")
+        for name, share in cpu_split(args.profile).items():
+            print(f"  {share:6.1%}  {cpu * share:6.1f} ms  {name}")
     print(
-        "targets: <= 20 s to all Running, first Running <= 5 s, operator RSS <= 200 MB, "
-        "<= 4 ContainerDispatch writes per container (Queued to Complete)"
+        "targets (issue 23, at calibration 2.34 s; scale by this machine's figure): "
+        "<= 20 s to all Running for 1,000, first Running <= 5 s, operator RSS <= 200 MB, "
+        "<= 15 ms operator CPU and <= 4 API requests (Events included) per container"
     )
     return 0 if all(r["all_running"] for r in runs) else 1
 
