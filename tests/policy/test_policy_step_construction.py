@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import typing
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -23,6 +24,18 @@ from policy_builders import NOW, idle_facts, off_facts, off_state, on_state
 from pydantic import BaseModel
 from test_policy_record_construction import POLICIES, _event, _healthy, _refresh
 
+from nodewarden.policy.actions import (
+    ACTION_TYPES,
+    POLL_OBSERVED_POWER,
+    Action,
+    CloseTransition,
+    OpenTransition,
+    describe,
+    refresh_facts,
+    request_power,
+    reread_demand,
+    schedule_recheck,
+)
 from nodewarden.policy.base import replaced
 from nodewarden.policy.events import AdmissionClosed, Evaluate, Event, PolicyChanged
 from nodewarden.policy.facts import DemandReading, NodeFacts
@@ -156,3 +169,48 @@ def test_models_built_without_validation_copy_like_validated_ones() -> None:
     request = new_request("On", 1, NOW)
     assert request == PowerRequest(action="On", attempt=1, requested_at=NOW)
     assert request.model_copy(update={"detail": "x"}).detail == "x"
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = list(cls.__subclasses__())
+    for sub in cls.__subclasses__():
+        found += _subclasses(sub)
+    return found
+
+
+def test_action_and_event_models_have_no_subclasses_the_exact_type_checks_would_miss() -> None:
+    """The step tells actions and events apart by exact type (`type(a) is X`, cheaper than
+    a failing isinstance against a pydantic model): a subclass would slip past it."""
+    events = typing.get_args(typing.get_args(Event)[0])
+    assert len(events) == 12 and len(ACTION_TYPES) == len(
+        typing.get_args(typing.get_args(Action)[0])
+    )
+    for model in (*ACTION_TYPES, *events):
+        assert _subclasses(model) == [], model
+    assert set(typing.get_args(typing.get_args(Action)[0])) == set(ACTION_TYPES)
+
+
+def test_describe_names_every_action_as_before() -> None:
+    at = NOW + timedelta(seconds=90)
+    assert [
+        describe(a)
+        for a in (
+            schedule_recheck(at, "DEFER"),
+            request_power("wake-1", "On", 2),
+            refresh_facts(("work", "inhibitors")),
+            CloseTransition(transition_id="t", kind=TransitionKind.WAKE, outcome="Aborted"),
+            OpenTransition(
+                transition_id="t", kind=TransitionKind.SHUTDOWN, origin="Policy", deadline=at
+            ),
+            POLL_OBSERVED_POWER,
+            reread_demand(None),
+        )
+    ] == [
+        f"ScheduleRecheck({at.isoformat()})",
+        "RequestPower(On, attempt 2)",
+        "RefreshFacts(work,inhibitors)",
+        "CloseTransition(Wake, Aborted)",
+        "OpenTransition(Shutdown)",
+        "PollObservedPower",
+        "RereadDemand",
+    ]
