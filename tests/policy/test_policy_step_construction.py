@@ -13,8 +13,10 @@ merged facts must survive a full pydantic validation round trip unchanged.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import typing
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -38,7 +40,8 @@ from nodewarden.policy.actions import (
 )
 from nodewarden.policy.base import replaced
 from nodewarden.policy.events import AdmissionClosed, Evaluate, Event, PolicyChanged
-from nodewarden.policy.facts import DemandReading, NodeFacts
+from nodewarden.policy.facts import DemandReading, FleetReading, NodeFacts
+from nodewarden.policy.gateblocks import _fleet_gate, fleet_gate
 from nodewarden.policy.machine import Step, step
 from nodewarden.policy.state import (
     AdmissionState,
@@ -214,3 +217,33 @@ def test_describe_names_every_action_as_before() -> None:
         "PollObservedPower",
         "RereadDemand",
     ]
+
+
+def test_the_fleet_gate_kept_for_a_reading_is_the_one_computed_for_its_inputs() -> None:
+    """`fleet_gate` keeps its results for the last reading per policy: every combination
+    of flags and node (counted as warm idle or not) still gets its own result, and a new
+    reading, even an equal one, is judged afresh."""
+    fleet = FleetReading(
+        source="fleet",
+        observed_at=NOW,
+        transitions_in_progress=2,
+        warm_idle_nodes=1,
+        node_class="gpu",
+        class_warm_idle=1,
+        warm_target=1,
+        warm_lever="WarmWindow",
+        warm_why="window",
+    )
+    pol = replace(POLICIES[0], max_concurrent_transitions=2, min_warm_nodes=1)
+    idle, busy = on_state(), on_state().model_copy(update={"state": PowerState.ACTIVE})
+    for reading in (fleet, fleet.model_copy(), fleet.model_copy(update={"warm_idle_nodes": 3})):
+        for _ in range(2):  # computed, then kept
+            for flags in itertools.product((False, True), repeat=3):
+                for state in (idle, busy, None):
+                    own, warm, budget = flags
+                    got = fleet_gate(reading, pol, own, warm, budget, state)
+                    counted = state is idle
+                    assert got == _fleet_gate(reading, pol, own, warm, budget, counted)
+    kept = fleet_gate(fleet, pol, False, True, True, idle)
+    assert fleet_gate(fleet, pol, False, True, True, idle) is kept
+    assert fleet_gate(fleet, pol, False, True, True, busy) != kept  # one warm node fewer
