@@ -201,6 +201,29 @@ class Sourced(Collector):
         yield family
 
 
+_BEFORE_SCRAPE: list[weakref.ref[Callable[[], None]]] = []
+
+
+def before_scrape(refresh: Callable[[], None]) -> None:
+    """Run `refresh` before each /metrics scrape (`scraping`): what is costly to keep
+    current after every change (a pass over every node) is brought up to date once per
+    scrape instead. Held weakly, like `Sourced`'s sources."""
+    bound = hasattr(refresh, "__self__")
+    _BEFORE_SCRAPE.append(weakref.WeakMethod(refresh) if bound else weakref.ref(refresh))
+
+
+def scraping() -> None:
+    """Bring the refreshed metrics up to date (the /metrics handler, before it renders)."""
+    live = []
+    for ref in _BEFORE_SCRAPE:
+        refresh = ref()
+        if refresh is None:
+            continue
+        live.append(ref)
+        refresh()
+    _BEFORE_SCRAPE[:] = live
+
+
 def sourced(
     name: str, documentation: str, kind: Literal["gauge", "counter"], labels: list[str]
 ) -> Sourced:

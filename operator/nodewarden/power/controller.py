@@ -71,6 +71,7 @@ from nodewarden.fleet.ports import PoolPort, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
 from nodewarden.kube.requesters import RequesterAdmission
+from nodewarden.metrics import before_scrape
 from nodewarden.power.admitting import ApiShutdown, ShutdownGate
 from nodewarden.power.agenda import Timer
 from nodewarden.power.consolidating import PowerConsolidation
@@ -201,6 +202,7 @@ class PowerController:
             inforce=self.inforce,
             consolidation=self.consolidation,
         )
+        before_scrape(self._round.publish_gauges)
 
     @property
     def fold(self) -> Callable[[Mapping[str, Any]], bool] | None:

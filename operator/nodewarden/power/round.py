@@ -90,6 +90,8 @@ class Round:
         consolidation: PowerConsolidation,
     ) -> None:
         self.ctx = ctx
+        self.gauges_stale = True
+        """Whether the gauges lag the nodes (`publish_gauges`)."""
         self.consolidation = consolidation
         self.energy = energy
         self.warmth = warmth
@@ -185,8 +187,17 @@ class Round:
         self._held = stepped_holds  # only a step's hold is never renewed
         if stepping or agenda.roster_changed:
             agenda.roster_changed = False
-            gauges.publish(ctx.nodes.values(), now)
+            self.gauges_stale = True  # published at the next scrape (`publish_gauges`)
         agenda.compact(len(ctx.nodes), self._timers)
+
+    def publish_gauges(self) -> None:
+        """Set the power path's gauges from every node (`gauges.publish`, a pass over the
+        fleet), if a round stepped a node or the roster changed since the last time: run
+        before each /metrics scrape (`metrics.before_scrape`), so its cost follows the
+        scrapes, not the rounds."""
+        if self.gauges_stale:
+            self.gauges_stale = False
+            gauges.publish(self.ctx.nodes.values(), self.ctx.clock())
 
     def _start_up_facts_in(self, name: str) -> bool:
         """Whether a starting node's first facts are in (`power.firstwrites`): its verdict,
@@ -267,6 +278,13 @@ class Round:
 
     async def process(self, rt: NodeRuntime, now: datetime, due: bool = False) -> None:
         """Step `rt` through every event it holds (a recheck or deadline when none)."""
+        try:
+            await self._process(rt, now, due)
+        finally:
+            gauges.date_stale(rt, now)  # a stale episode is dated by the step that saw it
+            self.gauges_stale = True
+
+    async def _process(self, rt: NodeRuntime, now: datetime, due: bool) -> None:
         self._asked.discard(rt.name)  # stepped: what it asked for is in (or asked again)
         if rt.spec is None:
             rt.events.clear()
