@@ -212,6 +212,11 @@ def before_scrape(refresh: Callable[[], None]) -> None:
     _BEFORE_SCRAPE.append(weakref.WeakMethod(refresh) if bound else weakref.ref(refresh))
 
 
+def no_longer_before_scrape(refresh: Callable[[], None]) -> None:
+    """Stop running `refresh` before scrapes (its owner stopped)."""
+    _BEFORE_SCRAPE[:] = [ref for ref in _BEFORE_SCRAPE if ref() not in (None, refresh)]
+
+
 def scraping() -> None:
     """Bring the refreshed metrics up to date (the /metrics handler, before it renders)."""
     live = []

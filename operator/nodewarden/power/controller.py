@@ -71,7 +71,7 @@ from nodewarden.fleet.ports import PoolPort, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
 from nodewarden.kube.requesters import RequesterAdmission
-from nodewarden.metrics import before_scrape
+from nodewarden.metrics import before_scrape, no_longer_before_scrape
 from nodewarden.power.admitting import ApiShutdown, ShutdownGate
 from nodewarden.power.agenda import Timer
 from nodewarden.power.consolidating import PowerConsolidation
@@ -405,6 +405,7 @@ class PowerController:
                 drained.cancelled,
             )
         self.energy.close()
+        no_longer_before_scrape(self._round.publish_gauges)  # a stopped fleet shows nothing
         await self.control.close()
 
     async def round(self) -> None:

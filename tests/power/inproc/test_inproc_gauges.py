@@ -52,6 +52,10 @@ async def test_rounds_make_no_gauge_pass_and_a_scrape_makes_one(
         scraping()
         assert len(passes) == 2
         assert (nodes_in("Active"), nodes_in("Idle")) == (19, 1)
+        a.hosts["n01"].runners = 0
+        await a.run_until(lambda: a.state("n01") == "Idle", within=60, tick=2.0, what="n01 Idle")
     finally:
         await a.ctrl.stop()
         await a.settle()
+    scraping()  # a stopped controller's fleet is no longer published
+    assert len(passes) == 2
