@@ -1,0 +1,89 @@
+"""The resharder's decision per node (`resharding.next_step`), its label patches, and the
+owner's side in the scope (`ShardScope.draining`): in process, no API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nodewarden.fence import Leadership
+from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, shard_of
+from nodewarden.shards.resharder import Pass, labels_patch
+from nodewarden.shards.resharding import Step, StepKind, apply, next_step
+from nodewarden.shards.scope import ShardScope
+
+ALL = frozenset(range(8))
+
+
+def key_moving(old: int, new: int) -> str:
+    return next(
+        k for k in (f"ns/n{i}" for i in range(1000)) if shard_of(k, old) != shard_of(k, new)
+    )
+
+
+def test_next_step_drains_assigns_and_otherwise_waits() -> None:
+    key = key_moving(2, 3)
+    source, target = shard_of(key, 2), shard_of(key, 3)
+    assert next_step(key, {SHARD_LABEL: str(source)}, 3, ALL) == Step(StepKind.DRAIN, key, source)
+    assert next_step(key, {}, 3, ALL) == Step(StepKind.ASSIGN, key, target)
+    # draining: only its owner writes next (RELEASE)
+    assert next_step(key, {SHARD_LABEL: str(source), DRAIN_LABEL: str(source)}, 3, ALL) is None
+    # in place; malformed; labelled beyond the count (an old resharder): left alone
+    assert next_step(key, {SHARD_LABEL: str(target)}, 3, ALL) is None
+    assert next_step(key, {SHARD_LABEL: "x"}, 3, ALL) is None
+    assert next_step(key, {SHARD_LABEL: str(target)}, 2, ALL) is None
+    # never towards a shard whose Lease nobody holds yet
+    assert next_step(key, {SHARD_LABEL: str(source)}, 3, ALL - {target}) is None
+    assert next_step(key, {}, 3, ALL - {target}) is None
+
+
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 200))
+def test_walking_the_steps_ends_every_node_in_its_shard(old: int, new: int, i: int) -> None:
+    """DRAIN (resharder), RELEASE (owner), ASSIGN (resharder): never a step the labels
+    refuse, and at the end the node sits in `shard_of(key, new)` (growing; a shrink
+    leaves nodes of removed shards alone, not built)."""
+    if new < old:
+        old, new = new, old
+    key = f"ns/node-{i}"
+    labels: dict[str, str] = {SHARD_LABEL: str(shard_of(key, old))}
+    for _ in range(4):
+        step = next_step(key, labels, new, ALL)
+        if step is None and DRAIN_LABEL in labels:
+            step = Step(StepKind.RELEASE, key, int(labels[DRAIN_LABEL]))
+        if step is None:
+            break
+        labels = apply(labels, step)
+    assert labels == {SHARD_LABEL: str(shard_of(key, new))}
+
+
+def test_labels_patch_removes_what_the_step_drops_and_carries_the_version() -> None:
+    release = Step(StepKind.RELEASE, "ns/a", 1)
+    assert labels_patch("7", release.before(), release.after()) == {
+        "metadata": {"resourceVersion": "7", "labels": {SHARD_LABEL: None, DRAIN_LABEL: None}}
+    }
+    drain = Step(StepKind.DRAIN, "ns/a", 1)
+    assert labels_patch("8", drain.before(), drain.after())["metadata"]["labels"] == {
+        SHARD_LABEL: "1",
+        DRAIN_LABEL: "1",
+    }
+    assert Pass().settled and not Pass(pending=1).settled
+
+
+def body(name: str, rv: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": rv, "labels": labels}}
+
+
+def test_the_scope_stops_acting_on_a_draining_node_and_lists_it_for_release() -> None:
+    leads: dict[int, Leadership] = {}
+    scope = ShardScope(leads.get)
+    scope.acquired(0)
+    scope.observe(body("a", "1", **{SHARD_LABEL: "0"}))
+    scope.observe(body("b", "1", **{SHARD_LABEL: "1", DRAIN_LABEL: "1"}))  # not ours
+    assert scope.acts_on("a") and scope.draining() == [] and not scope.drain_seen.is_set()
+    scope.observe(body("a", "2", **{SHARD_LABEL: "0", DRAIN_LABEL: "0"}))
+    assert not scope.acts_on("a")
+    assert scope.draining() == [("a", 0, "2")] and scope.drain_seen.is_set()
+    scope.observe(body("a", "3"))  # released
+    assert scope.draining() == [] and not scope.acts_on("a")
