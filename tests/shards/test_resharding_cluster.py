@@ -125,6 +125,19 @@ async def test_resharding_two_to_three_under_load_never_two_owners(
     def everyone_owned() -> bool:
         return all(a.owns(n) or b.owns(n) for n in NODES)
 
+    def holder(shard: int) -> str | None:
+        return next((r.name for r in (a, b) if shard in r.elector.held), None)
+
+    def owned_by_target_holders() -> bool:
+        """Every node owned by exactly the holder of its shard under 3, and acted on by
+        it since the change (its new owner took over under load)."""
+        acted = {(x.node, x.actor) for x in fleet.actions[since:]}
+        for n in NODES:
+            want = holder(shard_of(keys[n], 3))
+            if {r.name for r in (a, b) if r.owns(n)} != {want} or (n, want) not in acted:
+                return False
+        return True
+
     try:
         await until(lambda: labelled(2), 15, "every node labelled for 2 shards")
         await until(
@@ -132,18 +145,28 @@ async def test_resharding_two_to_three_under_load_never_two_owners(
             15,
             "1 + 1 shards, every node owned",
         )
-        since = len(fleet.actions)
+        since = len(fleet.actions)  # under load: every node acted on by its owner, then
+        await until(
+            lambda: (
+                {(x.node, x.actor) for x in fleet.actions[since:]}
+                >= {(n, holder(shard_of(keys[n], 2))) for n in NODES}
+            ),
+            10,
+            "every node acted on by its shard's holder",
+        )
         changed = time.monotonic()
         count[0] = 3  # the rollout of the new count: every replica and the resharder
         a.elector.set_shards(3)
         b.elector.set_shards(3)
         await until(lambda: labelled(3), 20, "every node labelled for 3 shards")
-        await until(everyone_owned, 10, "every node owned again")
+        await until(
+            lambda: owned_by_target_holders() or timeline.two_owners(since=changed),
+            10,
+            "every node owned by its new shard's holder, and acted on by it",
+        )
         settled = time.monotonic()
-        # under load: the moving nodes were acted on before and after their move
+        assert timeline.two_owners(since=changed) == {}
         window = fleet.actions[since:]
-        for node in moving:
-            assert {x.actor for x in window if x.node == node}, node
         print(
             f"2 -> 3: {len(moving)} of {len(NODES)} nodes moved in {settled - changed:.1f}s, "
             f"{len(window)} power requests meanwhile"
@@ -160,7 +183,11 @@ async def test_resharding_two_to_three_under_load_never_two_owners(
         assert max(ownerless[n] for n in set(NODES) - moving) == 0.0
 
         # the canary: a -> b in one write, while the old owner's view lags (its watch has
-        # not yet delivered the write): both act, and both pieces of evidence say so
+        # not yet delivered the write): both act, and both pieces of evidence say so. The
+        # resharder stops first: it would DRAIN the node back towards its shard
+        resharder = side.pop(0)
+        resharder.cancel()
+        await asyncio.gather(resharder, return_exceptions=True)
         moved_to = {r.name: r for r in (a, b)}
         owner = next(r for r in (a, b) if len(r.elector.held) == 1)
         other = b if owner is a else a
