@@ -3,16 +3,23 @@ owner's side in the scope (`ShardScope.draining`): in process, no API server."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from datetime import UTC, datetime
+from typing import Any, cast
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from nodewarden.fence import Leadership
+from nodewarden.kube.client import Conflict, Kube
+from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, shard_of
+from nodewarden.shards.release import release_drained
 from nodewarden.shards.resharder import Pass, labels_patch
 from nodewarden.shards.resharding import Step, StepKind, apply, next_step
-from nodewarden.shards.scope import ShardScope
+from nodewarden.shards.scope import ShardedPowerControl, ShardScope
+from nodewarden_doubles.hollow import side_node_spec
 
 ALL = frozenset(range(8))
 
@@ -87,3 +94,70 @@ def test_the_scope_stops_acting_on_a_draining_node_and_lists_it_for_release() ->
     assert scope.draining() == [("a", 0, "2")] and scope.drain_seen.is_set()
     scope.observe(body("a", "3"))  # released
     assert scope.draining() == [] and not scope.acts_on("a")
+
+
+class FakeKube:
+    """The one call `release_drained` makes: a merge patch (a Conflict when asked)."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.conflict = False
+
+    async def patch(self, kind: object, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+        if self.conflict:
+            raise Conflict("changed")
+        self.patches.append((name, patch))
+        return body(name, "9")
+
+
+async def test_the_owner_releases_a_drained_node_only_when_idle_and_while_it_holds_the_shard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    lead = Leadership("nw-shard-0", 15.0, 5.0, clock=lambda: clock[0])
+    lead.renewed(clock[0], 3)
+    leads = {0: lead}
+    scope = ShardScope(leads.get)
+    scope.acquired(0)
+    scope.observe(body("a", "4", **{SHARD_LABEL: "0", DRAIN_LABEL: "0"}))
+    gate = asyncio.Event()
+
+    async def slow(self: PowerControl, node: NodeRef, *_: object) -> str:
+        await gate.wait()
+        return "sent"
+
+    monkeypatch.setattr(PowerControl, "request", slow)
+    control = ShardedPowerControl(scope, cast(Any, None), None, None, lambda: datetime.now(tz=UTC))
+    kube = FakeKube()
+    # a request that started before the drain was seen is under way: no release yet
+    scope.observe(body("a", "3", **{SHARD_LABEL: "0"}))
+    under_way = asyncio.create_task(
+        control.request(NodeRef("a", side_node_spec("a")), "t", 1, "On")
+    )
+    await asyncio.sleep(0)
+    scope.observe(body("a", "4", **{SHARD_LABEL: "0", DRAIN_LABEL: "0"}))
+    assert control.busy("a")
+    assert await release_drained(cast(Kube, kube), "ns", scope, control) == 0
+    gate.set()
+    await under_way
+    # a 409 (changed since observed): nothing released, tried again later
+    kube.conflict = True
+    assert await release_drained(cast(Kube, kube), "ns", scope, control) == 0
+    kube.conflict = False
+    # no valid Leadership of the shard (never renewed, as after a lapse): nothing written
+    leads[0] = Leadership("nw-shard-0", 15.0, 5.0, clock=lambda: clock[0])
+    assert await release_drained(cast(Kube, kube), "ns", scope, control) == 0
+    leads[0] = lead
+    assert await release_drained(cast(Kube, kube), "ns", scope, control) == 1
+    assert kube.patches == [
+        (
+            "a",
+            {
+                "metadata": {
+                    "resourceVersion": "4",
+                    "labels": {SHARD_LABEL: None, DRAIN_LABEL: None},
+                }
+            },
+        )
+    ]
+    assert scope.draining() == [] and scope.shard_of("a") is None  # the written body observed
