@@ -22,14 +22,8 @@ from typing import Any
 
 from nodewarden.check.lease import parse_time
 from nodewarden.check.result import CheckResult, passed, warned
-from nodewarden.shards.keys import (
-    DRAIN_LABEL,
-    SHARD_LABEL,
-    lease_name,
-    node_key,
-    parse_shard,
-    shard_of,
-)
+from nodewarden.shards import keys
+from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, lease_name, parse_shard
 
 CHECK = "shards"
 
@@ -86,7 +80,7 @@ def shard_results(
         else:
             per_shard[shard] += 1
             name = meta.get("name")
-            if name and shard != shard_of(node_key(namespace, name), shards):
+            if name and shard != keys.shard_of(keys.node_key(namespace, name), shards):
                 elsewhere += 1
     results = [
         _shard_line(
