@@ -16,13 +16,24 @@ owner's view lags: the same two pieces of evidence catch it.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
-from shardkit import DISPATCHER, DURATION, NODES, Replica, api_client, until, workernodes
+from shardkit import (
+    DISPATCHER,
+    DURATION,
+    NODES,
+    Replica,
+    api_client,
+    side_node_body,
+    until,
+    workernodes,
+)
 
-from clusterkit import ClusterHandle
+from clusterkit import ClusterHandle, start_operator, wait_for
 from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.kube.client import Kube
 from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, label_value, node_key, shard_of
@@ -241,3 +252,46 @@ async def test_an_old_resharder_leaves_nodes_of_shards_beyond_its_count_alone(
         await r.elector.close()
         await r.stop()
         await api.close()
+
+
+def test_the_operator_started_with_three_shards_moves_nodes_labelled_for_two(
+    cluster: ClusterHandle, namespace: str, tmp_path: Path
+) -> None:
+    """The service wiring: WorkerNodes labelled for 2 shards (as an operator with
+    `sharding.shards: 2` left them); an operator process with 3 (the rollout of the new
+    count, one replica): its resharder DRAINs the nodes whose shard changes, its power
+    path (the feed's scope) RELEASEs them, the resharder ASSIGNs them: every node ends
+    labelled for 3, none left draining."""
+    keys = {n: node_key(namespace, n) for n in NODES}
+    moves = [n for n in NODES if shard_of(keys[n], 2) != shard_of(keys[n], 3)]
+    assert moves, "no node moves 2 -> 3 in this namespace (a 3e-4 chance): rerun"
+    moving = moves[:3]
+    names = moving + [n for n in NODES if n not in moves][:5]
+    items = [side_node_body(n, **{SHARD_LABEL: label_value(shard_of(keys[n], 2))}) for n in names]
+    cluster.kubectl(
+        "-n", namespace, "apply", "-f", "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+    )  # fmt: skip
+
+    def labelled() -> bool:
+        got = labels_of(cluster, namespace)
+        return all(
+            got[n].get(SHARD_LABEL) == label_value(shard_of(keys[n], 3))
+            and DRAIN_LABEL not in got[n]
+            for n in names
+        )
+
+    conf = tmp_path / "config.yaml"
+    conf.write_text(json.dumps({"sharding": {"shards": 3, "labeller_interval": 0.5}}))
+    op = start_operator(
+        cluster, namespace, tmp_path, f"--config={conf}", f"--kubeconfig={cluster.kubeconfig}"
+    )
+    try:
+        started = time.monotonic()
+        wait_for(labelled, 20, what="every node labelled for 3 shards")
+        print(f"operator: {len(moving)} nodes moved 2 -> 3 in {time.monotonic() - started:.1f}s")
+        assert op.stop() == 0
+    finally:
+        op.stop()
+    log = op.logs()
+    assert log.count("released node from shard") == len(moving), log[-3000:]
