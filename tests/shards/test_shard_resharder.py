@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -16,7 +17,7 @@ from nodewarden.kube.client import Conflict, Kube
 from nodewarden.power.control import NodeRef, PowerControl
 from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, shard_of
 from nodewarden.shards.release import release_drained
-from nodewarden.shards.resharder import Pass, labels_patch
+from nodewarden.shards.resharder import Pass, labels_patch, reshard
 from nodewarden.shards.resharding import Step, StepKind, apply, next_step
 from nodewarden.shards.scope import ShardedPowerControl, ShardScope
 from nodewarden_doubles.hollow import side_node_spec
@@ -161,3 +162,53 @@ async def test_the_owner_releases_a_drained_node_only_when_idle_and_while_it_hol
         )
     ]
     assert scope.draining() == [] and scope.shard_of("a") is None  # the written body observed
+
+
+class ListingKube:
+    """`reshard`'s calls: the Leases (all held), the nodes, patches recorded."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self.nodes = nodes
+        self.patches: list[str] = []
+        leases = [
+            SimpleNamespace(
+                metadata=SimpleNamespace(name=f"nw-shard-{s}"),
+                spec=SimpleNamespace(holder_identity="pod-a"),
+            )
+            for s in range(3)
+        ]
+        listing = SimpleNamespace(items=leases)
+
+        async def list_namespaced_lease(*_: object, **__: object) -> Any:
+            return listing
+
+        self.coordination = SimpleNamespace(list_namespaced_lease=list_namespaced_lease)
+
+    async def list(self, *_: object, **__: object) -> list[dict[str, Any]]:
+        return self.nodes
+
+    async def patch(self, kind: object, namespace: str, name: str, patch: Any) -> Any:
+        self.patches.append(name)
+        return {}
+
+
+async def test_a_pass_counts_what_it_wrote_and_what_waits_and_settles_when_nothing_does() -> None:
+    key = key_moving(2, 3)
+    name = key.removeprefix("ns/")
+    source, target = str(shard_of(key, 2)), str(shard_of(key, 3))
+    kube = ListingKube(
+        [
+            body(name, "1", **{SHARD_LABEL: source}),  # drained
+            body("new", "1"),  # assigned
+            body("gone", "1", **{SHARD_LABEL: "7"}),  # beyond the count: left alone
+            body("odd", "1", **{SHARD_LABEL: "x"}),  # malformed: left alone
+        ]
+    )
+    done = await reshard(cast(Kube, kube), "ns", 3, "nw")
+    assert (done.drained, done.assigned, done.beyond, done.malformed) == (1, 1, 1, 1)
+    assert kube.patches == [name, "new"] and not done.settled
+    kube.nodes = [body(name, "2", **{SHARD_LABEL: source, DRAIN_LABEL: source})]
+    waiting = await reshard(cast(Kube, kube), "ns", 3, "nw")
+    assert waiting.pending == 1 and not waiting.settled  # its owner's RELEASE is next
+    kube.nodes = [body(name, "3", **{SHARD_LABEL: target}), body("odd", "1", **{SHARD_LABEL: "x"})]
+    assert (await reshard(cast(Kube, kube), "ns", 3, "nw")).settled

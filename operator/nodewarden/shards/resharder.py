@@ -54,7 +54,7 @@ from nodewarden.shards.keys import (
     shard_of,
 )
 from nodewarden.shards.labeller import UNLABELLED
-from nodewarden.shards.resharding import StepKind, next_step
+from nodewarden.shards.resharding import StepKind, acting_shard, next_step
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,10 @@ class Pass:
     pending: int = 0
     """Nodes not yet where they belong and not written this pass (draining: waiting for
     their owner's RELEASE; their target shard not held yet; a write refused)."""
+    malformed: int = 0
+    """Nodes whose labels name no owner (a malformed shard label, a drain label naming
+    another shard): acted on by nobody, left alone (a person edited them: `nodewarden
+    check` counts them), and no reason to list every node again."""
 
     @property
     def settled(self) -> bool:
@@ -111,7 +115,7 @@ async def reshard(
     """One pass (see module) over every WorkerNode, or (`every` False) only over the
     unlabelled ones (`!nodewarden.io/shard`: new nodes, released ones)."""
     usable = await usable_shards(kube, namespace, dispatcher_id)
-    drained = assigned = beyond = pending = 0
+    drained = assigned = beyond = pending = malformed = 0
     if not usable:
         return Pass(pending=1)
     selector = None if every else UNLABELLED
@@ -128,7 +132,9 @@ async def reshard(
         key = node_key(namespace, name)
         step = next_step(key, labels, shards, usable)
         if step is None:
-            if DRAIN_LABEL in labels or label != shard_of(key, shards):
+            if (SHARD_LABEL in labels or DRAIN_LABEL in labels) and acting_shard(labels) is None:
+                malformed += 1  # nobody acts on it; relabelling it is a person's call
+            elif DRAIN_LABEL in labels or label != shard_of(key, shards):
                 pending += 1
             continue
         patch = labels_patch(meta.get("resourceVersion"), step.before(), step.after())
@@ -145,11 +151,13 @@ async def reshard(
             drained += 1
         else:
             assigned += 1
-    done = Pass(drained, assigned, beyond, pending)
+    done = Pass(drained, assigned, beyond, pending, malformed)
     if drained or assigned:
         log.info(
             "resharder pass", extra={"drained": drained, "assigned": assigned, "shards": shards}
         )
+    if malformed:
+        log.warning("resharder: %d nodes with malformed shard labels left alone", malformed)
     if beyond:
         log.warning(
             "resharder: %d nodes labelled with a shard beyond the configured count %d: left "
