@@ -71,7 +71,6 @@ from nodewarden.fleet.ports import PoolPort, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
 from nodewarden.kube.requesters import RequesterAdmission
-from nodewarden.metrics import before_scrape, no_longer_before_scrape
 from nodewarden.power.admitting import ApiShutdown, ShutdownGate
 from nodewarden.power.agenda import Timer
 from nodewarden.power.consolidating import PowerConsolidation
@@ -92,6 +91,7 @@ from nodewarden.power.warming import PowerWarmth
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.views import ContainerView, Plan
+from nodewarden.scraped import before_scrape, no_longer_before_scrape
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import ProbeReport
 

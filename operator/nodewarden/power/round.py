@@ -193,7 +193,7 @@ class Round:
     def publish_gauges(self) -> None:
         """Set the power path's gauges from every node (`gauges.publish`, a pass over the
         fleet), if a round stepped a node or the roster changed since the last time: run
-        before each /metrics scrape (`metrics.before_scrape`), so its cost follows the
+        before each /metrics scrape (`scraped.before_scrape`), so its cost follows the
         scrapes, not the rounds."""
         if self.gauges_stale:
             self.gauges_stale = False

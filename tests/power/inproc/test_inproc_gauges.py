@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from harness import PowerHarness
 
-from nodewarden.metrics import REGISTRY, scraping
+from nodewarden.metrics import REGISTRY
 from nodewarden.power import gauges
+from nodewarden.scraped import scraping
 
 
 def nodes_in(state: str) -> float:
