@@ -36,8 +36,9 @@ SHARDS_HELD = Gauge(
 SHARD_HANDOVERS = Counter(
     "nodewarden_shard_handovers_total",
     "Shard Leases taken or given up by this replica, by reason: acquired, rebalanced "
-    "(released for the balance), stopping (released on a clean stop), lost (not renewed "
-    "in time, another holder, a stall).",
+    "(released for the balance), stopping (released on a clean stop), retired (its shard "
+    "is at or above a lowered shard count), lost (not renewed in time, another holder, a "
+    "stall).",
     ["dispatcher_id", "reason"],
     registry=REGISTRY,
 )

@@ -170,6 +170,11 @@ class ShardElector:
                     await step()
             except TimeoutError:
                 log.warning("%s took over %.0fs", what, self.lease_duration)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one round (or a callback) must not end the rounds:
+                # the shards held would then lapse unrenewed with no one told
+                log.exception("%s failed; the next round runs as usual", what)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.retry_interval):
                     await stop.wait()
