@@ -59,7 +59,10 @@ class ShardingConfig(_Config):
         "of the shard its nodewarden.io/shard label names.",
     )
     labeller_interval: float = Field(
-        default=5.0, gt=0, description="Seconds between passes labelling unlabelled WorkerNodes."
+        default=5.0,
+        gt=0,
+        description="Seconds between resharder passes (labelling unlabelled WorkerNodes, "
+        "moving nodes after a shard-count change).",
     )
     cross_process_admission: bool = Field(
         default=False,

@@ -51,6 +51,7 @@ from pydantic import SecretStr
 
 from nodewarden.listener import ListenerLimits, start_guarded
 from nodewarden.metrics import REGISTRY
+from nodewarden.scraped import scraping
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +269,7 @@ def build_app(health: Health, routes: Routes = "all") -> web.Application:
             refused = await authenticate(request)
             if refused is not None:
                 return refused
+        scraping()  # gauges kept current per scrape, not per round (`scraped.before_scrape`)
         data = generate_latest(REGISTRY)
         return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -6,16 +6,13 @@ second operator instance in the same process (tests) does not collide.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterable, Iterator
 from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from nodewarden import __version__
 from nodewarden.api.powerpolicy import ResetAction
+from nodewarden.scraped import Sourced
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -39,8 +36,9 @@ SHARDS_HELD = Gauge(
 SHARD_HANDOVERS = Counter(
     "nodewarden_shard_handovers_total",
     "Shard Leases taken or given up by this replica, by reason: acquired, rebalanced "
-    "(released for the balance), stopping (released on a clean stop), lost (not renewed "
-    "in time, another holder, a stall).",
+    "(released for the balance), stopping (released on a clean stop), retired (its shard "
+    "is at or above a lowered shard count), lost (not renewed in time, another holder, a "
+    "stall).",
     ["dispatcher_id", "reason"],
     registry=REGISTRY,
 )
@@ -148,57 +146,6 @@ OVERCOMMITTED_NODES = Gauge(
     "work until it fits.",
     registry=REGISTRY,
 )
-
-Samples = Iterable[tuple[tuple[str, ...], float]]
-"""What a source gives a sourced metric at a scrape: (label values, value) pairs."""
-
-
-class Sourced(Collector):
-    """A metric whose samples are read from its sources at every scrape (never a stored
-    value that could drift from what it sums). A source is a callable held weakly (a
-    bound method's owner may go: its samples go with it)."""
-
-    def __init__(
-        self, name: str, documentation: str, kind: Literal["gauge", "counter"], labels: list[str]
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.kind = kind
-        self._labelnames = tuple(labels)
-        self._sources: list[weakref.ReferenceType[Callable[[], Samples]]] = []
-
-    def add_source(self, source: Callable[[], Samples]) -> None:
-        bound = hasattr(source, "__self__")  # a bound method: held while its owner lives
-        ref = weakref.WeakMethod(source) if bound else weakref.ref(source)
-        self._sources.append(ref)
-
-    def remove_source(self, source: Callable[[], Samples]) -> None:
-        """Stop reading `source` (its owner stopped)."""
-        self._sources = [ref for ref in self._sources if ref() not in (None, source)]
-
-    def _family(self) -> GaugeMetricFamily | CounterMetricFamily:
-        if self.kind == "counter":
-            return CounterMetricFamily(self.name, self.documentation, labels=self._labelnames)
-        return GaugeMetricFamily(self.name, self.documentation, labels=self._labelnames)
-
-    def describe(self) -> Iterator[Metric]:
-        yield self._family()
-
-    def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        totals: dict[tuple[str, ...], float] = {}
-        live = []
-        for ref in self._sources:
-            source = ref()
-            if source is None:
-                continue
-            live.append(ref)
-            for labels, value in source():
-                totals[labels] = totals.get(labels, 0.0) + value
-        self._sources = live
-        for labels, value in sorted(totals.items()):
-            family.add_metric(list(labels), value)
-        yield family
 
 
 def sourced(

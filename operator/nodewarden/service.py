@@ -57,7 +57,8 @@ from nodewarden.logs import setup_logging
 from nodewarden.metrics import LEADER, LOOP_LAG
 from nodewarden.ownership import DISPATCHER_LABEL
 from nodewarden.shards.elector import ShardElector
-from nodewarden.shards.labeller import run_labeller
+from nodewarden.shards.release import run_releases
+from nodewarden.shards.resharder import run_resharder
 from nodewarden.shards.scope import ShardedPowerControl, ShardScope
 from nodewarden.stallwatch import StallWatch, describe
 from nodewarden.units import parse_duration
@@ -315,6 +316,7 @@ async def _act(
     )
     if sharding is not None and isinstance(controller.control, ShardedPowerControl):
         sharding.elector.drain = controller.control.drain  # a release waits for requests
+        sharding.control = controller.control  # and a node's RELEASE too (shards.release)
     health.explain_provider = controller.explain
     # who the API server knows us by: the requestedBy of policy-made intents, the only
     # requester the admission policy admits for source Policy (docs/security.md)
@@ -517,23 +519,30 @@ class _Sharding:
     elector: ShardElector
     scope: ShardScope
     labeller_interval: float
+    control: ShardedPowerControl | None = None
 
     def start(self, kube: Kube, stop: asyncio.Event) -> list[asyncio.Task[None]]:
-        """The balance rounds and the labeller (conditional writes, harmless twice)."""
-        return [
+        """The balance rounds, the resharder (labels new nodes, moves nodes on a count
+        change; conditional writes, harmless twice) and this owner's RELEASEs."""
+        namespace, dispatcher_id = self.elector.namespace, self.elector.dispatcher_id
+        tasks = [
             asyncio.create_task(self.elector.run(stop), name="shard-elector"),
             asyncio.create_task(
-                run_labeller(
+                run_resharder(
                     kube,
-                    self.elector.namespace,
+                    namespace,
                     self.elector.shards,
-                    self.elector.dispatcher_id,
+                    dispatcher_id,
                     stop,
                     self.labeller_interval,
                 ),
-                name="shard-labeller",
+                name="shard-resharder",
             ),
         ]
+        if self.control is not None:
+            releases = run_releases(kube, namespace, self.scope, self.control, stop)
+            tasks.append(asyncio.create_task(releases, name="shard-releases"))
+        return tasks
 
 
 async def _shard_elector(config: OperatorConfig, namespace: str, identity: str) -> ShardElector:

@@ -13,7 +13,10 @@ merged facts must survive a full pydantic validation round trip unchanged.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
+import typing
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -23,9 +26,22 @@ from policy_builders import NOW, idle_facts, off_facts, off_state, on_state
 from pydantic import BaseModel
 from test_policy_record_construction import POLICIES, _event, _healthy, _refresh
 
+from nodewarden.policy.actions import (
+    ACTION_TYPES,
+    POLL_OBSERVED_POWER,
+    Action,
+    CloseTransition,
+    OpenTransition,
+    describe,
+    refresh_facts,
+    request_power,
+    reread_demand,
+    schedule_recheck,
+)
 from nodewarden.policy.base import replaced
 from nodewarden.policy.events import AdmissionClosed, Evaluate, Event, PolicyChanged
-from nodewarden.policy.facts import DemandReading, NodeFacts
+from nodewarden.policy.facts import DemandReading, FleetReading, NodeFacts
+from nodewarden.policy.gateblocks import _fleet_gate, fleet_gate
 from nodewarden.policy.machine import Step, step
 from nodewarden.policy.state import (
     AdmissionState,
@@ -156,3 +172,78 @@ def test_models_built_without_validation_copy_like_validated_ones() -> None:
     request = new_request("On", 1, NOW)
     assert request == PowerRequest(action="On", attempt=1, requested_at=NOW)
     assert request.model_copy(update={"detail": "x"}).detail == "x"
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = list(cls.__subclasses__())
+    for sub in cls.__subclasses__():
+        found += _subclasses(sub)
+    return found
+
+
+def test_action_and_event_models_have_no_subclasses_the_exact_type_checks_would_miss() -> None:
+    """The step tells actions and events apart by exact type (`type(a) is X`, cheaper than
+    a failing isinstance against a pydantic model): a subclass would slip past it."""
+    events = typing.get_args(typing.get_args(Event)[0])
+    assert len(events) == 12 and len(ACTION_TYPES) == len(
+        typing.get_args(typing.get_args(Action)[0])
+    )
+    for model in (*ACTION_TYPES, *events):
+        assert _subclasses(model) == [], model
+    assert set(typing.get_args(typing.get_args(Action)[0])) == set(ACTION_TYPES)
+
+
+def test_describe_names_every_action_as_before() -> None:
+    at = NOW + timedelta(seconds=90)
+    assert [
+        describe(a)
+        for a in (
+            schedule_recheck(at, "DEFER"),
+            request_power("wake-1", "On", 2),
+            refresh_facts(("work", "inhibitors")),
+            CloseTransition(transition_id="t", kind=TransitionKind.WAKE, outcome="Aborted"),
+            OpenTransition(
+                transition_id="t", kind=TransitionKind.SHUTDOWN, origin="Policy", deadline=at
+            ),
+            POLL_OBSERVED_POWER,
+            reread_demand(None),
+        )
+    ] == [
+        f"ScheduleRecheck({at.isoformat()})",
+        "RequestPower(On, attempt 2)",
+        "RefreshFacts(work,inhibitors)",
+        "CloseTransition(Wake, Aborted)",
+        "OpenTransition(Shutdown)",
+        "PollObservedPower",
+        "RereadDemand",
+    ]
+
+
+def test_the_fleet_gate_kept_for_a_reading_is_the_one_computed_for_its_inputs() -> None:
+    """`fleet_gate` keeps its results for the last reading per policy: every combination
+    of flags and node (counted as warm idle or not) still gets its own result, and a new
+    reading, even an equal one, is judged afresh."""
+    fleet = FleetReading(
+        source="fleet",
+        observed_at=NOW,
+        transitions_in_progress=2,
+        warm_idle_nodes=1,
+        node_class="gpu",
+        class_warm_idle=1,
+        warm_target=1,
+        warm_lever="WarmWindow",
+        warm_why="window",
+    )
+    pol = replace(POLICIES[0], max_concurrent_transitions=2, min_warm_nodes=1)
+    idle, busy = on_state(), on_state().model_copy(update={"state": PowerState.ACTIVE})
+    for reading in (fleet, fleet.model_copy(), fleet.model_copy(update={"warm_idle_nodes": 3})):
+        for _ in range(2):  # computed, then kept
+            for flags in itertools.product((False, True), repeat=3):
+                for state in (idle, busy, None):
+                    own, warm, budget = flags
+                    got = fleet_gate(reading, pol, own, warm, budget, state)
+                    counted = state is idle
+                    assert got == _fleet_gate(reading, pol, own, warm, budget, counted)
+    kept = fleet_gate(fleet, pol, False, True, True, idle)
+    assert fleet_gate(fleet, pol, False, True, True, idle) is kept
+    assert fleet_gate(fleet, pol, False, True, True, busy) != kept  # one warm node fewer

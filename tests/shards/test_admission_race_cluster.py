@@ -1,4 +1,4 @@
-"""The cross-process admission protocol (docs/sharding.md section 2, `shards.admission`)
+"""The cross-process admission protocol (docs/sharding.md section 2, `fleet.admission`)
 raced on the real API server.
 
 The leader's start (lock write on ContainerDispatch C naming WorkerNode X, then a quorum
@@ -34,10 +34,10 @@ from clusterkit import ClusterHandle
 from dispatchkit import container
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE
 from nodewarden.dispatch.admitting import ApiAdmission
+from nodewarden.fleet import admission
+from nodewarden.fleet.admission import Start
 from nodewarden.kube.client import Conflict, Kube, api_client_from
 from nodewarden.power.admitting import ApiShutdown
-from nodewarden.shards import admission
-from nodewarden.shards.admission import Start
 
 pytestmark = pytest.mark.cluster
 

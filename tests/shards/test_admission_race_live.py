@@ -37,12 +37,12 @@ from nodewarden.config import DispatchSettings  # noqa: E402
 from nodewarden.dispatch.admitting import ApiAdmission  # noqa: E402
 from nodewarden.dispatch.dispatcher import Dispatcher  # noqa: E402
 from nodewarden.dispatch.queue import Container, ContainerQueue  # noqa: E402
+from nodewarden.fleet import admission  # noqa: E402
 from nodewarden.kube.client import Kube  # noqa: E402
 from nodewarden.policy.facts import NodeFacts  # noqa: E402
 from nodewarden.policy.state import NodePowerState  # noqa: E402
 from nodewarden.power.admitting import ApiShutdown, ShutdownGate  # noqa: E402
 from nodewarden.power.runtime import NodeRuntime  # noqa: E402
-from nodewarden.shards import admission  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 

@@ -13,202 +13,39 @@ the nodes it believes are its own, only its fence stops it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-from kubernetes_asyncio import client, config
+from shardkit import (
+    DISPATCHER,
+    DURATION,
+    NODES,
+    SHARDS,
+    Replica,
+    api_client,
+    electors,
+    lease_holders,
+    power_control,
+    proxied,
+    side_node_body,
+    until,
+    workernodes,
+)
 
 from calibration import scaled
 from clusterkit import ClusterHandle, start_operator, wait_for
-from nodewarden.api.kinds import WORKER_NODE
 from nodewarden.check.runner import CheckOptions, run_checks
-from nodewarden.credentials import CredentialResolver
-from nodewarden.credentials.settings import CredentialsConfig
-from nodewarden.fence import Leadership, Unfenced
-from nodewarden.kube.client import Kube
+from nodewarden.fence import Leadership
 from nodewarden.ownership import DISPATCHER_LABEL
-from nodewarden.power.control import NodeRef, PowerControl, RequestErrored
+from nodewarden.power.control import NodeRef
 from nodewarden.shards.balance import decide
-from nodewarden.shards.elector import ShardElector
 from nodewarden.shards.keys import SHARD_LABEL, node_key, shard_of
 from nodewarden.shards.labeller import label_unassigned
-from nodewarden.shards.scope import ShardedPowerControl, ShardScope
-from nodewarden_doubles.hollow import HollowBmcSecrets, HollowFleet, side_node_spec
-from nodewarden_doubles.hollow.bmc import bmc_transports
-from nodewarden_doubles.tcpproxy import TcpProxy
+from nodewarden_doubles.hollow import HollowFleet, side_node_spec
 
 pytestmark = pytest.mark.cluster
-
-SHARDS = 4
-DURATION = 6.0
-MARGIN = 2.0
-NODES = [f"node-{i:02d}" for i in range(20)]
-DISPATCHER = "nw"
-
-
-async def api_client(kubeconfig: Path, via: TcpProxy | None = None) -> client.ApiClient:
-    cfg = client.Configuration()
-    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    if via is not None:
-        server = urlsplit(cfg.host)
-        cfg.host = f"{server.scheme}://{via.listen_host}:{via.port}"
-    return client.ApiClient(configuration=cfg)
-
-
-def electors(api: client.ApiClient, namespace: str, replica: str) -> ShardElector:
-    return ShardElector(
-        api,
-        namespace,
-        DISPATCHER,
-        replica,
-        SHARDS,
-        lease_duration=DURATION,
-        renew_interval=1.0,
-        retry_interval=0.5,
-        margin=MARGIN,
-    )
-
-
-def power_control(fleet: HollowFleet, replica: str, scope: ShardScope | None) -> PowerControl:
-    resolver = CredentialResolver(
-        HollowBmcSecrets(), "ns", CredentialsConfig(bmc_endpoints=["127.0.0.1:9"], secret_ttl="0s")
-    )
-    args = (resolver, None, None, lambda: datetime.now(tz=UTC))
-    kwargs = {
-        "user_agent": f"nodewarden/0.1.0 (power; dispatcher={DISPATCHER}; replica={replica})",
-        "bmc_transport": bmc_transports(fleet),
-    }
-    if scope is None:
-        return PowerControl(*args, fence=Unfenced(), **kwargs)  # type: ignore[arg-type]
-    return ShardedPowerControl(scope, *args, **kwargs)
-
-
-@dataclass
-class Replica:
-    name: str
-    api: client.ApiClient
-    namespace: str
-    fleet: HollowFleet
-    believed: set[int] = field(default_factory=set)
-    """The shards this replica believes it holds (told by the elector); a partitioned
-    replica keeps believing until its own Leadership tells it otherwise."""
-    fenced_out: int = 0
-    moves: int = 0
-    """Shards acquired or released so far (a window with none is a stable ownership)."""
-    deaf: bool = False
-    """Set at the cut: the act path no longer hears the elector's releases (it has not
-    yet seen them), so only the fence stops it -- the case the fence is for."""
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.kube = Kube(self.api, field_manager=f"shard-test-{self.name}")
-        self.elector = electors(self.api, self.namespace, self.name)
-        self.elector.on_acquired = self._acquired
-        self.elector.on_released = self._released
-        self.scope = ShardScope(self.elector.leadership)
-        self.control = power_control(self.fleet, self.name, self.scope)
-
-    def _acquired(self, shard: int, _: Leadership) -> None:
-        self.believed.add(shard)
-        self.moves += 1
-
-    def _released(self, shard: int, _: str) -> None:
-        self.moves += 1
-        if not self.deaf:
-            self.believed.discard(shard)
-
-    def start(self, stop: asyncio.Event) -> None:
-        self.tasks = [
-            asyncio.create_task(self.elector.run(stop)),
-            asyncio.create_task(self._observe(stop)),
-            asyncio.create_task(self._act(stop)),
-        ]
-
-    async def _observe(self, stop: asyncio.Event) -> None:
-        """The replica's node view: its shards' nodes, by a label-selected list each."""
-        while not stop.is_set():
-            for shard in sorted(self.believed):
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(1.0):
-                        selector = f"{SHARD_LABEL}={shard}"
-                        for body in await self.kube.list(
-                            WORKER_NODE, self.namespace, label_selector=selector
-                        ):
-                            self.scope.observe(body)
-            await asyncio.sleep(0.3)
-
-    async def _act(self, stop: asyncio.Event) -> None:
-        """Decide every node of every believed shard: one power request each turn."""
-        turn = 0
-        while not stop.is_set():
-            turn += 1
-            action = "GracefulShutdown" if turn % 2 else "On"
-            for name in sorted(NODES):
-                if self.scope.shard_of(name) not in self.believed:
-                    continue
-                ref = NodeRef(name, side_node_spec(name))
-                outcome = await self.control.request(ref, f"{self.name}-{turn}", 1, action)
-                if isinstance(outcome, RequestErrored) and outcome.source == "fence":
-                    self.fenced_out += 1
-            await asyncio.sleep(0.2)
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.control.close()
-
-
-def side_node_body(name: str, **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "nodewarden.io/v1alpha1",
-        "kind": "WorkerNode",
-        "metadata": {"name": name, "labels": labels},
-        "spec": side_node_spec(name).model_dump(mode="json", by_alias=True, exclude_none=True),
-    }
-
-
-def workernodes(cluster: ClusterHandle, namespace: str) -> None:
-    items = [side_node_body(name, **{DISPATCHER_LABEL: DISPATCHER}) for name in NODES]
-    body = {"apiVersion": "v1", "kind": "List", "items": items}
-    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(body))
-
-
-@contextlib.asynccontextmanager
-async def proxied(kubeconfig: Path) -> AsyncIterator[TcpProxy]:
-    cfg = client.Configuration()
-    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    server = urlsplit(cfg.host)
-    assert server.hostname and server.port
-    async with TcpProxy(server.hostname, server.port) as proxy:
-        yield proxy
-
-
-async def until(predicate: Callable[[], object], within: float, what: str) -> float:
-    """Wait (on the loop: the predicates read the replicas' state) until `predicate`
-    holds; the monotonic time it was first seen to. `within` is scaled."""
-    deadline = time.monotonic() + scaled(within)
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {scaled(within):.1f}s waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic()
-
-
-def lease_holders(cluster: ClusterHandle, namespace: str) -> dict[str, str]:
-    leases = cluster.get_json(namespace, "lease", "-l", f"{DISPATCHER_LABEL}={DISPATCHER}")
-    return {
-        lease["metadata"]["name"]: lease["spec"].get("holderIdentity") or ""
-        for lease in leases["items"]
-    }
 
 
 async def test_two_replicas_split_four_shards_and_a_clean_stop_hands_over_at_once(
@@ -221,7 +58,10 @@ async def test_two_replicas_split_four_shards_and_a_clean_stop_hands_over_at_onc
     leads: dict[int, Leadership] = {}
 
     async def drain(shard: int) -> None:  # told while the Leadership is still valid
-        drained.append((shard, leads[shard].valid))
+        # only the clean stop's releases: a shard a gives up while the two first balance
+        # is not counted (a KeyError here used to end a's rounds: a flaky 2 + 2 wait)
+        if shard in leads:
+            drained.append((shard, leads[shard].valid))
 
     a.drain = drain
     running = [asyncio.create_task(a.run(stop_a)), asyncio.create_task(b.run(stop_b))]

@@ -6,8 +6,11 @@ record, the nodes no shard owns (pure evaluation; docs/sharding.md).
 `leases` maps a Lease name to its spec (as `check.lease` reads one); `nodes` are the
 WorkerNode bodies. One line per shard (held by whom, renewed how long ago; free or stale:
 a warning, its nodes are acted on by nobody), then one line for the nodes: unlabelled
-ones wait for the labeller, a label naming a shard outside the count is acted on by no
-replica until a resharding relabels it.
+ones wait for the resharder, a label naming a shard outside the count is acted on by no
+replica configured with this count (its resharder leaves such nodes alone: the labels
+come from a higher count, a rollout not converged, or a shrink, which is not built), and
+nodes labelled for another count than this one are being moved (or the replica running
+the resharder has another count: the rollout has not converged).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from nodewarden.check.lease import parse_time
 from nodewarden.check.result import CheckResult, passed, warned
+from nodewarden.shards import keys
 from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, lease_name, parse_shard
 
 CHECK = "shards"
@@ -62,9 +66,10 @@ def shard_results(
     if shards <= 1:
         return []
     per_shard: Counter[int] = Counter()
-    unlabelled, stray, draining = 0, 0, 0
+    unlabelled, stray, draining, elsewhere = 0, 0, 0, 0
     for body in nodes:
-        labels = (body.get("metadata") or {}).get("labels") or {}
+        meta = body.get("metadata") or {}
+        labels = meta.get("labels") or {}
         shard = parse_shard(labels.get(SHARD_LABEL))
         if DRAIN_LABEL in labels:
             draining += 1
@@ -74,6 +79,9 @@ def shard_results(
             stray += 1
         else:
             per_shard[shard] += 1
+            name = meta.get("name")
+            if name and shard != keys.shard_of(keys.node_key(namespace, name), shards):
+                elsewhere += 1
     results = [
         _shard_line(
             s,
@@ -85,14 +93,21 @@ def shard_results(
         )
         for s in range(shards)
     ]
-    if unlabelled or stray:
+    if unlabelled or stray or elsewhere:
         parts = []
         if unlabelled:
-            parts.append(f"{unlabelled} WorkerNodes have no shard label (the labeller adds it)")
+            parts.append(f"{unlabelled} WorkerNodes have no shard label (the resharder adds it)")
         if stray:
             parts.append(
-                f"{stray} name a shard outside 0..{shards - 1}: acted on by nobody (the shard "
-                "count changed; resharding is not built)"
+                f"{stray} name a shard outside 0..{shards - 1}: acted on by no replica with "
+                f"{shards} shards, left alone by its resharder (labelled for a higher count: "
+                "a rollout not converged; a shrink is not built)"
+            )
+        if elsewhere:
+            parts.append(
+                f"{elsewhere} are labelled for another shard count than {shards} (resharding "
+                "under way; if it persists, the replica running the resharder has another "
+                "count: the rollout has not converged)"
             )
         results.append(
             warned(

@@ -1,5 +1,5 @@
 """The dispatcher's side of admission that crosses processes (docs/sharding.md section 2,
-`shards.admission`): after its lock write on a ContainerDispatch is acknowledged, the
+`fleet.admission`): after its lock write on a ContainerDispatch is acknowledged, the
 start reads the chosen WorkerNode's `status.admission` from the API server by a quorum
 read (a GET without `resourceVersion`, never the informer cache) and starts the runner
 only if it admits the container.
@@ -16,7 +16,7 @@ from nodewarden.kube.client import Kube
 
 
 class ApiAdmission:
-    """`shards.admission.AdmissionReader` over the API server."""
+    """`fleet.admission.AdmissionReader` over the API server."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.kube = kube

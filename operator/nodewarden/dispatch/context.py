@@ -19,11 +19,11 @@ from nodewarden.clock import utc_now
 from nodewarden.config import DispatchSettings
 from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort, WorkerPoolPort
 from nodewarden.dispatch.replan import PlanMarks
+from nodewarden.fleet.admission import AdmissionReader
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.scheduling.ledger import Claim
 from nodewarden.scheduling.views import ContainerView, Plan
-from nodewarden.shards.admission import AdmissionReader
 
 log = logging.getLogger(__name__)
 

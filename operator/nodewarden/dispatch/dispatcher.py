@@ -34,10 +34,10 @@ from nodewarden.dispatch.ports import CloudPort, ContainerQueuePort, ProberPort,
 from nodewarden.dispatch.runners import Runners
 from nodewarden.dispatch.views import NodeViews
 from nodewarden.dispatch.warming import DispatchWarmth
+from nodewarden.fleet.admission import AdmissionReader
 from nodewarden.fleet.board import PowerBoard
 from nodewarden.fleet.policies import PolicyBook
 from nodewarden.scheduling.views import ContainerView, Plan
-from nodewarden.shards.admission import AdmissionReader
 
 
 class Dispatcher:

@@ -21,11 +21,11 @@ from nodewarden.api.containerdispatch import ContainerResources
 from nodewarden.dispatch.context import DispatchContext
 from nodewarden.dispatch.outcomes import Outcomes
 from nodewarden.dispatch.queue import Container
+from nodewarden.fleet.admission import admitted_after_lock
 from nodewarden.kube.client import KubeError
 from nodewarden.metrics import CONTAINERS_STARTED
 from nodewarden.pool.times import iso
 from nodewarden.pool.worker import Worker
-from nodewarden.shards.admission import admitted_after_lock
 from nodewarden.ssh.credentials import SshTarget
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import RunnerOutcome, RunnerStarted
@@ -396,7 +396,7 @@ class Runners:
         await self._started(latest, worker, started, attempts, held)
 
     async def _admitted_after_lock(self, c: Container, node: str, gpu_work: bool) -> bool:
-        """Cross-process admission (docs/sharding.md section 2, `shards.admission`): the
+        """Cross-process admission (docs/sharding.md section 2, `fleet.admission`): the
         lock on `c` naming `node` is acknowledged; a quorum read of the node's admission
         now either admits `c` (start) or not -- the node's owner closed it, and its demand
         re-read, ordered after this lock or before it by the API server, either saw `c`

@@ -247,11 +247,40 @@ def fleet_gate(
     """Disruption budget (a transition of this kind already in progress on the node is
     counted in it; unless `check_budget` is off) and, if `check_warm`, the minimum of warm
     idle nodes: the warm idle nodes left once this one goes (it is one of them while it
-    is idle with admission open)."""
+    is idle with admission open).
+
+    The result depends on nothing but the reading, the policy and these flags: it is kept
+    in the policy's memo for the last reading seen (the nodes a round steps share their
+    policy's reading, `rules.fleet.FleetTally.reading`), and shared like the other
+    read-only gate results."""
     if fleet is None:
         return _FLEET_NOT_SUPPLIED
-    reasons: list[ReasonCode] = []
     counted = state is not None and state.state is _ON_IDLE and state.admission is _OPEN
+    key = (own_transition, check_warm, check_budget, counted)
+    memo: tuple[FleetReading, dict[tuple[bool, ...], GateResult]] | None = policy.memo.get(
+        "fleet_gate"
+    )
+    if memo is None or memo[0] is not fleet:  # (holding the reading keeps its id unique)
+        memo = policy.memo["fleet_gate"] = (fleet, {})
+    else:
+        found = memo[1].get(key)
+        if found is not None:
+            return found
+    made = memo[1][key] = _fleet_gate(
+        fleet, policy, own_transition, check_warm, check_budget, counted
+    )
+    return made
+
+
+def _fleet_gate(
+    fleet: FleetReading,
+    policy: PolicyView,
+    own_transition: bool,
+    check_warm: bool,
+    check_budget: bool,
+    counted: bool,
+) -> GateResult:
+    reasons: list[ReasonCode] = []
     left = max(0, fleet.warm_idle_nodes - (1 if counted else 0))
     source, seen = fleet.source, fleet.observed_at
     evidence = (

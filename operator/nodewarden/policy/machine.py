@@ -169,15 +169,18 @@ def step(
     )
 
 
-_RECORD_ALWAYS = (OpenTransition, CloseTransition, RequestPower)
+_RECORD_ALWAYS: frozenset[type] = frozenset({OpenTransition, CloseTransition, RequestPower})
 """Actions whose step always gets a full record."""
+_RECHECK: frozenset[type] = frozenset({ScheduleRecheck})
 
 
-def _any_of(actions: Iterable[Action], kinds: type | tuple[type, ...]) -> bool:
-    """Whether an action is one of `kinds` (a loop: `any()` over a generator costs a frame
-    per call)."""
+def _any_of(actions: Iterable[Action], kinds: frozenset[type]) -> bool:
+    """Whether an action is of one of the types `kinds` (the action models have no
+    subclasses, `actions.ACTION_TYPES`: an exact type lookup, ~10x cheaper than a failing
+    `isinstance` against pydantic models, which goes through `ABCMeta`; a loop: `any()`
+    over a generator costs a frame per call)."""
     for a in actions:  # noqa: SIM110 -- see the docstring
-        if isinstance(a, kinds):
+        if type(a) in kinds:
             return True
     return False
 
@@ -199,7 +202,7 @@ def _finish(c: StepContext) -> NodePowerState:
             if a not in unique:
                 unique.append(a)
         c.actions = unique
-    if recheck is not None and not _any_of(c.actions, ScheduleRecheck):
+    if recheck is not None and not _any_of(c.actions, _RECHECK):
         c.act(schedule_recheck(max(recheck, c.now), c.decision.value))
     seq = c.state.seq + 1
     c.set(recheck_at=recheck, seq=seq, last_decision=c.decision, last_reasons=tuple(c.reasons))

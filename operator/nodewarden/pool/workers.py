@@ -29,7 +29,7 @@ from nodewarden.fleet.policies import PolicyBook
 from nodewarden.fleet.ports import WorkerObserver, WorkerSnapshot
 from nodewarden.fleet.status import NodeStatusWriter
 from nodewarden.kube.client import Kube
-from nodewarden.metrics import HOURLY_SPEND, Samples
+from nodewarden.metrics import HOURLY_SPEND
 from nodewarden.pool.admissions import Admissions
 from nodewarden.pool.cloudsync import CloudSync
 from nodewarden.pool.context import PoolContext
@@ -39,6 +39,7 @@ from nodewarden.pool.probes import ProbeLoop
 from nodewarden.pool.worker import PoolState, Worker
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import InstanceType
+from nodewarden.scraped import Samples
 from nodewarden.ssh.credentials import SshClientKey, SshTarget
 from nodewarden.ssh.facts import ProbeReport
 from nodewarden.ssh.prober import SshProber

@@ -1,5 +1,5 @@
 """The shard owner's side of admission that crosses processes (docs/sharding.md section 2,
-`shards.admission`): a shutdown's power request is persisted and sent only after
+`fleet.admission`): a shutdown's power request is persisted and sent only after
 `status.admission: Closed` is acknowledged on the WorkerNode by the API server and a
 quorum read of the ContainerDispatches after it finds none holding the node.
 
@@ -14,7 +14,7 @@ wherever the dispatcher runs:
    owner reopens it), else a status patch `admission: Closed` with the resourceVersion
    the GET returned (a conflict: not now, the node is stepped again later);
 2. the demand re-read (`ApiShutdown.read_containers`): a LIST of the ContainerDispatches
-   without resourceVersion. A container holding the node (`shards.admission.holding`)
+   without resourceVersion. A container holding the node (`fleet.admission.holding`)
    is work on it, read after admission closed: the request is not sent, the node's work
    reading says so and the node is stepped again (its shutdown aborts; admission reopens).
 
@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodewarden.api.kinds import CONTAINER_DISPATCH, WORKER_NODE
+from nodewarden.fleet import admission
 from nodewarden.kube.client import Conflict, Kube, KubeError
 from nodewarden.policy.actions import RequestPower
 from nodewarden.policy.events import Evaluate
@@ -40,13 +41,12 @@ from nodewarden.policy.state import TransitionKind
 from nodewarden.power.runtime import NodeRuntime
 from nodewarden.rules.effects import Effect, SendPowerRequest
 from nodewarden.rules.readings import work_reading
-from nodewarden.shards import admission
 
 log = logging.getLogger(__name__)
 
 
 class ApiShutdown:
-    """`shards.admission.ShutdownPort` over the API server. Every object read or written
+    """`fleet.admission.ShutdownPort` over the API server. Every object read or written
     goes to `took` (the status writer's view of the node, through the informer)."""
 
     def __init__(
@@ -108,7 +108,7 @@ class ShutdownGate:
         self.retry_after = retry_after
         """A shutdown held for a refused or failed request is stepped again after this."""
         self.step = step
-        """A test's barrier before each operation (`shards.admission.Step`)."""
+        """A test's barrier before each operation (`fleet.admission.Step`)."""
         self.held = 0
         """Shutdown requests not sent: the re-read found work (or could not be made)."""
 

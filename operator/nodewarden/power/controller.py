@@ -91,6 +91,7 @@ from nodewarden.power.warming import PowerWarmth
 from nodewarden.scheduling.caps import Admission
 from nodewarden.scheduling.instancetypes import Catalogue, InstanceTypePolicy
 from nodewarden.scheduling.views import ContainerView, Plan
+from nodewarden.scraped import before_scrape, no_longer_before_scrape
 from nodewarden.ssh.errors import SshError
 from nodewarden.ssh.facts import ProbeReport
 
@@ -201,6 +202,7 @@ class PowerController:
             inforce=self.inforce,
             consolidation=self.consolidation,
         )
+        before_scrape(self._round.publish_gauges)
 
     @property
     def fold(self) -> Callable[[Mapping[str, Any]], bool] | None:
@@ -403,6 +405,7 @@ class PowerController:
                 drained.cancelled,
             )
         self.energy.close()
+        no_longer_before_scrape(self._round.publish_gauges)  # a stopped fleet shows nothing
         await self.control.close()
 
     async def round(self) -> None:

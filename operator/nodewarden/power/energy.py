@@ -14,7 +14,7 @@ carries as evidence.
 - A policy's sums (`rules.savings.policy_energy`), and its side nodes' saving today per
   node class (`rules.savings.saved_today_by_class`), go to its PowerPolicy status at most
   every `status_interval`, and a minute after a transition under it.
-- The live values are metrics read from the meters at each scrape (`metrics.Sourced`).
+- The live values are metrics read from the meters at each scrape (`scraped.Sourced`).
 - Cloud VMs have no reading (their status says so); what never-off saves on them is the
   VM hours avoided per policy and instance type (`rules.savings.vm_count`), counted as
   their WorkerNodes come and go, kept in the policy's status.
@@ -40,7 +40,6 @@ from nodewarden.metrics import (
     NODE_ENERGY,
     NODE_POWER,
     VM_AVOIDED,
-    Samples,
 )
 from nodewarden.policy.base import trusted
 from nodewarden.policy.facts import PowerReading
@@ -65,6 +64,7 @@ from nodewarden.rules.savings import (
     saved_today_by_class,
     vm_count,
 )
+from nodewarden.scraped import Samples
 
 log = logging.getLogger(__name__)
 

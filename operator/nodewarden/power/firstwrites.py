@@ -5,10 +5,14 @@ worker pool's view of it (address, instance), its first power reading (the BMC, 
 list). Written as each arrived, a node cost up to four status patches before it settled.
 A node that arrives while the controller is starting (before it holds the whole fleet and
 the dispatcher's first plan) therefore keeps its status write back until its verdict is
-known and its power is observed once or cannot be (an invalid spec, a failing BMC, a
-side node without one, a cloud VM when no cloud is configured, when the cloud list was
-read without it -- declared, not created yet -- or when the list failed) -- or until
-`hold` seconds after it arrived, whichever is first. Then one write carries all of it.
+known, its power is observed once or cannot be (a BMC read failing or refused -- an
+invalid node's BMC is read all the same --, a side node without a BMC, an invalid cloud
+VM, a cloud VM when no cloud is configured, when the cloud list was read without it --
+declared, not created yet -- or when the list failed), and the answer its last step
+asked for at once has been stepped (a live re-read of the queue, the recheck after a
+verification closed: the decision that follows at once goes in the same write) -- or
+until `hold` seconds after it arrived, whichever is first. Then one write carries all of
+it (`power.round` says which facts are in).
 The dispatcher's ledger is not waited for: until it is known the node's decision is a
 DEFER (work unknown), written then, so the start-up's decisions are visible before the
 dispatcher has recovered.

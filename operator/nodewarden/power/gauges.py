@@ -1,6 +1,8 @@
 """The power path's metrics that come from node states rather than from events.
 
-    publish(nodes, now)        after each round: set every gauge from every node's runtime
+    date_stale(rt, now)        after each step: date the start of a stale-telemetry episode
+    publish(nodes, now)        before a scrape, if a round stepped a node: set every gauge
+                               from every node's runtime (`Round.publish_gauges`)
     observe_step(before, after) after each applied step: observe the latency histograms
 
 `publish` sets nodes by state and type, transitions in flight (how many, since when the
@@ -103,6 +105,18 @@ def publish(nodes: Iterable[NodeRuntime], now: datetime | None = None) -> None:
     )
     POWER_STALE_NODES.set(stale)
     POWER_UNRECORDED_TRANSITIONS.set(unrecorded)
+
+
+def date_stale(rt: NodeRuntime, now: datetime) -> None:
+    """Date the start of `rt`'s stale-telemetry episode (`NodeRuntime.stale_since`) by the
+    round that stepped it: once its last decision names stale or missing telemetry, kept
+    while it does, cleared when it no longer does -- per stepped node, so `publish` need
+    not run every round to date it."""
+    if any(r in rt.state.last_reasons for r in _STALE):
+        if rt.stale_since is None:
+            rt.stale_since = now
+    else:
+        rt.stale_since = None
 
 
 def _keep_earliest(oldest: _Oldest, key: tuple[str, str], at: datetime, node: str) -> None:

@@ -106,14 +106,16 @@ class PoolFacts:
         runners = report.runners
         if runners is not None:
             self._runners_seen[worker.name] = runners
-        if runners is not None and not self.ledger_known:
-            self._runners_unplanned[worker.name] = runners  # judged once the ledger is known
-        elif runners is not None:
-            updates["work"] = self._work(rt, runners)
+            # who owns each runner is in the list itself, not in the ledger: known at once,
+            # so a starting node's first write carries its RunnersOwned condition
             unowned = tuple(sorted(r.uuid for r in runners.unowned))
             if unowned != rt.unowned_runners:
                 rt.unowned_runners = unowned
                 self.recorder.contribute_conditions(rt)
+        if runners is not None and not self.ledger_known:
+            self._runners_unplanned[worker.name] = runners  # judged once the ledger is known
+        elif runners is not None:
+            updates["work"] = self._work(rt, runners)
         telemetry = report.telemetry
         work = updates.get("work", facts.work)
         if telemetry is not None and work is not None and work.gpu is not None:

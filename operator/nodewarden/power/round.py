@@ -90,6 +90,8 @@ class Round:
         consolidation: PowerConsolidation,
     ) -> None:
         self.ctx = ctx
+        self.gauges_stale = True
+        """Whether the gauges lag the nodes (`publish_gauges`)."""
         self.consolidation = consolidation
         self.energy = energy
         self.warmth = warmth
@@ -104,7 +106,12 @@ class Round:
         self._hold_writes: set[str] = set()
         """Nodes whose status write waits for the next round (`PowerController`, step 4)."""
         self._held: set[str] = set()
-        """Nodes whose write waited in the last round (they are not held again)."""
+        """Nodes whose write waited in the last round for a step's recheck (they are not
+        held again for one; a start-up hold, `power.firstwrites`, does not count)."""
+        self._asked: set[str] = set()
+        """Nodes whose last step asked for a fact at once (a live re-read of the queue,
+        an immediate recheck): a starting node's first write waits for the step that
+        answers it (`_start_up_facts_in`), within `power.first_write_hold`."""
 
     async def round(self) -> None:
         ctx = self.ctx
@@ -163,11 +170,13 @@ class Round:
                     self.recorder.contribute_conditions(rt)
             self._expire_after(rt, now)
         self.poolfacts.reread_wanted()
-        held, self._hold_writes = self._hold_writes, set()
+        stepped_holds, self._hold_writes = self._hold_writes, set()
         first = ctx.first_writes
         if first.starting and ctx.synced.is_set() and self.poolfacts.ledger_known:
             first.started()  # the fleet is held and the dispatcher recovered
-        held |= first.holding(now, self._start_up_facts_in)
+        held = stepped_holds | first.holding(now, self._start_up_facts_in)
+        if self._asked and not first:
+            self._asked.clear()  # no starting node waits any more
         self.energy.due(now)
         if agenda.roster_changed:
             self.inforce.roster_changed()
@@ -175,35 +184,50 @@ class Round:
         await ctx.status.flush(hold=held)
         if policies := self.energy.policies_due(now):  # a task only when a write is due
             ctx.spawn(self.energy.write_policies(policies, now))
-        self._held = held
+        self._held = stepped_holds  # only a step's hold is never renewed
         if stepping or agenda.roster_changed:
             agenda.roster_changed = False
-            gauges.publish(ctx.nodes.values(), now)
+            self.gauges_stale = True  # published at the next scrape (`publish_gauges`)
         agenda.compact(len(ctx.nodes), self._timers)
+
+    def publish_gauges(self) -> None:
+        """Set the power path's gauges from every node (`gauges.publish`, a pass over the
+        fleet), if a round stepped a node or the roster changed since the last time: run
+        before each /metrics scrape (`scraped.before_scrape`), so its cost follows the
+        scrapes, not the rounds."""
+        if self.gauges_stale:
+            self.gauges_stale = False
+            gauges.publish(self.ctx.nodes.values(), self.ctx.clock())
 
     def _start_up_facts_in(self, name: str) -> bool:
         """Whether a starting node's first facts are in (`power.firstwrites`): its verdict,
-        and its power observed once -- a cloud VM's in the cloud list, a side node's from
-        its BMC (read, or failing) -- or not observable (an invalid spec, a blocked node, a
-        side node without a BMC, whose power comes with an SSH login, a cloud VM when no
-        cloud is configured: no cloud list will ever come, and waiting for one held its
-        first write -- its `Valid` acknowledgement too -- for the whole hold)."""
+        no answer its last step asked for still to come (a demand re-read, an immediate
+        recheck: the step after it is written with it), and its power observed once -- a
+        cloud VM's in the cloud list, a side node's from its BMC (read, failing or refused,
+        whether the node is valid or not) -- or not observable (an invalid cloud VM, a
+        blocked node, a side node without a BMC, whose power comes with an SSH login, a
+        cloud VM when no cloud is configured: no cloud list will ever come, and waiting for
+        one held its first write -- its `Valid` acknowledgement too -- for the whole hold)."""
         rt = self.ctx.nodes.get(name)
         if rt is None:
+            self._asked.discard(name)
             return True
         verdict = rt.verdict
-        if verdict is None:
+        if verdict is None or name in self._asked:
             return False
-        if not verdict.valid or rt.state.state is PowerState.BLOCKED:
+        if rt.state.state is PowerState.BLOCKED or rt.facts.power is not None:
             return True
-        if rt.facts.power is not None:
+        if rt.has_bmc_side:
+            # read even when the node is invalid (an SSH endpoint not admitted, no key: the
+            # BMC is read all the same): in once read, or once the read failed (or was
+            # refused: `Sensing.poll` marks the node unobservable)
+            return name in self.ctx.control.last_error
+        if not verdict.valid:
             return True
         if rt.node_type == "CloudVM":
             pool = self.ctx.pool
             return pool is None or not pool.lists_cloud  # no cloud list will come
-        if rt.spec is None or rt.spec.bmc is None:
-            return True
-        return name in self.ctx.control.last_error  # read and failing
+        return True  # a side node without a BMC: its power comes with an SSH login
 
     def _current(self, attribute: str) -> Callable[[str], datetime | None]:
         nodes = self.ctx.nodes
@@ -254,6 +278,14 @@ class Round:
 
     async def process(self, rt: NodeRuntime, now: datetime, due: bool = False) -> None:
         """Step `rt` through every event it holds (a recheck or deadline when none)."""
+        try:
+            await self._process(rt, now, due)
+        finally:
+            gauges.date_stale(rt, now)  # a stale episode is dated by the step that saw it
+            self.gauges_stale = True
+
+    async def _process(self, rt: NodeRuntime, now: datetime, due: bool) -> None:
+        self._asked.discard(rt.name)  # stepped: what it asked for is in (or asked again)
         if rt.spec is None:
             rt.events.clear()
             return
@@ -447,6 +479,7 @@ class Round:
                 ctx.spawn(self._request(rt, ref, request))
             case Observe(what=Observation.DEMAND):
                 self.poolfacts.want_reread(rt.name)
+                self._ask(rt)
             case Observe(what=Observation.POWER) if ref is not None:
                 if rt.has_bmc_side:
                     self.sensing.poll(rt, ref)
@@ -462,10 +495,18 @@ class Round:
                 pool.request_sync()
             case Recheck(at=at, hold_write=hold):
                 rt.due_at = at if rt.due_at is None else min(rt.due_at, at)
+                if hold:
+                    self._ask(rt)
                 if hold and rt.name not in self._held:
                     self._hold_writes.add(rt.name)  # the next step's write carries this one's
             case ReEvaluate():
                 rt.due_at = now + timedelta(seconds=ctx.settings.evaluate_interval)
+
+    def _ask(self, rt: NodeRuntime) -> None:
+        """`rt`'s step asked for a fact at once: a starting node's first write waits for
+        the step that answers it (only starting nodes are kept: `_asked`)."""
+        if rt.name in self.ctx.first_writes.waiting():
+            self._asked.add(rt.name)
 
     async def _request(self, rt: NodeRuntime, ref: NodeRef, action: RequestPower) -> None:
         outcome = await self.ctx.control.request(

@@ -132,7 +132,7 @@ class NodeRuntime:
     """The last decisions that changed the headline (time, decision, reasons, states)."""
     stale_since: datetime | None = None
     """Since when the node's decisions are held back by stale or missing telemetry
-    (kept by `gauges.publish`)."""
+    (dated by `gauges.date_stale` after each step)."""
     polled: bool = False
     """Whether the BMC was read once (the second read is spread, see `poll_phase`)."""
     overcommit: str | None = None

@@ -95,6 +95,10 @@ class Sensing:
                 reading = await ctx.control.read_power(ref)
             finally:
                 rt.busy.discard("poll")
+            if not isinstance(reading, PowerReading) and rt.name in ctx.first_writes.waiting():
+                # refused or failed: a starting node's first write waits no longer for it
+                ctx.first_writes.unobservable(rt.name)
+                ctx.wake.set()
             if isinstance(reading, Refusal):
                 return  # the capability discovery records the refusal
             known = rt.facts.capability

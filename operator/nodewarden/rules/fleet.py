@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Literal
 
 from nodewarden.policy.facts import FleetReading
-from nodewarden.policy.state import NodePowerState, PowerState, TransitionKind, api_admission
+from nodewarden.policy.state import AdmissionState, NodePowerState, PowerState, TransitionKind
 
 SOURCE = "power controller (every node under the policy)"
 
@@ -25,17 +25,26 @@ ClassKey = tuple[str | None, str]
 """(policy name, node class)."""
 
 
+# Enum members bound to module names: on Python 3.11 `PowerState.ON_IDLE` goes through
+# EnumType.__getattr__ (~4x a plain global read), and the round reads them for every
+# node it steps.
+_VERIFY = TransitionKind.VERIFY
+_ON_IDLE = PowerState.ON_IDLE
+_OPEN = AdmissionState.OPEN
+
+
 def in_budget(node_type: str, state: NodePowerState) -> bool:
     """Whether the node uses up its policy's disruption budget: a side node with a Wake
     or Shutdown transition open (the budget protects fixed capacity: side nodes only;
     a cloud VM draining or being destroyed never counts)."""
     t = state.transition
-    return t is not None and t.kind is not TransitionKind.VERIFY and node_type == "SideNode"
+    return t is not None and t.kind is not _VERIFY and node_type == "SideNode"
 
 
 def warm_idle(state: NodePowerState) -> bool:
-    """Whether the node counts as a warm idle node: On and idle, admission open."""
-    return state.state is PowerState.ON_IDLE and api_admission(state.admission) == "Open"
+    """Whether the node counts as a warm idle node: On and idle, admission open (its
+    `state.api_admission` is "Open" exactly when the admission is OPEN)."""
+    return state.state is _ON_IDLE and state.admission is _OPEN
 
 
 def fleet_marks(node_type: str, state: NodePowerState) -> tuple[bool, bool]:
@@ -85,6 +94,10 @@ class FleetTally:
         self._classes: dict[ClassKey, list[int]] = {}
         """Per (policy, class): [warm, coming]."""
         self._members: dict[ClassKey, set[str]] = {}
+        self._last_reading: dict[str | None, tuple[int, int, datetime, FleetReading]] = {}
+        """Per policy: the last reading made, with its counts and clock reading (every
+        node a round steps reads its policy's at the round's clock: one model a round,
+        not one per node, while the counts stay the same)."""
         self.class_changed: Callable[[ClassKey], None] | None = None
         """Told when a class's warm or coming count went down (it may need a node woken)."""
         self.regrouped: Callable[[str | None], None] | None = None
@@ -128,9 +141,18 @@ class FleetTally:
                 self.class_changed((old[0], old[3]))
 
     def reading(self, policy: str | None, now: datetime) -> FleetReading | None:
-        """The fleet reading of `policy` (None: no node is under it)."""
+        """The fleet reading of `policy` (None: no node is under it). The same object as
+        the last call's when the counts and the clock reading (the same object) are."""
         c = self._counts.get(policy)
-        return fleet_reading(c[1], c[2], now) if c is not None else None
+        if c is None:
+            return None
+        transitions, warm = c[1], c[2]
+        last = self._last_reading.get(policy)
+        if last is not None and last[2] is now and last[0] == transitions and last[1] == warm:
+            return last[3]
+        made = fleet_reading(transitions, warm, now)
+        self._last_reading[policy] = (transitions, warm, now, made)
+        return made
 
     def readings(self, now: datetime) -> dict[str | None, FleetReading]:
         return {policy: fleet_reading(c[1], c[2], now) for policy, c in self._counts.items()}
@@ -157,6 +179,7 @@ class FleetTally:
         c[2] += sign * int(warm)
         if c[0] == 0:
             del self._counts[policy]
+            self._last_reading.pop(policy, None)
         if node_class is None:
             return
         key = (policy, node_class)

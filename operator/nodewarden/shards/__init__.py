@@ -1,8 +1,9 @@
 """Sharding WorkerNodes across replicas (issue 24): the pure core, and its shell.
 
 docs/sharding.md says what is built and what is designed only. The pure core (no I/O, no
-asyncio, no kube; modules one concept each; `admission` is wired behind a switch that is
-off by default):
+asyncio, no kube; modules one concept each) and the shell after it. The cross-process
+admission protocol sharding needs is `nodewarden.fleet.admission`, shared by dispatch and
+power (which `shards` imports: never the other way).
 
 - `keys`       where a node goes: the stable key of a WorkerNode, its shard by rendezvous
                (highest-random-weight) hashing, the label nodewarden writes on it and the
@@ -14,14 +15,6 @@ off by default):
                fenced handover (the old owner stops and releases before the new owner
                is assigned), as steps whose preconditions a writer checks against the
                node's labels.
-- `admission`  admission that crosses processes: a start (lock, then a quorum read of the
-               node's admission) and a shutdown (admission Closed, then a quorum read of
-               the containers holding the node) as coroutines over narrow ports (no
-               asyncio import: the callers' adapters do the I/O), and what each read means.
-
-The core imports only the standard library (a test walks its imports). The shell, wired
-by `service.py` when `sharding.shards` is above 1:
-
 - `elector`    the shard Leases this replica holds: one `LeaderElector` + `Leadership`
                per shard, a membership Lease, `balance.decide` every round.
 - `scope`      which nodes the power path acts on, and the fence of each request: its

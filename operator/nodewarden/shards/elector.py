@@ -7,6 +7,8 @@
     await elector.watch(stop)  reads only (a standby): keeps when each record changed
     elector.held               {shard: Leadership} valid now on this replica
     elector.leadership(shard)  the shard's Leadership, None when not held
+    elector.set_shards(n)      a new shard count: the next round balances over 0..n-1
+                               (a held shard beyond it is released first)
     await elector.close()      release every shard and the membership Lease
 
 **One Lease per shard, held through the machinery of the dispatcher Lease.** Each shard
@@ -134,6 +136,14 @@ class ShardElector:
         held = self._held.get(shard)
         return held.elector.leadership if held is not None else None
 
+    def set_shards(self, shards: int) -> None:
+        """Balance over `shards` from the next round on (a count change: the shard Leases
+        new in it are taken by that round, before the resharder assigns a node to them;
+        a held shard at or above it is released first, fenced, by the round)."""
+        if shards < 1:
+            raise ValueError(f"shard count {shards} below 1")
+        self.shards = shards
+
     # -- the loop --------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -160,6 +170,11 @@ class ShardElector:
                     await step()
             except TimeoutError:
                 log.warning("%s took over %.0fs", what, self.lease_duration)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one round (or a callback) must not end the rounds:
+                # the shards held would then lapse unrenewed with no one told
+                log.exception("%s failed; the next round runs as usual", what)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.retry_interval):
                     await stop.wait()
@@ -167,6 +182,8 @@ class ShardElector:
     async def round(self) -> Decision | None:
         """One balance round; None when the Leases could not be read (nothing changes)."""
         self._forget_lost()
+        for shard in sorted(s for s in self._held if s >= self.shards):
+            await self._release(shard, "retired")
         await self._renew_membership()
         view = await self._view()
         if view is None:

@@ -1,7 +1,6 @@
 """The labeller: gives every unlabelled WorkerNode its shard label (`keys.shard_of`).
 
     await label_unassigned(kube, namespace, shards, dispatcher_id)  -> int   labelled now
-    await run_labeller(kube, namespace, shards, dispatcher_id, stop, interval)
 
 One pass lists the WorkerNodes without `nodewarden.io/shard` (a label selector,
 `!nodewarden.io/shard`: the API server sends only those) and writes each one's label with
@@ -10,15 +9,14 @@ else labelled it, a resharder's DRAIN) answers 409 and is left to the next pass.
 labellers are harmless (both write the same value; the second gets 409), which is why it
 needs no Lease of its own; the caller runs it where the dispatcher Lease is held.
 
-What it does not do (docs/sharding.md §1, not built): run a resharding plan when the count
-changes. A node whose label names a shard outside 0..shards-1 is left as it is (and acted
-on by nobody: `nodewarden check` should report it).
+The operator runs the resharder instead (`shards.resharder`: the same ASSIGN for unlabelled
+nodes, and the moves of a count change); this one pass stays for tests and tools. A node
+whose label names a shard outside 0..shards-1 is left as it is (and acted on by nobody:
+`nodewarden check` reports it).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from nodewarden.api.kinds import WORKER_NODE
@@ -59,22 +57,3 @@ async def label_unassigned(kube: Kube, namespace: str, shards: int, dispatcher_i
     if written:
         log.info("shard labels written", extra={"nodes": written, "shards": shards})
     return written
-
-
-async def run_labeller(
-    kube: Kube,
-    namespace: str,
-    shards: int,
-    dispatcher_id: str,
-    stop: asyncio.Event,
-    interval: float = 5.0,
-) -> None:
-    """A pass every `interval` until `stop` (a failed pass is retried at the next)."""
-    while not stop.is_set():
-        try:
-            await label_unassigned(kube, namespace, shards, dispatcher_id)
-        except KubeError as exc:
-            log.warning("shard labeller pass failed: %s", exc)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(interval):
-                await stop.wait()

@@ -7,6 +7,7 @@ each, as steps on the node's labels that a writer checks before it writes.
     acting_shard(labels)      -> int | None         whose node it is, as labels say
     may_act(labels, held)     -> bool               may the holder of `held` act on it
     label_new(key, shards)    -> Step               ASSIGN of a node nobody labelled yet
+    next_step(key, labels, shards, usable) -> Step | None   the resharder's next write
 
 The labels are the ownership record (`keys.SHARD_LABEL`, `keys.DRAIN_LABEL`). A node
 moving from shard a to shard b goes through three writes, in this order, never two
@@ -189,3 +190,26 @@ def may_act(labels: Labels, held: frozenset[int]) -> bool:
 def label_new(key: str, shards: int) -> Step:
     """The resharder's write for a node without our labels: ASSIGN to its shard."""
     return Step(StepKind.ASSIGN, key, shard_of(key, shards))
+
+
+def next_step(key: str, labels: Labels, shards: int, usable: frozenset[int]) -> Step | None:
+    """The resharder's next write on one node towards `shards` (None: nothing to write
+    now): DRAIN a node whose label names another shard than `shard_of(key, shards)`,
+    ASSIGN an unlabelled one. Never RELEASE (the owner's), never a node whose labels
+    are malformed or that is draining (its owner releases it), and only towards a shard
+    in `usable` (its Lease is held: the node's time without an owner stays one step).
+    A node labelled with a shard outside 0..shards-1 is left as it is: the resharder's
+    count is lower than the labels' (an old replica mid-rollout, or a shrink, which is
+    not built) and it refuses to act on it."""
+    ours = _ours(labels)
+    target = shard_of(key, shards)
+    if target not in usable:
+        return None
+    if not ours:
+        return Step(StepKind.ASSIGN, key, target)
+    if DRAIN_LABEL in ours:
+        return None
+    source = parse_shard(ours.get(SHARD_LABEL))
+    if source is None or source >= shards or source == target:
+        return None
+    return Step(StepKind.DRAIN, key, source)

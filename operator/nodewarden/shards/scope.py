@@ -7,17 +7,22 @@
     scope.acquired(s) / released(s)  told by the elector; `on_change` then (the feed
                                      re-routes its nodes to the power controller)
     scope.acts_on(name)              its label names a shard held here
+    scope.draining()                 nodes of held shards told to leave (`shard-drain`):
+                                     (name, shard, resourceVersion); `drain_seen` is set
+                                     when one is observed (`shards.release` waits on it)
     scope.fence                      a `fence.Fence` that asks the shard of the node the
                                      current action is for (`acting_on`)
     ShardedPowerControl(scope, ...)  the power control whose every request is fenced by
                                      the shard of the node it is for; `drain(shard)`
-                                     waits for the requests under way for a shard
+                                     waits for the requests under way for a shard;
+                                     `busy(name)`: a request for the node is under way
 
 **The label is the ownership record** (docs/sharding.md §1): a replica acts on a node only
 while the node's `nodewarden.io/shard` label names a shard whose Lease it holds, and each
 action on it asks *that* shard's `Leadership` (valid by this replica's monotonic clock,
 the token its Lease's `leaseTransitions`). A node with no label, a malformed one, or a
-shard's drain label (leaving its shard) is acted on by nobody.
+shard's drain label (leaving its shard) is acted on by nobody; its owner then writes
+RELEASE (`shards.release`) once no request for it is under way (`busy`).
 
 **How the fence knows the node.** `fence.Fence.check(action)` names no node, and the
 power control's request path asks its one fence several times per request (before the
@@ -40,6 +45,7 @@ from typing import Any
 from nodewarden.fence import Fence, FenceToken, Leadership, NotLeader
 from nodewarden.power.control import NodeRef, Outcome, PowerControl
 from nodewarden.shards.keys import DRAIN_LABEL, SHARD_LABEL, parse_shard
+from nodewarden.shards.resharding import acting_shard
 
 Leaderships = Callable[[int], Leadership | None]
 
@@ -96,6 +102,9 @@ class ShardScope:
         self.on_change: Callable[[], None] | None = None
         """Told after `acquired` or `released` (the feed re-routes its nodes)."""
         self._shards: dict[str, int | None] = {}
+        self._draining: dict[str, tuple[int, str | None]] = {}
+        self.drain_seen = asyncio.Event()
+        """Set when a node of a held shard is observed draining (cleared by its reader)."""
 
     def acquired(self, shard: int) -> None:
         self.held.add(shard)
@@ -113,8 +122,18 @@ class ShardScope:
             return
         if deleted:
             self._shards.pop(name, None)
-        else:
-            self._shards[name] = node_shard(body)
+            self._draining.pop(name, None)
+            return
+        self._shards[name] = node_shard(body)
+        meta = body.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        shard = acting_shard(labels) if DRAIN_LABEL in labels else None
+        if shard is None:
+            self._draining.pop(name, None)
+            return
+        self._draining[name] = (shard, meta.get("resourceVersion"))
+        if shard in self.held:
+            self.drain_seen.set()
 
     def shard_of(self, name: str) -> int | None:
         return self._shards.get(name)
@@ -122,6 +141,11 @@ class ShardScope:
     def acts_on(self, name: str) -> bool:
         """The node's label names a shard this replica holds (as told by the elector)."""
         return self.shard_of(name) in self.held
+
+    def draining(self) -> list[tuple[str, int, str | None]]:
+        """The nodes of held shards told to leave them, as last observed: (name, shard,
+        resourceVersion). The scope no longer acts on them (`node_shard` is None)."""
+        return [(n, s, rv) for n, (s, rv) in sorted(self._draining.items()) if s in self.held]
 
 
 @contextlib.contextmanager
@@ -143,6 +167,7 @@ class ShardedPowerControl(PowerControl):
         super().__init__(*args, **kwargs)
         self.scope = scope
         self._in_flight: Counter[int] = Counter()
+        self._nodes_in_flight: Counter[str] = Counter()
         self._quiet: dict[int, asyncio.Event] = {}
 
     async def request(
@@ -153,15 +178,23 @@ class ShardedPowerControl(PowerControl):
             with acting_on(None):  # refused by the fence, as an outcome
                 return await super().request(node, transition_id, attempt, action)
         self._in_flight[shard] += 1
+        self._nodes_in_flight[node.name] += 1
         self._quiet.setdefault(shard, asyncio.Event()).clear()
         try:
             with acting_on(shard):
                 return await super().request(node, transition_id, attempt, action)
         finally:
+            self._nodes_in_flight[node.name] -= 1
+            if self._nodes_in_flight[node.name] <= 0:
+                del self._nodes_in_flight[node.name]
             self._in_flight[shard] -= 1
             if self._in_flight[shard] <= 0:
                 del self._in_flight[shard]
                 self._quiet[shard].set()
+
+    def busy(self, name: str) -> bool:
+        """A request for node `name` is under way (started under its shard)."""
+        return self._nodes_in_flight[name] > 0
 
     async def drain(self, shard: int) -> None:
         """Until no request for a node of `shard` is under way (the elector's `drain`,

@@ -124,7 +124,8 @@ def accepts_work(facts: NodeFacts) -> bool:
 def observed_off(c: StepContext, since: datetime | None) -> bool:
     """The event is a PowerObserved Off reading, now the node's latest power reading."""
     ev = c.event
-    if not isinstance(ev, PowerObserved) or ev.reading.power != "Off":
+    # by exact type (no event model has a subclass): a failing isinstance costs ~10x
+    if type(ev) is not PowerObserved or ev.reading.power != "Off":
         return False
     if c.facts.power is not ev.reading:
         return False

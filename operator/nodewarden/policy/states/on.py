@@ -49,7 +49,7 @@ def handle_on(c: StepContext) -> None:
     if r is None or not r.passed:
         enter_verify(c, Decision.DEFER, R.READY_PROBE_FAILED)
         return
-    if isinstance(ev, AdmissionClosed) and c.get("admission") is AdmissionState.CLOSING:
+    if type(ev) is AdmissionClosed and c.get("admission") is AdmissionState.CLOSING:
         c.set(admission=AdmissionState.CLOSED, admission_since=min(ev.at, c.now))
     c.set(state=on_state(c))
     evaluation = evaluate_shutdown(c.facts, c.now, c.policy, c.current())
