@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 Samples = Iterable[tuple[tuple[str, ...], float]]
 """What a source gives a sourced metric at a scrape: (label values, value) pairs."""
+
+
+def _weakly(fn: Callable[..., Any]) -> weakref.ReferenceType[Any]:
+    """A weak reference to `fn`; a bound method is held while its owner lives."""
+    return weakref.WeakMethod(fn) if hasattr(fn, "__self__") else weakref.ref(fn)
 
 
 class Sourced(Collector):
@@ -35,9 +40,7 @@ class Sourced(Collector):
         self._sources: list[weakref.ReferenceType[Callable[[], Samples]]] = []
 
     def add_source(self, source: Callable[[], Samples]) -> None:
-        bound = hasattr(source, "__self__")  # a bound method: held while its owner lives
-        ref = weakref.WeakMethod(source) if bound else weakref.ref(source)
-        self._sources.append(ref)
+        self._sources.append(_weakly(source))
 
     def remove_source(self, source: Callable[[], Samples]) -> None:
         """Stop reading `source` (its owner stopped)."""
@@ -75,8 +78,7 @@ def before_scrape(refresh: Callable[[], None]) -> None:
     """Run `refresh` before each /metrics scrape (`scraping`): what is costly to keep
     current after every change (a pass over every node) is brought up to date once per
     scrape instead. Held weakly, like `Sourced`'s sources."""
-    bound = hasattr(refresh, "__self__")
-    _BEFORE_SCRAPE.append(weakref.WeakMethod(refresh) if bound else weakref.ref(refresh))
+    _BEFORE_SCRAPE.append(_weakly(refresh))
 
 
 def no_longer_before_scrape(refresh: Callable[[], None]) -> None:

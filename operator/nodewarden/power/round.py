@@ -185,7 +185,7 @@ class Round:
         if policies := self.energy.policies_due(now):  # a task only when a write is due
             ctx.spawn(self.energy.write_policies(policies, now))
         self._held = stepped_holds  # only a step's hold is never renewed
-        if stepping or agenda.roster_changed:
+        if agenda.roster_changed:  # (a step marks the gauges stale itself: `process`)
             agenda.roster_changed = False
             self.gauges_stale = True  # published at the next scrape (`publish_gauges`)
         agenda.compact(len(ctx.nodes), self._timers)
